@@ -1,0 +1,28 @@
+//! Run-time settings of the data plane (CONFIG map, one entry) and the PORT_FLAGS pre-filter.
+
+/// CONFIG map value (index 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataplaneConfig {
+    /// Slots per VIP ring (a prime); VIP `id`'s ring starts at `id * ring_size` in RINGS.
+    /// Zero means "not configured yet": VIP packets are then passed to the stack.
+    pub ring_size: u32,
+    /// Seed mixed into the flow hash.
+    pub hash_seed: u32,
+}
+
+/// PORT_FLAGS bits, indexed by L4 port (host order). They let the program skip the VIPS and
+/// REVERSE_FLOWS hash lookups for ports no VIP or NAT backend uses, which keeps the cost of
+/// non-VIP traffic at two array reads.
+pub mod port_flags {
+    /// Some TCP VIP listens on this destination port.
+    pub const VIP_TCP: u32 = 1 << 0;
+    /// Some UDP VIP listens on this destination port.
+    pub const VIP_UDP: u32 = 1 << 1;
+    /// Some NAT backend of a TCP VIP answers from this source port.
+    pub const NAT_BACKEND_TCP: u32 = 1 << 2;
+    /// Some NAT backend of a UDP VIP answers from this source port.
+    pub const NAT_BACKEND_UDP: u32 = 1 << 3;
+}
+
+crate::user_pod!(DataplaneConfig);

@@ -1,0 +1,96 @@
+//! One's-complement checksum arithmetic (RFC 1071, incremental updates per RFC 1624).
+//!
+//! Values are 16-bit words exactly as they sit in memory: the one's-complement sum is the same
+//! whichever byte order the words are read in, so callers read and write packet words raw and
+//! never swap.
+
+/// Folds a 32-bit accumulated sum into 16 bits with end-around carry.
+#[inline(always)]
+pub const fn fold(sum: u32) -> u16 {
+    let sum = (sum & 0xffff) + (sum >> 16);
+    let sum = (sum & 0xffff) + (sum >> 16);
+    sum as u16
+}
+
+/// New checksum after one 16-bit word changes from `old` to `new` (RFC 1624, eqn. 3).
+#[inline(always)]
+pub const fn replace16(check: u16, old: u16, new: u16) -> u16 {
+    !fold((!check) as u32 + (!old) as u32 + new as u32)
+}
+
+/// New checksum after a 32-bit field (an IPv4 address) changes, as two 16-bit words.
+#[inline(always)]
+pub const fn replace32(check: u16, old: [u8; 4], new: [u8; 4]) -> u16 {
+    let check = replace16(
+        check,
+        u16::from_ne_bytes([old[0], old[1]]),
+        u16::from_ne_bytes([new[0], new[1]]),
+    );
+    replace16(
+        check,
+        u16::from_ne_bytes([old[2], old[3]]),
+        u16::from_ne_bytes([new[2], new[3]]),
+    )
+}
+
+/// UDP's zero means "no checksum": a computed zero is sent as 0xffff (RFC 768), and a packet
+/// that had none keeps none.
+#[inline(always)]
+pub const fn udp_fixup(old_check: u16, new_check: u16) -> u16 {
+    if old_check == 0 {
+        0
+    } else if new_check == 0 {
+        0xffff
+    } else {
+        new_check
+    }
+}
+
+/// Checksum of a 20-byte IPv4 header whose checksum field (bytes 10..12) is zero.
+#[inline(always)]
+pub fn ipv4_header(header: &[u8; 20]) -> u16 {
+    let mut sum = 0u32;
+    let mut i = 0;
+    while i < 20 {
+        sum += u16::from_ne_bytes([header[i], header[i + 1]]) as u32;
+        i += 2;
+    }
+    !fold(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plain RFC 1071 over a whole buffer, as the reference the incremental forms must match.
+    fn full(bytes: &[u8]) -> u16 {
+        let mut sum = 0u32;
+        for pair in bytes.chunks(2) {
+            sum += u16::from_ne_bytes([pair[0], *pair.get(1).unwrap_or(&0)]) as u32;
+        }
+        !fold(sum)
+    }
+
+    #[test]
+    fn incremental_matches_full_recompute() {
+        let mut hdr: [u8; 20] = [
+            0x45, 0, 0, 60, 0x1c, 0x46, 0x40, 0, 64, 6, 0, 0, 192, 0, 2, 1, 203, 0, 113, 10,
+        ];
+        let check = ipv4_header(&hdr);
+        assert_eq!(check, full(&hdr));
+        let updated = replace32(check, [203, 0, 113, 10], [198, 51, 100, 11]);
+        hdr[16..20].copy_from_slice(&[198, 51, 100, 11]);
+        assert_eq!(updated, ipv4_header(&hdr));
+        let old_ttl = u16::from_ne_bytes([hdr[8], hdr[9]]);
+        hdr[8] -= 1;
+        let updated = replace16(updated, old_ttl, u16::from_ne_bytes([hdr[8], hdr[9]]));
+        assert_eq!(updated, ipv4_header(&hdr));
+    }
+
+    #[test]
+    fn udp_zero_rules() {
+        assert_eq!(udp_fixup(0, 1234), 0);
+        assert_eq!(udp_fixup(5, 0), 0xffff);
+        assert_eq!(udp_fixup(5, 77), 77);
+    }
+}

@@ -1,0 +1,100 @@
+//! Everything the XDP program and userspace must agree on: map names, limits, the `#[repr(C)]`
+//! layouts stored in maps, counter names, and the pure functions both sides compute (flow hash,
+//! checksum arithmetic). Each is defined here once.
+#![no_std]
+
+#[cfg(feature = "user")]
+extern crate std;
+
+pub mod backend;
+pub mod config;
+pub mod csum;
+pub mod flow;
+pub mod hash;
+pub mod stats;
+pub mod vip;
+
+#[cfg(feature = "user")]
+pub mod maglev;
+
+/// Map names, as declared by the XDP program and looked up by the loader.
+pub mod map_names {
+    pub const VIPS: &str = "VIPS";
+    pub const BACKENDS: &str = "BACKENDS";
+    pub const RINGS: &str = "RINGS";
+    pub const FLOWS: &str = "FLOWS";
+    pub const REVERSE_FLOWS: &str = "REVERSE_FLOWS";
+    pub const PORT_FLAGS: &str = "PORT_FLAGS";
+    pub const CONFIG: &str = "CONFIG";
+    pub const COUNTERS: &str = "COUNTERS";
+    pub const VIP_STATS: &str = "VIP_STATS";
+    pub const BACKEND_STATS: &str = "BACKEND_STATS";
+    pub const DECAP_COUNTERS: &str = "DECAP_COUNTERS";
+}
+
+/// Program names (the `#[xdp]` function names) in the two objects.
+pub mod program_names {
+    /// The balancer, in the `lb-ingress` object.
+    pub const INGRESS: &str = "lb_ingress";
+    /// The DSR decapsulator, in the `lb-decap` object.
+    pub const DECAP: &str = "lb_decap";
+    /// A bare `XDP_PASS`, in the `lb-decap` object: the benchmark baseline, and the program a
+    /// receiving veth peer needs so native-mode XDP_TX/redirect frames are delivered.
+    pub const PASS: &str = "lb_pass";
+}
+
+/// Compile-time sizes of the maps. The loader may shrink or grow the ones marked "default".
+pub mod limits {
+    /// Highest number of VIPs (ids `0..MAX_VIPS`).
+    pub const MAX_VIPS: u32 = 64;
+    /// Highest number of backends over all VIPs (ids `0..MAX_BACKENDS`).
+    pub const MAX_BACKENDS: u32 = 4096;
+    /// Default Maglev ring size per VIP: a prime, as Maglev requires.
+    pub const DEFAULT_RING_SIZE: u32 = 65537;
+    /// The RINGS array holds `MAX_VIPS` rings of `ring_size` slots; the loader sizes it.
+    pub const DEFAULT_RINGS_ENTRIES: u32 = MAX_VIPS * DEFAULT_RING_SIZE;
+    /// Default connection-table size (LRU: the oldest flows are evicted when it is full).
+    pub const DEFAULT_FLOWS: u32 = 262_144;
+    /// Number of L4 ports: PORT_FLAGS is indexed by port.
+    pub const PORTS: u32 = 65536;
+}
+
+/// Address families, as stored in map keys (`family` fields).
+pub mod family {
+    pub const IPV4: u8 = 4;
+    pub const IPV6: u8 = 6;
+}
+
+/// IP protocol numbers used in keys.
+pub mod ip_proto {
+    pub const TCP: u8 = 6;
+    pub const UDP: u8 = 17;
+    pub const IPIP: u8 = 4;
+}
+
+/// Addresses are stored as 16 bytes in network order: IPv4 in the first 4, the rest zero,
+/// so the same layouts serve IPv6.
+pub type IpBytes = [u8; 16];
+
+/// An IPv4 address (network-order bytes) widened to the 16-byte map form.
+#[inline(always)]
+pub const fn ipv4_bytes(octets: [u8; 4]) -> IpBytes {
+    let mut out = [0u8; 16];
+    out[0] = octets[0];
+    out[1] = octets[1];
+    out[2] = octets[2];
+    out[3] = octets[3];
+    out
+}
+
+/// Implements `aya::Pod` for map types in userspace builds.
+macro_rules! user_pod {
+    ($($t:ty),* $(,)?) => {
+        $(
+            #[cfg(feature = "user")]
+            // SAFETY: the type is #[repr(C)], made of integers and byte arrays, with explicit padding.
+            unsafe impl aya::Pod for $t {}
+        )*
+    };
+}
+pub(crate) use user_pod;

@@ -1,0 +1,104 @@
+//! Named counters. COUNTERS is a per-CPU array indexed by [`Counter`]; VIP_STATS and
+//! BACKEND_STATS are per-CPU arrays of [`Traffic`] indexed by VIP id and backend id.
+
+/// Packets and bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+crate::user_pod!(Traffic);
+
+macro_rules! counters {
+    ($( $(#[doc = $doc:literal])* $variant:ident = $name:literal, )*) => {
+        /// Why a packet took the path it took. Every verdict the balancer returns is counted
+        /// under exactly one `Pass*`, `Drop*` or `Forward*` counter; the others (`Flow*`) count
+        /// events on the way.
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Counter {
+            $( $(#[doc = $doc])* $variant, )*
+        }
+
+        impl Counter {
+            /// Every counter, in index order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$variant,)*];
+            /// Number of counters: the size of the COUNTERS map.
+            pub const COUNT: u32 = Counter::ALL.len() as u32;
+
+            /// The stable name shown by `lb-ctl stats` and used in metrics.
+            pub const fn name(self) -> &'static str {
+                match self { $(Counter::$variant => $name,)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Not IPv4 (ARP, IPv6 for now, LLDP, ...): passed untouched.
+    PassNotIpv4 = "pass_not_ipv4",
+    /// IPv4 but not addressed to a VIP (or a NAT reply): passed untouched.
+    PassNotVip = "pass_not_vip",
+    /// IPv4 fragment: no L4 header to match on, passed untouched for the stack to handle.
+    PassFragment = "pass_fragment",
+    /// IPv4 header with options: passed untouched.
+    PassIpOptions = "pass_ip_options",
+    /// Truncated or malformed L2/L3/L4 header: passed untouched (the stack drops it).
+    PassMalformed = "pass_malformed",
+    /// VIP packet whose TTL would expire here: passed to the stack, which answers with ICMP.
+    PassTtlExpired = "pass_ttl_expired",
+    /// Rewritten packet whose next hop has no neighbour entry yet: passed to the stack,
+    /// which resolves it and forwards the packet.
+    PassNoNeighbour = "pass_no_neighbour",
+    /// VIP packet before the data plane has been configured (ring size 0).
+    PassNotConfigured = "pass_not_configured",
+    /// VIP packet whose ring slot is empty: the VIP has no usable backend.
+    DropNoBackend = "drop_no_backend",
+    /// No route to the backend (or the client, for a reply).
+    DropNoRoute = "drop_no_route",
+    /// The rewritten packet is larger than the next hop's MTU.
+    DropTooBig = "drop_too_big",
+    /// The packet could not be grown for encapsulation.
+    DropEncapFailed = "drop_encap_failed",
+    /// Sent back out of the interface it came in on (XDP_TX).
+    ForwardTx = "forward_tx",
+    /// Redirected to another interface (XDP_REDIRECT).
+    ForwardRedirect = "forward_redirect",
+    /// Flow found in the connection table.
+    FlowHit = "flow_hit",
+    /// New flow placed on the ring and recorded.
+    FlowNew = "flow_new",
+    /// Flow whose backend was removed, placed again on the ring.
+    FlowRerouted = "flow_rerouted",
+    /// The connection table refused a new entry: the packet is still forwarded by the ring.
+    FlowTableFull = "flow_table_full",
+    /// NAT reply rewritten back to the VIP.
+    NatReply = "nat_reply",
+}
+
+/// Counters of the decapsulation program (DECAP_COUNTERS).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecapCounter {
+    /// IPIP packet whose outer header was removed.
+    Decapsulated,
+    /// Anything else: passed untouched.
+    Passed,
+    /// IPIP packet too short to hold an inner IPv4 header: passed untouched.
+    Malformed,
+}
+
+impl DecapCounter {
+    pub const ALL: &'static [DecapCounter] =
+        &[DecapCounter::Decapsulated, DecapCounter::Passed, DecapCounter::Malformed];
+    pub const COUNT: u32 = DecapCounter::ALL.len() as u32;
+    pub const fn name(self) -> &'static str {
+        match self {
+            DecapCounter::Decapsulated => "decapsulated",
+            DecapCounter::Passed => "passed",
+            DecapCounter::Malformed => "malformed",
+        }
+    }
+}
