@@ -1,1 +1,3 @@
-
+//! lb-ctl as a library: the daemon's parts, so tests drive them with temp sockets and a fake
+//! data plane. `main.rs` is the thin CLI over it.
+pub mod dataplane;

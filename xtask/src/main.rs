@@ -1,1 +1,40 @@
-fn main() {}
+//! `cargo xtask <task>`: the project's commands. See README.md.
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod demo;
+mod setup;
+mod test;
+mod util;
+
+#[derive(Parser)]
+#[command(about = "lb-ctl project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Make this machine ready to build and test (idempotent): nightly rust-src, bpf-linker,
+    /// and the Debian packages the tests use.
+    Setup,
+    /// Run every suite: unit, golden packets, end to end (root ones need root).
+    Test,
+    /// The lab demo: a namespace lab with a client, the balancer and three backends (root).
+    Demo,
+    /// Benchmarks: print figures, assert nothing.
+    Bench {
+        #[command(subcommand)]
+        what: bench::Bench,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup::run(),
+        Task::Test => test::run(),
+        Task::Demo => demo::run(),
+        Task::Bench { what } => bench::run(what),
+    }
+}

@@ -1,0 +1,102 @@
+//! An in-memory [`Dataplane`] for unit tests: records what the writer did, no root needed.
+use std::collections::HashMap;
+
+use lb_common::backend::{BACKEND_NONE, Backend};
+use lb_common::config::DataplaneConfig;
+use lb_common::flow::{FlowEntry, FlowKey};
+use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
+use lb_common::stats::{Counter, Traffic};
+use lb_common::vip::{VipInfo, VipKey};
+
+use super::{Dataplane, DataplaneError, Result};
+
+/// The maps' contents, kept in plain collections. Fields are public so tests can inspect them
+/// and plant flows or traffic.
+#[derive(Debug, Default, Clone)]
+pub struct FakeDataplane {
+    pub config: DataplaneConfig,
+    pub vips: HashMap<VipKey, VipInfo>,
+    pub backends: HashMap<u32, Backend>,
+    pub rings: HashMap<u32, Vec<u32>>,
+    pub port_flags: HashMap<u16, u32>,
+    pub flows: HashMap<FlowKey, FlowEntry>,
+    pub vip_traffic: HashMap<u32, Traffic>,
+    pub backend_traffic: HashMap<u32, Traffic>,
+    /// Number of ring slots written, to check that rewrites touch only changed slots.
+    pub ring_slot_writes: u64,
+}
+
+fn check(what: &'static str, index: u32, limit: u32) -> Result<()> {
+    if index >= limit {
+        return Err(DataplaneError::OutOfRange { what, index, limit });
+    }
+    Ok(())
+}
+
+impl Dataplane for FakeDataplane {
+    fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {
+        self.config = config;
+        Ok(())
+    }
+    fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()> {
+        check("VIP id", info.id, MAX_VIPS)?;
+        self.vips.insert(key, info);
+        Ok(())
+    }
+    fn remove_vip(&mut self, key: &VipKey) -> Result<()> {
+        self.vips.remove(key);
+        Ok(())
+    }
+    fn upsert_backend(&mut self, id: u32, backend: Backend) -> Result<()> {
+        check("backend id", id, MAX_BACKENDS)?;
+        self.backends.insert(id, backend);
+        Ok(())
+    }
+    fn remove_backend(&mut self, id: u32) -> Result<()> {
+        check("backend id", id, MAX_BACKENDS)?;
+        self.backends.insert(id, Backend::default());
+        Ok(())
+    }
+    fn write_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<()> {
+        check("VIP id", vip_id, MAX_VIPS)?;
+        let old = self.rings.entry(vip_id).or_insert_with(|| vec![BACKEND_NONE; ring.len()]);
+        old.resize(ring.len(), BACKEND_NONE);
+        self.ring_slot_writes += old.iter().zip(ring).filter(|(a, b)| a != b).count() as u64;
+        old.copy_from_slice(ring);
+        Ok(())
+    }
+    fn set_port_flags(&mut self, port: u16, flags: u32) -> Result<()> {
+        if flags == 0 {
+            self.port_flags.remove(&port);
+        } else {
+            self.port_flags.insert(port, flags);
+        }
+        Ok(())
+    }
+    fn counters(&self) -> Result<Vec<(Counter, u64)>> {
+        Ok(Counter::ALL.iter().map(|c| (*c, 0)).collect())
+    }
+    fn vip_traffic(&self, vip_id: u32) -> Result<Traffic> {
+        Ok(self.vip_traffic.get(&vip_id).copied().unwrap_or_default())
+    }
+    fn backend_traffic(&self, backend_id: u32) -> Result<Traffic> {
+        Ok(self.backend_traffic.get(&backend_id).copied().unwrap_or_default())
+    }
+    fn flows_per_backend(&self) -> Result<HashMap<u32, u64>> {
+        let mut out = HashMap::new();
+        for entry in self.flows.values() {
+            *out.entry(entry.backend_id).or_default() += 1;
+        }
+        Ok(out)
+    }
+    fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>> {
+        Ok(self.flows.get(key).copied())
+    }
+    fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {
+        Ok(self
+            .rings
+            .get(&vip_id)
+            .and_then(|r| r.get(slot as usize).copied())
+            .unwrap_or(BACKEND_NONE))
+    }
+}

@@ -1,0 +1,66 @@
+//! The data plane as the rest of lb-ctl sees it: the operations on the BPF maps. The daemon's
+//! single map writer holds one `Box<dyn Dataplane>`; nothing else writes maps.
+//!
+//! `maps::AyaDataplane` is the real one (loaded XDP program); `fake::FakeDataplane` keeps the
+//! same state in memory for unit tests without root.
+use std::collections::HashMap;
+
+use lb_common::backend::Backend;
+use lb_common::config::DataplaneConfig;
+use lb_common::flow::{FlowEntry, FlowKey};
+use lb_common::stats::{Counter, Traffic};
+use lb_common::vip::{VipInfo, VipKey};
+
+pub mod fake;
+
+/// A failed map operation.
+#[derive(Debug, thiserror::Error)]
+pub enum DataplaneError {
+    /// A BPF map syscall failed.
+    #[error("BPF map {map}: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// An id or index is outside the map's size.
+    #[error("{what} {index} is out of range (limit {limit})")]
+    OutOfRange { what: &'static str, index: u32, limit: u32 },
+    /// Loading or attaching the program failed.
+    #[error("{0}")]
+    Load(String),
+}
+
+pub type Result<T, E = DataplaneError> = std::result::Result<T, E>;
+
+/// Operations on the balancer's maps. Writes are idempotent: writing what is already there is
+/// harmless, so a reload may re-apply its whole desired state.
+pub trait Dataplane: Send {
+    /// Ring size and hash seed (CONFIG map). Written before any VIP.
+    fn set_config(&mut self, config: DataplaneConfig) -> Result<()>;
+    /// Adds or replaces a VIP.
+    fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()>;
+    /// Removes a VIP (its ring and port flags are the caller's to clear).
+    fn remove_vip(&mut self, key: &VipKey) -> Result<()>;
+    /// Adds or replaces backend `id`.
+    fn upsert_backend(&mut self, id: u32, backend: Backend) -> Result<()>;
+    /// Marks backend `id` removed: flows pinned to it are re-placed on the ring.
+    fn remove_backend(&mut self, id: u32) -> Result<()>;
+    /// Writes VIP `vip_id`'s ring (`ring.len()` must equal the configured ring size). Only
+    /// slots that differ from what was last written need a syscall.
+    fn write_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<()>;
+    /// Sets the PORT_FLAGS pre-filter bits of one port.
+    fn set_port_flags(&mut self, port: u16, flags: u32) -> Result<()>;
+    /// Totals over CPUs of every named counter.
+    fn counters(&self) -> Result<Vec<(Counter, u64)>>;
+    /// Totals over CPUs for one VIP.
+    fn vip_traffic(&self, vip_id: u32) -> Result<Traffic>;
+    /// Totals over CPUs for one backend.
+    fn backend_traffic(&self, backend_id: u32) -> Result<Traffic>;
+    /// Number of connection-table entries per backend id.
+    fn flows_per_backend(&self) -> Result<HashMap<u32, u64>>;
+    /// The connection-table entry of one flow, if any.
+    fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>>;
+    /// The ring slot value last written for VIP `vip_id` (for `explain`).
+    fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32>;
+}
