@@ -13,6 +13,7 @@ use hyper::upgrade::OnUpgrade;
 use super::body::{InFlight, ProxyBody, UpstreamBody};
 use super::headers::{self, cookie, is_upgrade};
 use super::respond::error_response;
+use super::sniff::Conflicts;
 use super::upgrade;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
@@ -29,15 +30,18 @@ pub(crate) struct ConnCtx {
     pub(crate) client_hash: u32,
     /// The PROXY header for this client's backend connections, if the VIP sends one.
     pub(crate) proxy_header: Option<Vec<u8>>,
-    /// Set by the request-head sniffer when a head had both Content-Length and
-    /// Transfer-Encoding (hyper would silently prefer chunked): such requests are refused.
-    pub(crate) framing_conflict: Arc<std::sync::atomic::AtomicBool>,
+    /// Which request of the connection had both Content-Length and Transfer-Encoding (found
+    /// by the sniffer; hyper would silently prefer chunked): that one is refused.
+    pub(crate) conflicts: Arc<Conflicts>,
+    /// Requests seen so far on this connection (HTTP/1 serves them in order).
+    pub(crate) requests: std::sync::atomic::AtomicU64,
     /// Upgraded tunnels outlive the HTTP connection; they are tracked and stopped with it.
     pub(crate) tasks: crate::shutdown::Tasks,
 }
 
 pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
-    if let Some(refusal) = refuse(&req, ctx) {
+    let index = ctx.requests.fetch_add(1, Relaxed);
+    if let Some(refusal) = refuse(&req, index, ctx) {
         ctx.vip.counters.rejected.fetch_add(1, Relaxed);
         return refusal;
     }
@@ -103,9 +107,9 @@ impl Replay {
 }
 
 /// Requests refused before any backend sees them.
-fn refuse(req: &Request<Incoming>, ctx: &ConnCtx) -> Option<Response<ProxyBody>> {
+fn refuse(req: &Request<Incoming>, index: u64, ctx: &ConnCtx) -> Option<Response<ProxyBody>> {
     let limits = &ctx.vip.spec.limits;
-    if ctx.framing_conflict.load(Relaxed)
+    if ctx.conflicts.is_conflicting(index)
         || (req.headers().contains_key(header::CONTENT_LENGTH)
             && req.headers().contains_key(header::TRANSFER_ENCODING))
     {

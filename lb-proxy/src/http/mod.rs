@@ -4,6 +4,7 @@ mod forward;
 mod headers;
 mod respond;
 mod server;
+mod sniff;
 mod upgrade;
 
 pub(crate) use server::serve;

@@ -2,7 +2,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::forward::{ConnCtx, handle};
 use super::respond::BUSY_RESPONSE;
+use super::sniff::{Conflicts, Sniffer};
 use crate::balance::ip_bytes;
 use crate::proxy_protocol;
 use crate::shutdown::Tasks;
@@ -69,19 +70,20 @@ async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Arc<Vip>,
             // Silent or gone before sending anything.
             _ => return,
         };
+    let conflicts = Conflicts::new();
     let ctx = Arc::new(ConnCtx {
         vip: vip.clone(),
         client,
         client_hash: lb_common::hash::client_hash(&ip_bytes(client.ip()), 0),
         proxy_header: proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr),
-        framing_conflict: Arc::new(AtomicBool::new(false)),
+        conflicts: conflicts.clone(),
+        requests: AtomicU64::new(0),
         tasks: tasks.clone(),
     });
     let svc = service_fn(move |req| {
         let ctx = ctx.clone();
         async move { Ok::<_, Infallible>(handle(req, &ctx).await) }
     });
-    let io = TokioIo::new(stream);
     let mut stop = tasks.stop.clone();
     let mut force = tasks.force.clone();
     // Serves until done; on stop, finishes in-flight requests (graceful), on force, drops.
@@ -107,7 +109,7 @@ async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Arc<Vip>,
             // A silent peer is found by pings; one that stays silent is dropped.
             .keep_alive_interval(spec.timeouts.idle)
             .keep_alive_timeout(spec.timeouts.client_header);
-        drive!(b.serve_connection(io, svc));
+        drive!(b.serve_connection(TokioIo::new(stream), svc));
     } else {
         let mut b = http1::Builder::new();
         b.timer(TokioTimer::new())
@@ -117,6 +119,11 @@ async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Arc<Vip>,
             .max_header_size(spec.limits.max_header_bytes)
             // hyper's read buffer must hold a whole head; 8 KiB is its floor.
             .max_buf_size(spec.limits.max_header_bytes.max(8192));
+        let io = TokioIo::new(Sniffer::new(
+            stream,
+            spec.limits.max_header_bytes,
+            conflicts,
+        ));
         drive!(b.serve_connection(io, svc).with_upgrades());
     }
 }

@@ -169,15 +169,37 @@ async fn route(req: Request<Incoming>, id: usize, hits: Arc<AtomicU64>) -> Respo
 }
 
 /// A misbehaving backend: on every connection it reads a request head, writes `reply`
-/// (possibly nothing, or a truncated response) and closes. Returns its address.
-pub async fn raw_backend(reply: &'static [u8]) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+/// (possibly nothing, or a truncated response) and closes.
+pub struct RawBackend {
+    pub addr: SocketAddr,
+    /// Request heads read.
+    pub heads: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RawBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RawBackend {
+    pub fn heads(&self) -> u64 {
+        self.heads.load(Relaxed)
+    }
+}
+
+pub async fn raw_backend(reply: &'static [u8]) -> RawBackend {
     let listener = TcpListener::bind(loopback()).await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(AtomicU64::new(0));
+    let h = heads.clone();
     let task = tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = listener.accept().await else {
                 continue;
             };
+            let h = h.clone();
             tokio::spawn(async move {
                 let mut head = Vec::new();
                 let mut buf = [0u8; 4096];
@@ -187,11 +209,18 @@ pub async fn raw_backend(reply: &'static [u8]) -> (SocketAddr, tokio::task::Join
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
+                h.fetch_add(1, Relaxed);
                 let _ = s.write_all(reply).await;
             });
         }
     });
-    (addr, task)
+    RawBackend { addr, heads, task }
+}
+
+/// An address where nothing listens (bound once, then released).
+pub async fn dead_addr() -> SocketAddr {
+    let l = TcpListener::bind(loopback()).await.unwrap();
+    l.local_addr().unwrap()
 }
 
 pub async fn backends(n: usize) -> Vec<Backend> {
@@ -290,13 +319,25 @@ pub async fn fetch(addr: SocketAddr, path: &str) -> Got {
     Client::connect(addr).await.get(path).await.unwrap()
 }
 
-/// Writes raw bytes, then reads until the peer closes (or LIMIT).
+/// Writes raw bytes, then reads until the peer closes; panics if it does not within LIMIT.
 pub async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(bytes).await.unwrap();
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
+    let r = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
+    assert!(
+        r.is_ok(),
+        "the proxy kept the connection open; got so far: {:?}",
+        String::from_utf8_lossy(&out)
+    );
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status codes of the responses in a raw HTTP/1 byte stream, in order.
+pub fn statuses(raw: &str) -> Vec<u16> {
+    raw.match_indices("HTTP/1.1 ")
+        .filter_map(|(i, _)| raw[i + 9..i + 12].parse().ok())
+        .collect()
 }
 
 /// ab-style load: `total` GETs of `path` over `concurrency` keep-alive connections. Every
