@@ -39,8 +39,10 @@ impl Balancer {
             b.in_rotation() && !b.outlier.is_ejected(now) && !tried.contains(&b.addr)
         };
         let lenient = |_: usize, b: &Backend| b.in_rotation() && !tried.contains(&b.addr);
-        self.pick_with(balance, set, hash, &strict)
-            .or_else(|| self.pick_with(balance, set, hash, &lenient))
+        // A retry does not advance the rotation: that would shift every later request's turn.
+        let advance = tried.is_empty();
+        self.pick_with(balance, set, hash, advance, &strict)
+            .or_else(|| self.pick_with(balance, set, hash, false, &lenient))
     }
 
     fn pick_with(
@@ -48,27 +50,30 @@ impl Balancer {
         balance: &Balance,
         set: &BackendSet,
         hash: u32,
+        advance: bool,
         usable: &dyn Fn(usize, &Backend) -> bool,
     ) -> Option<usize> {
         let n = set.backends.len();
         if n == 0 {
             return None;
         }
+        let start = if advance {
+            self.cursor.fetch_add(1, Relaxed)
+        } else {
+            self.cursor.load(Relaxed)
+        };
         match (balance, &set.schedule) {
-            (Balance::WeightedRoundRobin, Schedule::Wrr(seq)) if !seq.is_empty() => {
-                let start = self.cursor.fetch_add(1, Relaxed);
-                (0..seq.len())
-                    .map(|k| seq[(start + k) % seq.len()] as usize)
-                    .find(|&i| usable(i, &set.backends[i]))
-            }
+            (Balance::WeightedRoundRobin, Schedule::Wrr(seq)) if !seq.is_empty() => (0..seq.len())
+                .map(|k| seq[(start + k) % seq.len()] as usize)
+                .find(|&i| usable(i, &set.backends[i])),
             (Balance::ConsistentHash { .. }, Schedule::Ring(ring)) if !ring.is_empty() => {
                 let slot = hash as usize % ring.len();
                 (0..RING_PROBES.min(ring.len()))
                     .map(|k| ring[(slot + k) % ring.len()] as usize)
                     .find(|&i| i < n && usable(i, &set.backends[i]))
-                    .or_else(|| self.least_loaded(set, usable))
+                    .or_else(|| least_loaded(set, start, usable))
             }
-            (Balance::LeastConnections, _) => self.least_loaded(set, usable),
+            (Balance::LeastConnections, _) => least_loaded(set, start, usable),
             (Balance::PowerOfTwo, _) => {
                 let a = random_below(n);
                 let b = random_below(n);
@@ -76,39 +81,35 @@ impl Balancer {
                     (true, true) if less_loaded(&set.backends[b], &set.backends[a]) => Some(b),
                     (true, _) => Some(a),
                     (false, true) => Some(b),
-                    (false, false) => self.least_loaded(set, usable),
+                    (false, false) => least_loaded(set, start, usable),
                 }
             }
-            _ => {
-                let start = self.cursor.fetch_add(1, Relaxed);
-                (0..n)
-                    .map(|k| (start + k) % n)
-                    .find(|&i| usable(i, &set.backends[i]))
-            }
+            _ => (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&i| usable(i, &set.backends[i])),
         }
     }
+}
 
-    /// Fewest active per unit of weight; the scan starts at a rotating index so ties spread.
-    fn least_loaded(
-        &self,
-        set: &BackendSet,
-        usable: &dyn Fn(usize, &Backend) -> bool,
-    ) -> Option<usize> {
-        let n = set.backends.len();
-        let start = self.cursor.fetch_add(1, Relaxed);
-        let mut best: Option<usize> = None;
-        for k in 0..n {
-            let i = (start + k) % n;
-            let b = &set.backends[i];
-            if !usable(i, b) {
-                continue;
-            }
-            if best.is_none_or(|j| less_loaded(b, &set.backends[j])) {
-                best = Some(i);
-            }
+/// Fewest active per unit of weight; the scan starts at a rotating index so ties spread.
+fn least_loaded(
+    set: &BackendSet,
+    start: usize,
+    usable: &dyn Fn(usize, &Backend) -> bool,
+) -> Option<usize> {
+    let n = set.backends.len();
+    let mut best: Option<usize> = None;
+    for k in 0..n {
+        let i = (start + k) % n;
+        let b = &set.backends[i];
+        if !usable(i, b) {
+            continue;
         }
-        best
+        if best.is_none_or(|j| less_loaded(b, &set.backends[j])) {
+            best = Some(i);
+        }
     }
+    best
 }
 
 /// `a` has fewer active requests than `b` relative to their weights (cross-multiplied).
