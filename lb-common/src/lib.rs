@@ -21,6 +21,7 @@ pub mod maglev;
 /// Map names, as declared by the XDP program and looked up by the loader.
 pub mod map_names {
     pub const VIPS: &str = "VIPS";
+    pub const VIP_INFO: &str = "VIP_INFO";
     pub const BACKENDS: &str = "BACKENDS";
     pub const RINGS: &str = "RINGS";
     pub const FLOWS: &str = "FLOWS";
@@ -32,6 +33,7 @@ pub mod map_names {
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
     pub const DECAP_COUNTERS: &str = "DECAP_COUNTERS";
     pub const NEXT_HOPS: &str = "NEXT_HOPS";
+    pub const BACKEND_HOPS: &str = "BACKEND_HOPS";
 }
 
 /// Program names (the `#[xdp]` function names) in the two objects.

@@ -1,8 +1,14 @@
 //! The next-hop cache. `bpf_fib_lookup` (route + neighbour) is the most expensive step of the
 //! forwarding path (about 300 ns per packet on a small VM), and its answer only changes when
 //! routes or neighbours do. Each CPU keeps the answers it got, per (source, destination,
-//! ingress interface, TOS), for `DataplaneConfig::nexthop_ttl_ms`; only successful lookups are
-//! kept, so a missing neighbour is looked up again on the next packet.
+//! ingress interface, TOS) until userspace bumps `DataplaneConfig::nexthop_generation` (the
+//! daemon does every `nexthop_ttl_ms`, default 1000); only successful lookups are kept, so a
+//! missing neighbour is looked up again on the next packet. A generation number rather than a
+//! timestamp: reading the clock costs more per packet than the rest of the cache.
+//!
+//! Packets to backends use BACKEND_HOPS, a per-CPU array indexed by backend id (an array read,
+//! no hashing); replies to clients use NEXT_HOPS, a per-CPU LRU hash. Either way the entry
+//! carries its key, and is used only when the key matches.
 
 /// NEXT_HOPS key.
 #[repr(C, align(4))]
@@ -16,9 +22,11 @@ pub struct NextHopKey {
 }
 
 /// NEXT_HOPS value (per CPU).
-#[repr(C, align(8))]
+#[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NextHop {
+    /// The lookup this answers.
+    pub key: NextHopKey,
     /// Egress interface.
     pub ifindex: u32,
     /// Largest IPv4 total length the FIB accepted for this route (its MTU check passed); a
@@ -26,11 +34,11 @@ pub struct NextHop {
     pub max_len: u16,
     pub smac: [u8; 6],
     pub dmac: [u8; 6],
-    pub _pad: [u8; 6],
-    /// `bpf_ktime_get_ns` after which the entry must be looked up again.
-    pub expires_ns: u64,
+    pub _pad: [u8; 2],
+    /// `DataplaneConfig::nexthop_generation` when this was looked up.
+    pub generation: u32,
 }
 
 crate::user_pod!(NextHopKey, NextHop);
 const _: () = assert!(core::mem::size_of::<NextHopKey>() == 16);
-const _: () = assert!(core::mem::size_of::<NextHop>() == 32);
+const _: () = assert!(core::mem::size_of::<NextHop>() == 40);

@@ -40,8 +40,12 @@ pub struct VipInfo {
     pub _pad: [u8; 2],
     /// Outer source address of IPIP packets (DSR modes).
     pub encap_source: IpBytes,
+    /// The VIP this is the entry of. The VIP_INFO array (indexed by id) lets the program go
+    /// from a connection-table hit to its VIP without a hash lookup, and this key tells it
+    /// whether that VIP still exists (a removed VIP's slot is zeroed).
+    pub key: VipKey,
 }
 
 crate::user_pod!(VipKey, VipInfo);
 const _: () = assert!(core::mem::size_of::<VipKey>() == 20);
-const _: () = assert!(core::mem::size_of::<VipInfo>() == 24);
+const _: () = assert!(core::mem::size_of::<VipInfo>() == 44);

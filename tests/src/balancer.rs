@@ -22,7 +22,7 @@ pub struct VipSpec {
 }
 
 pub fn configure(dp: &mut dyn Dataplane, ring_size: u32, vips: &[VipSpec]) {
-    dp.set_config(DataplaneConfig { ring_size, hash_seed: 0x1b_c7, nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS }).unwrap();
+    dp.set_config(DataplaneConfig { ring_size, hash_seed: 0x1b_c7, nexthop_generation: 1 }).unwrap();
     let mut flags = std::collections::HashMap::<u16, u32>::new();
     for v in vips {
         let tcp = v.protocol == ip_proto::TCP;
@@ -42,7 +42,7 @@ pub fn configure(dp: &mut dyn Dataplane, ring_size: u32, vips: &[VipSpec]) {
             .collect();
         dp.write_ring(v.id, &build_ring(&members, ring_size)).unwrap();
         let key = VipKey { addr: ipv4_bytes(v.addr.octets()), port: v.port.to_be(), protocol: v.protocol, family: family::IPV4 };
-        let info = VipInfo { id: v.id, forwarding: v.forwarding, hash: v.hash, _pad: [0; 2], encap_source: ipv4_bytes(v.encap_source.octets()) };
+        let info = VipInfo { id: v.id, forwarding: v.forwarding, hash: v.hash, _pad: [0; 2], encap_source: ipv4_bytes(v.encap_source.octets()), ..Default::default() };
         dp.upsert_vip(key, info).unwrap();
         *flags.entry(v.port).or_default() |= if tcp { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
     }

@@ -105,7 +105,7 @@ pub fn vip_key(v: &Vip) -> VipKey {
 /// Writes every VIP, backend and ring through the map writer. Rings alternate between a VIP's
 /// backends slot by slot, so the slot a hash picks decides the backend.
 pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
-    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS }).unwrap();
+    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1 }).unwrap();
     let mut flags: HashMap<u16, u32> = HashMap::new();
     for (id, v) in vips.iter().enumerate() {
         let info = VipInfo {
@@ -114,6 +114,7 @@ pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
             hash: v.hash,
             _pad: [0; 2],
             encap_source: ipv4_bytes(LB_ADDR),
+            ..Default::default()
         };
         dp.upsert_vip(vip_key(v), info).unwrap();
         let tcp = v.protocol == ip_proto::TCP;

@@ -285,10 +285,21 @@ fn golden_packets_through_lb_ingress() {
     dp.remove_backend(other_id).unwrap();
     run(&mut dp, case("every backend removed: established flow dropped", ack.bytes(), XDP_DROP, None, Counter::DropNoBackend));
 
+    // ---- Next-hop cache: a neighbour change is seen after the next generation, not before.
+    let moved_mac: Mac = [2, 0, 0, 0, 0x7e, 0x11];
+    ns.exec(&["ip", "neigh", "replace", "198.51.100.11", "lladdr", "02:00:00:00:7e:11", "dev", "g0", "nud", "permanent"]);
+    let d1 = dsyn.with(|f| f.src_port = 42003);
+    run(&mut dp, case("neighbour changed, same cache generation: cached MAC", d1.bytes(), XDP_TX,
+        Some(ipip(&d1, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx));
+    dp.refresh_next_hops().unwrap();
+    let d2 = dsyn.with(|f| f.src_port = 42004);
+    run(&mut dp, case("after refresh_next_hops: the new MAC", d2.bytes(), XDP_TX,
+        Some(ipip(&d2, LB_ADDR, B1, LB_MAC, moved_mac)), Counter::ForwardTx));
+
     // Per-VIP and per-backend traffic were counted.
     let t = dp.vip_traffic(2).unwrap();
-    assert_eq!(t.packets, 3, "DSR VIP forwarded 3 packets");
-    assert_eq!(dp.backend_traffic(4).unwrap().packets, 3, "DSR backend got 3 packets");
+    assert_eq!(t.packets, 5, "DSR VIP forwarded 5 packets");
+    assert_eq!(dp.backend_traffic(4).unwrap().packets, 5, "DSR backend got 5 packets");
 
     let failed: Vec<_> = results.iter().filter_map(|(n, r)| r.as_ref().err().map(|e| format!("{n}: {e}"))).collect();
     println!("{} golden cases, {} failed", results.len(), failed.len());

@@ -8,7 +8,7 @@ use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
-use super::{Dataplane, DataplaneError, Result};
+use super::{Dataplane, DataplaneError, Result, next_generation};
 
 /// The maps' contents, kept in plain collections. Fields are public so tests can inspect them
 /// and plant flows or traffic.
@@ -38,9 +38,13 @@ impl Dataplane for FakeDataplane {
         self.config = config;
         Ok(())
     }
+    fn refresh_next_hops(&mut self) -> Result<()> {
+        self.config.nexthop_generation = next_generation(self.config.nexthop_generation);
+        Ok(())
+    }
     fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()> {
         check("VIP id", info.id, MAX_VIPS)?;
-        self.vips.insert(key, info);
+        self.vips.insert(key, VipInfo { key, ..info });
         Ok(())
     }
     fn remove_vip(&mut self, key: &VipKey) -> Result<()> {

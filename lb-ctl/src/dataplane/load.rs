@@ -12,6 +12,7 @@ use super::{DataplaneError, Result, objects};
 /// finds the connection table, rings and counters as they were.
 pub const PINNED_MAPS: &[&str] = &[
     map_names::VIPS,
+    map_names::VIP_INFO,
     map_names::BACKENDS,
     map_names::RINGS,
     map_names::FLOWS,

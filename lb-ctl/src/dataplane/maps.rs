@@ -10,13 +10,15 @@ use lb_common::map_names;
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
-use super::{Dataplane, DataplaneError, Result};
+use super::{Dataplane, DataplaneError, Result, next_generation};
 
 /// The loaded balancer and what was last written to its rings (so rewrites touch only the
 /// slots that changed).
 pub struct AyaDataplane {
     ebpf: Ebpf,
     ring_size: u32,
+    /// What CONFIG holds.
+    config: DataplaneConfig,
     rings: HashMap<u32, Vec<u32>>,
 }
 
@@ -26,7 +28,7 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError 
 
 impl AyaDataplane {
     pub fn new(ebpf: Ebpf, ring_size: u32) -> Self {
-        Self { ebpf, ring_size, rings: HashMap::new() }
+        Self { ebpf, ring_size, config: DataplaneConfig::default(), rings: HashMap::new() }
     }
 
     /// The loaded object, for attaching programs and for tests.
@@ -50,6 +52,10 @@ impl AyaDataplane {
         Array::try_from(self.map_mut(name)?).map_err(map_err(name))
     }
 
+    fn vips_mut(&mut self) -> Result<BpfHashMap<&mut MapData, VipKey, VipInfo>> {
+        BpfHashMap::try_from(self.map_mut(map_names::VIPS)?).map_err(map_err(map_names::VIPS))
+    }
+
     fn traffic(&self, name: &'static str, index: u32) -> Result<Traffic> {
         let map: PerCpuArray<&MapData, Traffic> =
             PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
@@ -71,22 +77,36 @@ impl Dataplane for AyaDataplane {
         }
         self.array_mut::<DataplaneConfig>(map_names::CONFIG)?
             .set(0, config, 0)
-            .map_err(map_err(map_names::CONFIG))
+            .map_err(map_err(map_names::CONFIG))?;
+        self.config = config;
+        Ok(())
+    }
+
+    fn refresh_next_hops(&mut self) -> Result<()> {
+        let config = DataplaneConfig { nexthop_generation: next_generation(self.config.nexthop_generation), ..self.config };
+        self.set_config(config)
     }
 
     fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()> {
-        let mut map: BpfHashMap<_, VipKey, VipInfo> =
-            BpfHashMap::try_from(self.map_mut(map_names::VIPS)?).map_err(map_err(map_names::VIPS))?;
-        map.insert(key, info, 0).map_err(map_err(map_names::VIPS))
+        let info = VipInfo { key, ..info };
+        // VIP_INFO first: a connection-table hit may only find a VIP that VIPS also has.
+        self.array_mut::<VipInfo>(map_names::VIP_INFO)?
+            .set(info.id, info, 0)
+            .map_err(map_err(map_names::VIP_INFO))?;
+        self.vips_mut()?.insert(key, info, 0).map_err(map_err(map_names::VIPS))
     }
 
     fn remove_vip(&mut self, key: &VipKey) -> Result<()> {
-        let mut map: BpfHashMap<_, VipKey, VipInfo> =
-            BpfHashMap::try_from(self.map_mut(map_names::VIPS)?).map_err(map_err(map_names::VIPS))?;
-        match map.remove(key) {
-            Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            other => other.map_err(map_err(map_names::VIPS)),
-        }
+        let mut vips = self.vips_mut()?;
+        let id = match vips.get(key, 0) {
+            Ok(info) => info.id,
+            Err(aya::maps::MapError::KeyNotFound) => return Ok(()),
+            Err(e) => return Err(map_err(map_names::VIPS)(e)),
+        };
+        vips.remove(key).map_err(map_err(map_names::VIPS))?;
+        self.array_mut::<VipInfo>(map_names::VIP_INFO)?
+            .set(id, VipInfo::default(), 0)
+            .map_err(map_err(map_names::VIP_INFO))
     }
 
     fn upsert_backend(&mut self, id: u32, backend: Backend) -> Result<()> {

@@ -39,8 +39,11 @@ pub type Result<T, E = DataplaneError> = std::result::Result<T, E>;
 /// Operations on the balancer's maps. Writes are idempotent: writing what is already there is
 /// harmless, so a reload may re-apply its whole desired state.
 pub trait Dataplane: Send {
-    /// Ring size and hash seed (CONFIG map). Written before any VIP.
+    /// Ring size, hash seed and next-hop generation (CONFIG map). Written before any VIP.
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()>;
+    /// Starts a new next-hop cache generation: every CPU looks its next hops up again. The
+    /// daemon calls this every `nexthop_ttl_ms`, so route and neighbour changes are seen.
+    fn refresh_next_hops(&mut self) -> Result<()>;
     /// Adds or replaces a VIP.
     fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()>;
     /// Removes a VIP (its ring and port flags are the caller's to clear).
@@ -66,4 +69,9 @@ pub trait Dataplane: Send {
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>>;
     /// The ring slot value last written for VIP `vip_id` (for `explain`).
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32>;
+}
+
+/// The generation after `current`: never 0, which means "cache off".
+pub fn next_generation(current: u32) -> u32 {
+    current.wrapping_add(1).max(1)
 }

@@ -5,13 +5,15 @@ use aya_ebpf::bindings::xdp_action::XDP_DROP;
 use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
 use aya_ebpf::programs::XdpContext;
 use lb_common::{csum, ipv4_octets};
+use lb_common::flow::{FlowEntry, FlowKey};
 use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 
 use crate::forward::{self, Route};
 use crate::parse::{IPV4_LEN, Ipv4Packet, ptr_at};
-use crate::{Verdict, flow_key, maps, packet_len, select};
+use crate::maps::{self, HopCache};
+use crate::{Verdict, packet_len, select};
 
 /// TTL of the outer header.
 const OUTER_TTL: u8 = 64;
@@ -21,16 +23,12 @@ pub fn balance_ipip(
     ctx: &XdpContext,
     pkt: &Ipv4Packet,
     vip: &VipInfo,
-    client: [u8; 4],
-    client_port: u16,
+    key: &FlowKey,
+    flow: Option<*mut FlowEntry>,
 ) -> Verdict {
-    // SAFETY: parse() checked the headers.
-    let (vip_addr, vip_port, protocol, tos, inner_len) = unsafe {
-        let ip = &*pkt.ip;
-        (ip.dst_addr, *pkt.dst_port, ip.proto, ip.tos, u16::from_be_bytes(ip.tot_len))
-    };
-    let key = flow_key(client, vip_addr, client_port, vip_port, protocol);
-    let choice = match select::choose(vip, &key) {
+    // SAFETY: parse() checked the header.
+    let (tos, inner_len) = unsafe { ((*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
+    let choice = match select::choose(vip, key, flow) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
@@ -40,7 +38,7 @@ pub fn balance_ipip(
     let outer_src = ipv4_octets(&vip.encap_source);
     let outer_len = inner_len.wrapping_add(IPV4_LEN as u16);
     let (ifindex, smac, dmac) =
-        match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len) {
+        match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len, HopCache::Backend(choice.backend_id)) {
             Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
             Route::NoNeighbour => return (XDP_DROP, Counter::DropNoNeighbour),
             Route::TooBig => return (XDP_DROP, Counter::DropTooBig),

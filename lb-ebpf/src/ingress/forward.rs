@@ -5,14 +5,15 @@ use aya_ebpf::bindings::{
     BPF_FIB_LKUP_RET_FRAG_NEEDED, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS,
     bpf_fib_lookup,
 };
-use aya_ebpf::helpers::generated::{bpf_fib_lookup as fib_lookup, bpf_ktime_get_ns, bpf_redirect};
+use aya_ebpf::helpers::generated::{bpf_fib_lookup as fib_lookup, bpf_redirect};
 use aya_ebpf::programs::XdpContext;
 use aya_ebpf::EbpfContext;
 use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::Counter;
 use network_types::eth::EthHdr;
 
-use crate::{Verdict, maps};
+use crate::maps::{self, HopCache};
+use crate::Verdict;
 use crate::parse::ptr_at;
 
 const AF_INET: u8 = 2;
@@ -38,27 +39,25 @@ pub fn lookup(
     protocol: u8,
     tos: u8,
     tot_len: u16,
+    cache: HopCache,
 ) -> Route {
     let key = NextHopKey { src, dst, ingress_ifindex: ctx.ingress_ifindex() as u32, tos, _pad: [0; 3] };
-    // SAFETY: plain helper call.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let cached = maps::next_hop(&key).filter(|hop| hop.expires_ns > now);
+    let generation = maps::config().map_or(0, |c| c.nexthop_generation);
+    let cached = maps::next_hop(cache, &key).filter(|hop| generation != 0 && hop.generation == generation);
     if let Some(hop) = cached
         && tot_len <= hop.max_len
     {
         return Route::Out { ifindex: hop.ifindex, smac: hop.smac, dmac: hop.dmac };
     }
     let route = fib(ctx, src, dst, protocol, tos, tot_len);
-    let ttl_ms = maps::config().map_or(0, |c| c.nexthop_ttl_ms);
     if let Route::Out { ifindex, smac, dmac } = route
-        && ttl_ms != 0
+        && generation != 0
     {
         let max_len = match cached {
             Some(hop) if hop.ifindex == ifindex && hop.max_len > tot_len => hop.max_len,
             _ => tot_len,
         };
-        let expires_ns = now + ttl_ms as u64 * 1_000_000;
-        maps::remember_next_hop(&key, &NextHop { ifindex, max_len, smac, dmac, _pad: [0; 6], expires_ns });
+        maps::remember_next_hop(cache, &NextHop { key, ifindex, max_len, smac, dmac, _pad: [0; 2], generation });
     }
     route
 }

@@ -56,16 +56,26 @@ fn balance(ctx: &XdpContext) -> Verdict {
     };
 
     if maps::port_flags(u16::from_be(dst_port)) & vip_bit != 0 {
-        let key = VipKey {
+        let vip_key = VipKey {
             addr: lb_common::ipv4_bytes(dst),
             port: dst_port,
             protocol,
             family: family::IPV4,
         };
-        if let Some(vip) = maps::vip(&key) {
+        let key = flow_key(src, dst, src_port, dst_port, protocol);
+        // An established flow costs one hash lookup: the connection table names its VIP by id,
+        // and VIP_INFO (an array) confirms that VIP still exists. Otherwise look the VIP up.
+        let flow = maps::flow(&key);
+        // SAFETY: a valid map value pointer.
+        let by_flow = flow.and_then(|entry| maps::vip_info(unsafe { (*entry).vip_id }));
+        let vip = match by_flow {
+            Some(vip) if vip.key == vip_key => Some(vip),
+            _ => maps::vip(&vip_key),
+        };
+        if let Some(vip) = vip {
             return match vip.forwarding {
-                forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, src, src_port),
-                _ => nat::balance_nat(ctx, &pkt, vip, src, src_port),
+                forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, &key, flow),
+                _ => nat::balance_nat(ctx, &pkt, vip, &key, flow),
             };
         }
     }

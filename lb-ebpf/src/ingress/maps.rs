@@ -16,6 +16,9 @@ const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
 
 #[map]
 static VIPS: HashMap<VipKey, VipInfo> = HashMap::with_max_entries(MAX_VIPS, 0);
+/// VipInfo by VIP id (the same entries as VIPS), for connection-table hits.
+#[map]
+static VIP_INFO: Array<VipInfo> = Array::with_max_entries(MAX_VIPS, 0);
 #[map]
 static BACKENDS: Array<Backend> = Array::with_max_entries(MAX_BACKENDS, 0);
 /// MAX_VIPS rings of `DataplaneConfig::ring_size` slots each; the loader sizes it.
@@ -29,6 +32,8 @@ static REVERSE_FLOWS: LruHashMap<FlowKey, ReverseEntry> =
     LruHashMap::with_max_entries(DEFAULT_FLOWS, BPF_F_NO_COMMON_LRU);
 #[map]
 static NEXT_HOPS: LruPerCpuHashMap<NextHopKey, NextHop> = LruPerCpuHashMap::with_max_entries(lb_common::limits::NEXT_HOPS, 0);
+#[map]
+static BACKEND_HOPS: PerCpuArray<NextHop> = PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
 #[map]
 static PORT_FLAGS: Array<u32> = Array::with_max_entries(PORTS, 0);
 #[map]
@@ -78,6 +83,11 @@ pub fn vip(key: &VipKey) -> Option<&'static VipInfo> {
 }
 
 #[inline(always)]
+pub fn vip_info(id: u32) -> Option<&'static VipInfo> {
+    VIP_INFO.get(id)
+}
+
+#[inline(always)]
 pub fn config() -> Option<&'static DataplaneConfig> {
     CONFIG.get(0)
 }
@@ -115,14 +125,38 @@ pub fn record_reverse_flow(key: &FlowKey, entry: &ReverseEntry) {
     let _ = REVERSE_FLOWS.insert(key, entry, 0);
 }
 
+/// Where a cached next hop lives.
+#[derive(Clone, Copy)]
+pub enum HopCache {
+    /// BACKEND_HOPS[id]: packets to backend `id`.
+    Backend(u32),
+    /// NEXT_HOPS, by key: replies to clients.
+    Address,
+}
+
+/// This CPU's cached answer for `key`, if it has one for exactly that key.
 #[inline(always)]
-pub fn next_hop(key: &NextHopKey) -> Option<&'static NextHop> {
-    // SAFETY: this CPU's own copy of the value.
-    unsafe { NEXT_HOPS.get(key) }
+pub fn next_hop(cache: HopCache, key: &NextHopKey) -> Option<&'static NextHop> {
+    let hop = match cache {
+        HopCache::Backend(id) => BACKEND_HOPS.get(id),
+        // SAFETY: this CPU's own copy of the value.
+        HopCache::Address => unsafe { NEXT_HOPS.get(key) },
+    }?;
+    (hop.key == *key).then_some(hop)
 }
 
 #[inline(always)]
-pub fn remember_next_hop(key: &NextHopKey, hop: &NextHop) {
-    // A lost entry only costs a lookup on the next packet.
-    let _ = NEXT_HOPS.insert(key, hop, 0);
+pub fn remember_next_hop(cache: HopCache, hop: &NextHop) {
+    match cache {
+        HopCache::Backend(id) => {
+            if let Some(slot) = BACKEND_HOPS.get_ptr_mut(id) {
+                // SAFETY: this CPU's own slot.
+                unsafe { *slot = *hop };
+            }
+        }
+        // A lost entry only costs a lookup on the next packet.
+        HopCache::Address => {
+            let _ = NEXT_HOPS.insert(&hop.key, hop, 0);
+        }
+    }
 }

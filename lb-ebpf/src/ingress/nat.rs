@@ -4,13 +4,14 @@
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum::{replace16, replace32, udp_fixup};
-use lb_common::flow::ReverseEntry;
+use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
 use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 
 use crate::forward::{self, Route};
 use crate::parse::Ipv4Packet;
+use crate::maps::HopCache;
 use crate::{Verdict, flow_key, maps, packet_len, select};
 
 /// Which end of the packet a rewrite changes.
@@ -25,17 +26,15 @@ pub fn balance_nat(
     ctx: &XdpContext,
     pkt: &Ipv4Packet,
     vip: &VipInfo,
-    client: [u8; 4],
-    client_port: u16,
+    key: &FlowKey,
+    flow: Option<*mut FlowEntry>,
 ) -> Verdict {
-    // SAFETY: parse() checked the headers.
-    let (vip_addr, vip_port, protocol, ttl) =
-        unsafe { ((*pkt.ip).dst_addr, *pkt.dst_port, (*pkt.ip).proto, (*pkt.ip).ttl) };
-    if ttl <= 1 {
+    // SAFETY: parse() checked the header.
+    if unsafe { (*pkt.ip).ttl } <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
-    let key = flow_key(client, vip_addr, client_port, vip_port, protocol);
-    let choice = match select::choose(vip, &key) {
+    let (client, client_port, vip_port, protocol) = (ipv4_octets(&key.src), key.src_port, key.dst_port, key.protocol);
+    let choice = match select::choose(vip, key, flow) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
@@ -54,7 +53,7 @@ pub fn balance_nat(
         );
     }
     rewrite(pkt, End::Destination, backend_addr, backend.port);
-    let verdict = route_and_send(ctx, pkt, client, backend_addr);
+    let verdict = route_and_send(ctx, pkt, client, backend_addr, HopCache::Backend(choice.backend_id));
     if verdict.0 != XDP_DROP {
         maps::count_traffic(vip.id, choice.backend_id, packet_len(ctx));
     }
@@ -72,18 +71,18 @@ pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntr
     let vip_addr = ipv4_octets(&reverse.vip_addr);
     rewrite(pkt, End::Source, vip_addr, reverse.vip_port);
     maps::count(Counter::NatReply);
-    route_and_send(ctx, pkt, vip_addr, client)
+    route_and_send(ctx, pkt, vip_addr, client, HopCache::Address)
 }
 
 /// Looks up the next hop of the rewritten packet and sends it. Without a neighbour entry the
 /// rewritten packet goes to the stack, which resolves the neighbour and forwards it (and
 /// decrements TTL itself, so it is decremented here only when this program forwards).
 #[inline(always)]
-fn route_and_send(ctx: &XdpContext, pkt: &Ipv4Packet, src: [u8; 4], dst: [u8; 4]) -> Verdict {
+fn route_and_send(ctx: &XdpContext, pkt: &Ipv4Packet, src: [u8; 4], dst: [u8; 4], cache: HopCache) -> Verdict {
     // SAFETY: parse() checked the headers.
     let (protocol, tos, tot_len) =
         unsafe { ((*pkt.ip).proto, (*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
-    match forward::lookup(ctx, src, dst, protocol, tos, tot_len) {
+    match forward::lookup(ctx, src, dst, protocol, tos, tot_len, cache) {
         Route::Out { ifindex, smac, dmac } => {
             decrement_ttl(pkt);
             forward::send(ctx, ifindex, smac, dmac)

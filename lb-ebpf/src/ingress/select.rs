@@ -18,9 +18,10 @@ pub struct Choice {
     pub placed: bool,
 }
 
-/// The backend for this flow, or the verdict when there is none.
+/// The backend for this flow, or the verdict when there is none. `flow` is the flow's
+/// connection-table entry, if the caller found one.
 #[inline(always)]
-pub fn choose(vip: &VipInfo, key: &FlowKey) -> Result<Choice, Verdict> {
+pub fn choose(vip: &VipInfo, key: &FlowKey, flow: Option<*mut FlowEntry>) -> Result<Choice, Verdict> {
     let Some(config) = maps::config() else {
         return Err((XDP_PASS, Counter::PassNotConfigured));
     };
@@ -28,10 +29,11 @@ pub fn choose(vip: &VipInfo, key: &FlowKey) -> Result<Choice, Verdict> {
     if ring_size == 0 {
         return Err((XDP_PASS, Counter::PassNotConfigured));
     }
-    if let Some(entry) = maps::flow(key) {
+    if let Some(entry) = flow {
         // SAFETY: a valid map value pointer; the entry is this flow's own.
-        let pinned = unsafe { (*entry).backend_id };
-        if let Some(backend) = maps::backend(pinned)
+        let (pinned, vip_id) = unsafe { ((*entry).backend_id, (*entry).vip_id) };
+        if vip_id == vip.id
+            && let Some(backend) = maps::backend(pinned)
             && backend.is_active()
         {
             maps::count(Counter::FlowHit);
@@ -39,7 +41,10 @@ pub fn choose(vip: &VipInfo, key: &FlowKey) -> Result<Choice, Verdict> {
         }
         let (backend_id, backend) = from_ring(vip, key, ring_size, config.hash_seed)?;
         // SAFETY: as above.
-        unsafe { (*entry).backend_id = backend_id };
+        unsafe {
+            (*entry).backend_id = backend_id;
+            (*entry).vip_id = vip.id;
+        }
         maps::count(Counter::FlowRerouted);
         return Ok(Choice { backend_id, backend, placed: true });
     }
