@@ -25,14 +25,39 @@ pub fn run_name(suffix: &str) -> String {
     format!("lbt-{}-{suffix}", std::process::id())
 }
 
-/// Removes namespaces named `lbt-<pid>-*` whose process is gone (a crashed earlier run).
+/// The pid in a name `lbt-<pid>-…`, if the name has that form.
+fn run_pid(name: &str) -> Option<u32> {
+    name.strip_prefix("lbt-")?.split('-').next()?.parse().ok()
+}
+
+fn is_dead(pid: u32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes bpffs pin directories `/sys/fs/bpf/lbt-<pid>-*` whose process is gone.
+fn remove_stale_pins() {
+    let Ok(dirs) = std::fs::read_dir("/sys/fs/bpf") else { return };
+    for dir in dirs.flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if run_pid(&name).is_some_and(is_dead) {
+            if let Ok(files) = std::fs::read_dir(dir.path()) {
+                for f in files.flatten() {
+                    let _ = std::fs::remove_file(f.path());
+                }
+            }
+            let _ = std::fs::remove_dir(dir.path());
+        }
+    }
+}
+
+/// Removes namespaces and pin directories named `lbt-<pid>-*` whose process is gone (a
+/// crashed earlier run).
 pub fn remove_stale() {
+    remove_stale_pins();
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(rest) = name.strip_prefix("lbt-") else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if run_pid(name).is_some_and(is_dead) {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
         }
     }

@@ -126,3 +126,87 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     assert!(decapsulated > 64, "IPIP packets decapsulated by lb_decap: {decapsulated}");
     println!("nat_reply {replies}, decapsulated {decapsulated}");
 }
+
+/// The balancer outlives its loader: the maps and the XDP link are pinned, a second `open`
+/// swaps its program into the pinned link and reuses the connection table, and a long-lived
+/// connection through the VIP carries on across that; `detach` then takes the balancer off.
+#[test]
+fn pinned_balancer_survives_a_reload_and_detaches() {
+    use lb_ctl::dataplane::attach::{OpenOptions, detach, open};
+    use std::io::Read;
+    if !require_root("pinned_balancer_survives_a_reload_and_detaches") {
+        return;
+    }
+    let backend_bin = env!("CARGO_BIN_EXE_lb-test-backend");
+    let mut lab = Lab::new("r", 1, 1);
+    let b0 = lab.backends[0].name.clone();
+    lab.spawn(&b0, &[backend_bin, "0.0.0.0:8080", "backend-0"]);
+    let mut pass = load_decap().unwrap();
+    {
+        let _in = lab.switch.enter();
+        attach(&mut pass, program_names::PASS, "p-lb", AttachMode::Native).unwrap();
+    }
+    let pin_dir = std::path::PathBuf::from(format!("/sys/fs/bpf/{}", lb_tests::netns::run_name("pins")));
+    /// Detaches (removing the pins) when the test ends, also by panic.
+    struct Pins(std::path::PathBuf);
+    impl Drop for Pins {
+        fn drop(&mut self) {
+            let _ = detach(&self.0);
+        }
+    }
+    let _pins = Pins(pin_dir.clone());
+    let options = OpenOptions { mode: AttachMode::Auto, pin_dir: pin_dir.clone(), ring_size: 251, flow_table_size: 4096 };
+    let spec = || VipSpec { id: 0, addr: NAT_VIP, port: 80, protocol: ip_proto::TCP, forwarding: forwarding::NAT, hash: hash_mode::CLIENT_IP, encap_source: Ipv4Addr::new(198, 51, 100, 1), backends: vec![(0, backend_addr(0), 8080, 100)] };
+    let first = {
+        let _in = lab.lb.enter();
+        open("eth0", &options).unwrap()
+    };
+    assert!(!first.reused_maps && !first.replaced_program);
+    let mut dp = first.dataplane;
+    configure(&mut dp, 251, &[spec()]);
+    lab.lb.exec(&["ping", "-c1", "-W2", &backend_addr(0).to_string()]);
+    {
+        let _in = lab.backends[0].enter();
+        wait_for_listener(SocketAddr::from((backend_addr(0), 8080)), Duration::from_secs(10));
+    }
+
+    let _in = lab.client.enter();
+    // A connection that stays open: one byte a second for 4 seconds.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((client_addr(0), 0)).into()).unwrap();
+    socket.connect_timeout(&SocketAddr::from((NAT_VIP, 80)).into(), Duration::from_secs(5)).unwrap();
+    let mut stream: std::net::TcpStream = socket.into();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::io::Write::write_all(&mut stream, b"GET /hold/4 HTTP/1.1\r\nHost: vip\r\n\r\n").unwrap();
+    let mut first_bytes = [0u8; 64];
+    let n = stream.read(&mut first_bytes).unwrap();
+    assert!(n > 0);
+
+    // "Restart": the first loader goes away entirely, a second one opens the pinned balancer.
+    drop(dp);
+    let second = {
+        let _back = lab.lb.enter();
+        open("eth0", &options).unwrap()
+    };
+    assert!(second.reused_maps, "the pinned maps were reused");
+    assert!(second.replaced_program, "the pinned link now runs the new program");
+    let dp = second.dataplane;
+    assert!(dp.flows_per_backend().unwrap().get(&0).copied().unwrap_or(0) >= 1, "connection table kept");
+
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
+    let all = [&first_bytes[..n], &rest[..]].concat();
+    assert!(all.ends_with(b"...."), "the long-lived connection finished across the reload: {:?}", String::from_utf8_lossy(&all));
+    let hits = counter(&dp, Counter::FlowHit);
+    assert!(hits > 0, "the reloaded program served the established flow from the kept table");
+
+    drop(dp);
+    {
+        let _back = lab.lb.enter();
+        detach(&pin_dir).unwrap();
+    }
+    assert!(!pin_dir.exists(), "detach removed the pins");
+    let refused = http_get(client_addr(0), SocketAddrV4::new(NAT_VIP, 80), "/");
+    assert!(refused.is_err(), "after detach the VIP is no longer served");
+    println!("reload kept the connection (flow hits {hits}); detach removed the balancer");
+}

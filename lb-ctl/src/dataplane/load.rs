@@ -1,7 +1,7 @@
 //! Loading the XDP objects and attaching them to interfaces.
 use std::path::{Path, PathBuf};
 
-use aya::programs::{Xdp, XdpMode};
+use aya::programs::{Xdp, XdpMode, xdp::XdpLinkId};
 use aya::{Ebpf, EbpfLoader};
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RING_SIZE, MAX_VIPS};
 use lb_common::map_names;
@@ -112,32 +112,34 @@ pub enum AttachMode {
     Auto,
 }
 
-/// Attaches program `name` of `ebpf` to `iface`; returns the mode it got and, for Auto's
-/// fallback, why native mode was refused.
-pub fn attach(
-    ebpf: &mut Ebpf,
-    name: &str,
-    iface: &str,
-    mode: AttachMode,
-) -> Result<(XdpMode, Option<String>)> {
+/// An attachment made by [`attach`].
+pub struct Attached {
+    /// The mode the program got.
+    pub mode: XdpMode,
+    /// Auto mode's fallback: why native mode was refused.
+    pub native_refused: Option<String>,
+    /// The link, owned by the program until taken.
+    pub link: XdpLinkId,
+}
+
+/// Attaches program `name` of `ebpf` to `iface`.
+pub fn attach(ebpf: &mut Ebpf, name: &str, iface: &str, mode: AttachMode) -> Result<Attached> {
     let prog = program(ebpf, name)?;
-    match mode {
-        AttachMode::Native => prog
-            .attach(iface, XdpMode::Driver)
-            .map(|_| (XdpMode::Driver, None))
-            .map_err(|e| load_error(&format!("attaching {name} to {iface} (native)"), e)),
-        AttachMode::Skb => prog
-            .attach(iface, XdpMode::Skb)
-            .map(|_| (XdpMode::Skb, None))
-            .map_err(|e| load_error(&format!("attaching {name} to {iface} (skb)"), e)),
-        AttachMode::Auto => match prog.attach(iface, XdpMode::Driver) {
-            Ok(_) => Ok((XdpMode::Driver, None)),
-            Err(native) => prog
-                .attach(iface, XdpMode::Skb)
-                .map(|_| (XdpMode::Skb, Some(native.to_string())))
-                .map_err(|e| load_error(&format!("attaching {name} to {iface} (skb)"), e)),
+    let try_mode = |prog: &mut Xdp, mode: XdpMode| {
+        prog.attach(iface, mode).map_err(|e| {
+            let label = if mode == XdpMode::Skb { "skb" } else { "native" };
+            load_error(&format!("attaching {name} to {iface} ({label})"), e)
+        })
+    };
+    let (mode, native_refused, link) = match mode {
+        AttachMode::Native => (XdpMode::Driver, None, try_mode(prog, XdpMode::Driver)?),
+        AttachMode::Skb => (XdpMode::Skb, None, try_mode(prog, XdpMode::Skb)?),
+        AttachMode::Auto => match try_mode(prog, XdpMode::Driver) {
+            Ok(link) => (XdpMode::Driver, None, link),
+            Err(native) => (XdpMode::Skb, Some(native.to_string()), try_mode(prog, XdpMode::Skb)?),
         },
-    }
+    };
+    Ok(Attached { mode, native_refused, link })
 }
 
 /// Removes the pinned maps of a balancer (after `detach`).
