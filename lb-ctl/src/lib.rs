@@ -1,3 +1,4 @@
 //! lb-ctl as a library: the daemon's parts, so tests drive them with temp sockets and a fake
 //! data plane. `main.rs` is the thin CLI over it.
+pub mod config;
 pub mod dataplane;
