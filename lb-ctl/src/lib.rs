@@ -2,3 +2,7 @@
 //! data plane. `main.rs` is the thin CLI over it.
 pub mod config;
 pub mod dataplane;
+pub mod state;
+
+#[cfg(test)]
+pub(crate) mod testing;

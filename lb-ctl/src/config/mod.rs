@@ -83,6 +83,8 @@ pub struct VipConfig {
     /// Outer source address of IPIP packets (`forwarding = "dsr-ipip"` only, required there).
     pub encap_source: Option<IpAddr>,
     pub all_down: AllDownPolicy,
+    /// The VIP's own health table (with defaults): what backends added at run time get.
+    pub health: Option<HealthSpec>,
     pub backends: Vec<BackendConfig>,
     /// `[vip.proxy]`: settings for the userspace proxy, kept raw (proxy VIPs only).
     pub proxy: Option<toml::Table>,

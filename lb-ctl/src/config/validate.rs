@@ -249,12 +249,8 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
             format!("{at}: {} backends do not fit a ring of {} slots (raise daemon.ring_size)", backends.len(), daemon.ring_size),
         );
     }
-    // A VIP-level check with an error is reported once, even without backends.
-    if let Some(h) = vip_health
-        && v.backends.is_empty()
-    {
-        health(c, &at, &[h]);
-    }
+    // The VIP's own check (its mistakes are reported once: problems are deduplicated).
+    let own_health = vip_health.and_then(|h| health(c, &at, &[h]));
 
     if c.problems.len() > before {
         return None;
@@ -268,6 +264,7 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
         hash,
         encap_source,
         all_down,
+        health: own_health,
         backends,
         proxy: v.proxy.as_ref().map(|p| p.get_ref().clone()),
         line,
