@@ -2,6 +2,7 @@
 //! data plane. `main.rs` is the thin CLI over it.
 pub mod config;
 pub mod dataplane;
+pub mod health;
 pub mod state;
 
 #[cfg(test)]

@@ -35,13 +35,8 @@ pub struct Inner {
 pub struct SharedFake(pub Arc<Mutex<Inner>>);
 
 /// The parts of the fake's maps that the control plane writes, comparable with `==`.
-pub type Snapshot = (
-    DataplaneConfig,
-    Vec<(VipKey, VipInfo)>,
-    Vec<(u32, Backend)>,
-    Vec<(u32, Vec<u32>)>,
-    Vec<(u16, u32)>,
-);
+pub type Snapshot =
+    (DataplaneConfig, Vec<(VipKey, VipInfo)>, Vec<(u32, Backend)>, Vec<(u32, Vec<u32>)>, Vec<(u16, u32)>);
 
 impl SharedFake {
     pub fn lock(&self) -> MutexGuard<'_, Inner> {

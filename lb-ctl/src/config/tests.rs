@@ -62,7 +62,13 @@ backends = [ { address = "198.51.100.1" }, { address = "198.51.100.2", health = 
     let h = c.vips[0].backends[0].health.clone().unwrap();
     assert_eq!(
         h,
-        HealthSpec { check: CheckKind::Tcp, interval: Duration::from_millis(500), timeout: Duration::from_millis(500), rise: 2, fall: 3 }
+        HealthSpec {
+            check: CheckKind::Tcp,
+            interval: Duration::from_millis(500),
+            timeout: Duration::from_millis(500),
+            rise: 2,
+            fall: 3
+        }
     );
     assert!(c.vips[0].backends[1].health.is_none());
 }
@@ -89,7 +95,11 @@ fn bad_files_give_exact_messages() {
             format!("{VIP}protocol = \"sctp\"\n"),
             &["lb.toml:5: unknown variant `sctp`, expected one of `tcp`, `udp`, `http`"],
         ),
-        ("missing port", "[[vip]]\naddress = \"203.0.113.10\"\n".into(), &["lb.toml:1: missing field `port`"]),
+        (
+            "missing port",
+            "[[vip]]\naddress = \"203.0.113.10\"\n".into(),
+            &["lb.toml:1: missing field `port`"],
+        ),
         (
             "backend port out of range",
             format!("{VIP}backends = [ {{ address = \"198.51.100.1\", port = 70000 }} ]\n"),
@@ -97,7 +107,9 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "weight out of range",
-            format!("{VIP}backends = [\n  {{ address = \"198.51.100.1\", weight = 70000 }},\n  {{ address = \"198.51.100.2\", weight = -1 }},\n]\n"),
+            format!(
+                "{VIP}backends = [\n  {{ address = \"198.51.100.1\", weight = 70000 }},\n  {{ address = \"198.51.100.2\", weight = -1 }},\n]\n"
+            ),
             &[
                 "lb.toml:6: vip \"web\": backend weight must be 0-65535, got 70000",
                 "lb.toml:7: vip \"web\": backend weight must be 0-65535, got -1",
@@ -105,7 +117,8 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "malformed addresses",
-            "[[vip]]\naddress = \"203.0.113.300\"\nport = 80\nbackends = [ { address = \"backend-1\" } ]\n".into(),
+            "[[vip]]\naddress = \"203.0.113.300\"\nport = 80\nbackends = [ { address = \"backend-1\" } ]\n"
+                .into(),
             &[
                 "lb.toml:2: vip \"203.0.113.300:80/tcp\": address \"203.0.113.300\" is not an IP address",
                 "lb.toml:4: vip \"203.0.113.300:80/tcp\": backend address \"backend-1\" is not an IP address",
@@ -113,7 +126,9 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "duplicate backend",
-            format!("{VIP}backends = [\n  {{ address = \"198.51.100.1\", port = 8080 }},\n  {{ address = \"198.51.100.1\", port = 8080 }},\n]\n"),
+            format!(
+                "{VIP}backends = [\n  {{ address = \"198.51.100.1\", port = 8080 }},\n  {{ address = \"198.51.100.1\", port = 8080 }},\n]\n"
+            ),
             &["lb.toml:7: vip \"web\": duplicate backend 198.51.100.1:8080"],
         ),
         (
@@ -141,13 +156,17 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "more backends than ring slots",
-            format!("[daemon]\nring_size = 2\n{VIP}backends = [ {{ address = \"198.51.100.1\" }}, {{ address = \"198.51.100.2\" }}, {{ address = \"198.51.100.3\" }} ]\n"),
+            format!(
+                "[daemon]\nring_size = 2\n{VIP}backends = [ {{ address = \"198.51.100.1\" }}, {{ address = \"198.51.100.2\" }}, {{ address = \"198.51.100.3\" }} ]\n"
+            ),
             &["lb.toml:5: vip \"web\": 3 backends do not fit a ring of 2 slots (raise daemon.ring_size)"],
         ),
         (
             "dsr without encap_source",
             format!("{VIP}forwarding = \"dsr-ipip\"\n"),
-            &["lb.toml:5: vip \"web\": forwarding \"dsr-ipip\" needs encap_source (the outer source address)"],
+            &[
+                "lb.toml:5: vip \"web\": forwarding \"dsr-ipip\" needs encap_source (the outer source address)",
+            ],
         ),
         (
             "encap_source without dsr",
@@ -157,22 +176,30 @@ fn bad_files_give_exact_messages() {
         (
             "IPv6 XDP VIP",
             "[[vip]]\naddress = \"2001:db8::1\"\nport = 80\n".into(),
-            &["lb.toml:2: vip \"[2001:db8::1]:80/tcp\": IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")"],
+            &[
+                "lb.toml:2: vip \"[2001:db8::1]:80/tcp\": IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")",
+            ],
         ),
         (
             "IPv6 backend of an XDP VIP",
             format!("{VIP}backends = [ {{ address = \"2001:db8::2\" }} ]\n"),
-            &["lb.toml:5: vip \"web\": backend 2001:db8::2: IPv6 backends are not supported by the XDP data plane yet"],
+            &[
+                "lb.toml:5: vip \"web\": backend 2001:db8::2: IPv6 backends are not supported by the XDP data plane yet",
+            ],
         ),
         (
             "http with nat",
             format!("{VIP}protocol = \"http\"\nforwarding = \"nat\"\n"),
-            &["lb.toml:6: vip \"web\": protocol \"http\" is served by the userspace proxy: forwarding must be \"proxy\""],
+            &[
+                "lb.toml:6: vip \"web\": protocol \"http\" is served by the userspace proxy: forwarding must be \"proxy\"",
+            ],
         ),
         (
             "udp proxy",
             format!("{VIP}protocol = \"udp\"\nforwarding = \"proxy\"\n"),
-            &["lb.toml:6: vip \"web\": forwarding \"proxy\" supports protocol \"tcp\" and \"http\", not \"udp\""],
+            &[
+                "lb.toml:6: vip \"web\": forwarding \"proxy\" supports protocol \"tcp\" and \"http\", not \"udp\"",
+            ],
         ),
         (
             "proxy table on an XDP VIP",
@@ -181,7 +208,9 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "bad health values",
-            format!("{VIP}health = {{ kind = \"http\", interval = \"1s\", timeout = \"2s\", rise = 0, status = 42 }}\nbackends = [ {{ address = \"198.51.100.1\" }} ]\n"),
+            format!(
+                "{VIP}health = {{ kind = \"http\", interval = \"1s\", timeout = \"2s\", rise = 0, status = 42 }}\nbackends = [ {{ address = \"198.51.100.1\" }} ]\n"
+            ),
             &[
                 "lb.toml:5: vip \"web\": health timeout (2s) must not exceed interval (1s)",
                 "lb.toml:5: vip \"web\": health rise must be 1-100, got 0",
@@ -191,7 +220,9 @@ fn bad_files_give_exact_messages() {
         (
             "bad duration",
             format!("{VIP}health = {{ interval = \"soon\" }}\n"),
-            &["lb.toml:5: vip \"web\": health interval \"soon\": expected number at 0 (write e.g. \"2s\" or \"500ms\")"],
+            &[
+                "lb.toml:5: vip \"web\": health interval \"soon\": expected number at 0 (write e.g. \"2s\" or \"500ms\")",
+            ],
         ),
         (
             "path on a tcp check",
@@ -201,12 +232,16 @@ fn bad_files_give_exact_messages() {
         (
             "bad name",
             "[[vip]]\nname = \"203.0.113.10\"\naddress = \"203.0.113.10\"\nport = 80\n".into(),
-            &["lb.toml:2: vip \"203.0.113.10\": name must start with a letter and use only letters, digits, '-', '_' and '.'"],
+            &[
+                "lb.toml:2: vip \"203.0.113.10\": name must start with a letter and use only letters, digits, '-', '_' and '.'",
+            ],
         ),
         (
             "public TCP admin port",
             "[daemon]\napi_tcp = \"0.0.0.0:9180\"\n".into(),
-            &["lb.toml:2: daemon: api_tcp 0.0.0.0:9180 is not a loopback address; the API has no authentication, set api_tcp_allow_remote = true to expose it anyway"],
+            &[
+                "lb.toml:2: daemon: api_tcp 0.0.0.0:9180 is not a loopback address; the API has no authentication, set api_tcp_allow_remote = true to expose it anyway",
+            ],
         ),
         (
             "relative socket path",
@@ -237,7 +272,10 @@ fn too_many_vips_and_backends() {
         .map(|i| format!("{{ address = \"198.51.100.{}\", port = {} }}", i % 250, 1000 + i))
         .collect();
     let text = format!("{VIP}backends = [ {} ]\n", backends.join(", "));
-    assert_eq!(errors(&text), vec!["lb.toml: too many backends: 4097 over all VIPs (at most 4096)".to_string()]);
+    assert_eq!(
+        errors(&text),
+        vec!["lb.toml: too many backends: 4097 over all VIPs (at most 4096)".to_string()]
+    );
 }
 
 #[test]

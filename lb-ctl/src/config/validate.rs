@@ -11,9 +11,9 @@ use toml::Spanned;
 
 use super::raw::{RawBackend, RawDaemon, RawFile, RawHealth, RawVip};
 use super::{
-    BackendConfig, CheckKind, Config, ConfigError, DEFAULT_WEIGHT, DaemonSettings,
-    Forwarding, HashMode, HealthKind, HealthSpec, MAX_FLOW_TABLE_SIZE, MAX_RING_SIZE, MAX_WEIGHT,
-    Problem, Protocol, VipConfig, health_defaults,
+    BackendConfig, CheckKind, Config, ConfigError, DEFAULT_WEIGHT, DaemonSettings, Forwarding, HashMode,
+    HealthKind, HealthSpec, MAX_FLOW_TABLE_SIZE, MAX_RING_SIZE, MAX_WEIGHT, Problem, Protocol, VipConfig,
+    health_defaults,
 };
 
 /// Parses a duration such as `2s`, `500ms` or `1m 30s`.
@@ -135,7 +135,10 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
         if is_prime(v as u32) {
             out.ring_size = v as u32;
         } else {
-            c.error(s.span(), format!("daemon: ring_size must be a prime number (Maglev), got {v}; e.g. 65537"));
+            c.error(
+                s.span(),
+                format!("daemon: ring_size must be a prime number (Maglev), got {v}; e.g. 65537"),
+            );
         }
     }
     if let Some(s) = &d.flow_table_size
@@ -173,7 +176,10 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
         let name = n.get_ref();
         let valid_chars = name.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
         if name.is_empty() || !valid_chars || !name.starts_with(|ch: char| ch.is_ascii_alphabetic()) {
-            c.error(n.span(), format!("{at}: name must start with a letter and use only letters, digits, '-', '_' and '.'"));
+            c.error(
+                n.span(),
+                format!("{at}: name must start with a letter and use only letters, digits, '-', '_' and '.'"),
+            );
         }
     }
     let address = c.ip(&v.address, &format!("{at}: address"));
@@ -200,7 +206,9 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
     {
         c.error(
             v.address.span(),
-            format!("{at}: IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")"),
+            format!(
+                "{at}: IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")"
+            ),
         );
     }
     let hash = v.hash.as_ref().map(|h| *h.get_ref()).unwrap_or(HashMode::Ip);
@@ -218,7 +226,10 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
             None
         }
         (None, Forwarding::DsrIpip) => {
-            c.error(forwarding_span, format!("{at}: forwarding \"dsr-ipip\" needs encap_source (the outer source address)"));
+            c.error(
+                forwarding_span,
+                format!("{at}: forwarding \"dsr-ipip\" needs encap_source (the outer source address)"),
+            );
             None
         }
         (None, _) => None,
@@ -246,7 +257,11 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
     if backends.len() as u64 > daemon.ring_size as u64 {
         c.error(
             v.address.span(),
-            format!("{at}: {} backends do not fit a ring of {} slots (raise daemon.ring_size)", backends.len(), daemon.ring_size),
+            format!(
+                "{at}: {} backends do not fit a ring of {} slots (raise daemon.ring_size)",
+                backends.len(),
+                daemon.ring_size
+            ),
         );
     }
     // The VIP's own check (its mistakes are reported once: problems are deduplicated).
@@ -284,7 +299,13 @@ fn backend(
     if forwarding.is_xdp()
         && let Some(IpAddr::V6(_)) = ip
     {
-        c.error(b.address.span(), format!("{at}: backend {}: IPv6 backends are not supported by the XDP data plane yet", b.address.get_ref()));
+        c.error(
+            b.address.span(),
+            format!(
+                "{at}: backend {}: IPv6 backends are not supported by the XDP data plane yet",
+                b.address.get_ref()
+            ),
+        );
     }
     let port = match &b.port {
         Some(p) => c.int(p, 1..=65535, &format!("{at}: backend port")).map(|p| p as u16),
@@ -337,7 +358,14 @@ fn health(c: &mut Checker<'_>, at: &str, layers: &[&Spanned<RawHealth>]) -> Opti
         && t > i
     {
         let span = pick!(timeout).map(|s| s.span()).unwrap_or(at_line.clone());
-        c.error(span, format!("{at}: health timeout ({}) must not exceed interval ({})", fmt_duration(t), fmt_duration(i)));
+        c.error(
+            span,
+            format!(
+                "{at}: health timeout ({}) must not exceed interval ({})",
+                fmt_duration(t),
+                fmt_duration(i)
+            ),
+        );
     }
     let count = |c: &mut Checker<'_>, s: Option<&Spanned<i64>>, what: &str, default: u32| match s {
         None => Some(default),
@@ -360,7 +388,10 @@ fn health(c: &mut Checker<'_>, at: &str, layers: &[&Spanned<RawHealth>]) -> Opti
             if let Some(s) = path
                 && (!p.starts_with('/') || p.chars().any(|ch| ch.is_whitespace() || ch.is_control()))
             {
-                c.error(s.span(), format!("{at}: health path must start with '/' and contain no spaces, got {p:?}"));
+                c.error(
+                    s.span(),
+                    format!("{at}: health path must start with '/' and contain no spaces, got {p:?}"),
+                );
             }
             let st = match status {
                 Some(s) => c.int(s, 100..=599, &format!("{at}: health status")).map(|v| v as u16),
@@ -423,4 +454,3 @@ fn line_span(text: &str, line: usize) -> Range<usize> {
     let start = text.split_inclusive('\n').take(line - 1).map(str::len).sum();
     start..start
 }
-

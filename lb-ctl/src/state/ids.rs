@@ -24,9 +24,7 @@ impl IdAllocator {
 
     /// The next free id after the last one given, wrapping; `None` when all are in use.
     pub fn alloc(&mut self) -> Option<u32> {
-        let id = (0..self.limit)
-            .map(|i| (self.next + i) % self.limit)
-            .find(|id| !self.used.contains(id))?;
+        let id = (0..self.limit).map(|i| (self.next + i) % self.limit).find(|id| !self.used.contains(id))?;
         self.used.insert(id);
         self.next = (id + 1) % self.limit;
         Some(id)

@@ -43,8 +43,11 @@ pub struct RingInput {
 
 impl RingInput {
     pub fn build(&self, size: u32) -> Vec<u32> {
-        let members: Vec<RingMember<'_>> =
-            self.members.iter().map(|(id, weight, key)| RingMember { id: *id, weight: *weight, key }).collect();
+        let members: Vec<RingMember<'_>> = self
+            .members
+            .iter()
+            .map(|(id, weight, key)| RingMember { id: *id, weight: *weight, key })
+            .collect();
         build_ring(&members, size)
     }
 }
@@ -65,7 +68,9 @@ pub struct MapContents {
 pub fn ring_input(v: &VipState) -> RingInput {
     let member = |b: &BackendState| (b.id, b.effective_weight(), ring_key(b.address));
     if !all_down(v) {
-        return RingInput { members: v.backends.iter().filter(|b| b.health.is_usable()).map(member).collect() };
+        return RingInput {
+            members: v.backends.iter().filter(|b| b.health.is_usable()).map(member).collect(),
+        };
     }
     match v.all_down {
         AllDownPolicy::Forward => RingInput { members: v.backends.iter().map(member).collect() },
@@ -103,10 +108,14 @@ impl MapContents {
             };
             out.vips.insert(vip_key(v), info);
             let udp = v.protocol.ip_proto() == ip_proto::UDP;
-            *out.port_flags.entry(v.port).or_default() |= if udp { port_flags::VIP_UDP } else { port_flags::VIP_TCP };
+            *out.port_flags.entry(v.port).or_default() |=
+                if udp { port_flags::VIP_UDP } else { port_flags::VIP_TCP };
             for b in &v.backends {
                 let (addr, family) = ip_bytes(b.address.ip());
-                out.backends.insert(b.id, Backend { addr, port: b.address.port().to_be(), family, flags: BACKEND_ACTIVE });
+                out.backends.insert(
+                    b.id,
+                    Backend { addr, port: b.address.port().to_be(), family, flags: BACKEND_ACTIVE },
+                );
                 if v.forwarding == Forwarding::Nat {
                     *out.port_flags.entry(b.address.port()).or_default() |=
                         if udp { port_flags::NAT_BACKEND_UDP } else { port_flags::NAT_BACKEND_TCP };
@@ -215,8 +224,13 @@ impl Applier {
                 report.port_flags += 1;
             }
         }
-        let gone: Vec<(VipKey, VipInfo)> =
-            self.applied.vips.iter().filter(|(k, _)| !want.vips.contains_key(*k)).map(|(k, v)| (*k, *v)).collect();
+        let gone: Vec<(VipKey, VipInfo)> = self
+            .applied
+            .vips
+            .iter()
+            .filter(|(k, _)| !want.vips.contains_key(*k))
+            .map(|(k, v)| (*k, *v))
+            .collect();
         for (key, info) in gone {
             dp.remove_vip(&key)?;
             self.applied.vips.remove(&key);
@@ -229,14 +243,16 @@ impl Applier {
             }
         }
         // Rings of VIP ids no longer used (also covers rings assumed from a previous run).
-        let stale: Vec<u32> = self.applied.rings.keys().filter(|id| !want.rings.contains_key(id)).copied().collect();
+        let stale: Vec<u32> =
+            self.applied.rings.keys().filter(|id| !want.rings.contains_key(id)).copied().collect();
         for id in stale {
             dp.write_ring(id, &vec![BACKEND_NONE; size as usize])?;
             self.rings.remove(&id);
             self.applied.rings.remove(&id);
             report.rings_written += 1;
         }
-        let gone: Vec<u32> = self.applied.backends.keys().filter(|id| !want.backends.contains_key(id)).copied().collect();
+        let gone: Vec<u32> =
+            self.applied.backends.keys().filter(|id| !want.backends.contains_key(id)).copied().collect();
         for id in gone {
             dp.remove_backend(id)?;
             self.applied.backends.remove(&id);

@@ -266,7 +266,13 @@ impl State {
                 backends,
             });
         }
-        Ok(State { ring_size: config.daemon.ring_size, hash_seed: config.daemon.hash_seed, vips, vip_ids, backend_ids })
+        Ok(State {
+            ring_size: config.daemon.ring_size,
+            hash_seed: config.daemon.hash_seed,
+            vips,
+            vip_ids,
+            backend_ids,
+        })
     }
 
     /// The ids in use, to save.
@@ -297,7 +303,11 @@ impl State {
                 name: None,
                 address: identity.address,
                 port: identity.port,
-                protocol: if identity.ip_proto == lb_common::ip_proto::UDP { Protocol::Udp } else { Protocol::Tcp },
+                protocol: if identity.ip_proto == lb_common::ip_proto::UDP {
+                    Protocol::Udp
+                } else {
+                    Protocol::Tcp
+                },
                 forwarding: Forwarding::Nat,
                 hash: HashMode::Ip,
                 encap_source: None,
