@@ -17,7 +17,7 @@ macro_rules! counters {
         /// under exactly one `Pass*`, `Drop*` or `Forward*` counter; the others (`Flow*`) count
         /// events on the way.
         #[repr(u32)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum Counter {
             $( $(#[doc = $doc])* $variant, )*
         }
@@ -58,6 +58,9 @@ counters! {
     DropNoBackend = "drop_no_backend",
     /// No route to the backend (or the client, for a reply).
     DropNoRoute = "drop_no_route",
+    /// DSR: the backend's MAC is not known yet. (Health checks from the balancer keep backend
+    /// neighbour entries resolved; an encapsulated packet cannot be handed to the stack.)
+    DropNoNeighbour = "drop_no_neighbour",
     /// The rewritten packet is larger than the next hop's MTU.
     DropTooBig = "drop_too_big",
     /// The packet could not be grown for encapsulation.
@@ -80,7 +83,7 @@ counters! {
 
 /// Counters of the decapsulation program (DECAP_COUNTERS).
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DecapCounter {
     /// IPIP packet whose outer header was removed.
     Decapsulated,

@@ -12,6 +12,9 @@ use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
 pub mod fake;
+pub mod load;
+pub mod maps;
+pub mod objects;
 
 /// A failed map operation.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,154 @@
+//! Loading the XDP objects and attaching them to interfaces.
+use std::path::{Path, PathBuf};
+
+use aya::programs::{Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
+use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RING_SIZE, MAX_VIPS};
+use lb_common::map_names;
+
+use super::{DataplaneError, Result, objects};
+
+/// The maps the balancer keeps across restarts when pinned: all of them, so a restarted daemon
+/// finds the connection table, rings and counters as they were.
+pub const PINNED_MAPS: &[&str] = &[
+    map_names::VIPS,
+    map_names::BACKENDS,
+    map_names::RINGS,
+    map_names::FLOWS,
+    map_names::REVERSE_FLOWS,
+    map_names::PORT_FLAGS,
+    map_names::CONFIG,
+    map_names::COUNTERS,
+    map_names::VIP_STATS,
+    map_names::BACKEND_STATS,
+];
+
+/// How to load the balancer.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// bpffs directory to pin the maps in and reuse them from; None: private maps.
+    pub pin_dir: Option<PathBuf>,
+    /// Slots per VIP ring (prime).
+    pub ring_size: u32,
+    /// Connection-table entries.
+    pub flow_table_size: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { pin_dir: None, ring_size: DEFAULT_RING_SIZE, flow_table_size: DEFAULT_FLOWS }
+    }
+}
+
+fn load_error(what: &str, err: impl std::fmt::Display) -> DataplaneError {
+    DataplaneError::Load(format!("{what}: {err}"))
+}
+
+fn check_objects() -> Result<()> {
+    if objects::available() {
+        Ok(())
+    } else {
+        Err(DataplaneError::Load(
+            "this lb-ctl was built without its XDP programs (AYA_BUILD_SKIP); rebuild it".into(),
+        ))
+    }
+}
+
+/// Loads the balancer object and its program into the kernel (not attached yet).
+pub fn load_ingress(options: &LoadOptions) -> Result<Ebpf> {
+    check_objects()?;
+    let rings = MAX_VIPS
+        .checked_mul(options.ring_size)
+        .ok_or_else(|| load_error("ring size", "too large"))?;
+    let pin_paths: Vec<(&str, PathBuf)> = match &options.pin_dir {
+        Some(dir) => PINNED_MAPS.iter().map(|name| (*name, dir.join(name))).collect(),
+        None => Vec::new(),
+    };
+    if let Some(dir) = &options.pin_dir {
+        std::fs::create_dir_all(dir).map_err(|e| load_error(&format!("creating {}", dir.display()), e))?;
+    }
+    let mut loader = EbpfLoader::new();
+    loader
+        .map_max_entries(map_names::RINGS, rings)
+        .map_max_entries(map_names::FLOWS, options.flow_table_size)
+        .map_max_entries(map_names::REVERSE_FLOWS, options.flow_table_size);
+    for (name, path) in &pin_paths {
+        loader.map_pin_path(name, path.as_path());
+    }
+    let mut ebpf = loader.load(objects::INGRESS).map_err(|e| load_error("loading lb_ingress", e))?;
+    program(&mut ebpf, lb_common::program_names::INGRESS)?
+        .load()
+        .map_err(|e| load_error("verifying lb_ingress", e))?;
+    Ok(ebpf)
+}
+
+/// Loads the decapsulation object with both its programs (`lb_decap`, `lb_pass`).
+pub fn load_decap() -> Result<Ebpf> {
+    check_objects()?;
+    let mut ebpf = Ebpf::load(objects::DECAP).map_err(|e| load_error("loading lb-decap", e))?;
+    for name in [lb_common::program_names::DECAP, lb_common::program_names::PASS] {
+        program(&mut ebpf, name)?.load().map_err(|e| load_error(name, e))?;
+    }
+    Ok(ebpf)
+}
+
+/// An XDP program of a loaded object.
+pub fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| load_error(name, "no such program in the object"))?
+        .try_into()
+        .map_err(|e| load_error(name, e))
+}
+
+/// Attach mode requested by the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Driver mode only.
+    Native,
+    /// Generic (skb) mode only.
+    Skb,
+    /// Native, falling back to skb mode when the driver refuses.
+    Auto,
+}
+
+/// Attaches program `name` of `ebpf` to `iface`; returns the mode it got and, for Auto's
+/// fallback, why native mode was refused.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    name: &str,
+    iface: &str,
+    mode: AttachMode,
+) -> Result<(XdpMode, Option<String>)> {
+    let prog = program(ebpf, name)?;
+    match mode {
+        AttachMode::Native => prog
+            .attach(iface, XdpMode::Driver)
+            .map(|_| (XdpMode::Driver, None))
+            .map_err(|e| load_error(&format!("attaching {name} to {iface} (native)"), e)),
+        AttachMode::Skb => prog
+            .attach(iface, XdpMode::Skb)
+            .map(|_| (XdpMode::Skb, None))
+            .map_err(|e| load_error(&format!("attaching {name} to {iface} (skb)"), e)),
+        AttachMode::Auto => match prog.attach(iface, XdpMode::Driver) {
+            Ok(_) => Ok((XdpMode::Driver, None)),
+            Err(native) => prog
+                .attach(iface, XdpMode::Skb)
+                .map(|_| (XdpMode::Skb, Some(native.to_string())))
+                .map_err(|e| load_error(&format!("attaching {name} to {iface} (skb)"), e)),
+        },
+    }
+}
+
+/// Removes the pinned maps of a balancer (after `detach`).
+pub fn remove_pins(dir: &Path) -> std::io::Result<()> {
+    for name in PINNED_MAPS {
+        match std::fs::remove_file(dir.join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,119 @@
+//! lb_decap: the DSR backend's half. IPIP packets arriving on the interface lose their outer
+//! IPv4 header and go up the stack as the client's original packet (addressed to the VIP the
+//! backend holds locally). Everything else passes untouched. For hosts without an ipip device
+//! (`lb-ctl decap attach IFACE`).
+//!
+//! lb_pass: a bare XDP_PASS. The benchmark's baseline, and what a receiving veth peer needs so
+//! frames sent to it with XDP_TX or a redirect in native mode are delivered.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::bindings::xdp_action::XDP_PASS;
+use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
+use aya_ebpf::macros::{map, xdp};
+use aya_ebpf::maps::PerCpuArray;
+use aya_ebpf::programs::XdpContext;
+use lb_common::ip_proto;
+use lb_common::stats::DecapCounter;
+use network_types::eth::EthHdr;
+use network_types::ip::Ipv4Hdr;
+use network_types::vlan::VlanHdr;
+
+const ETH_P_IPV4: u16 = 0x0800u16.to_be();
+const ETH_P_8021Q: u16 = 0x8100u16.to_be();
+const IPV4_LEN: usize = 20;
+
+#[map]
+static DECAP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DecapCounter::COUNT, 0);
+
+#[xdp]
+pub fn lb_decap(ctx: XdpContext) -> u32 {
+    let counter = decap(&ctx);
+    if let Some(value) = DECAP_COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot.
+        unsafe { *value += 1 };
+    }
+    XDP_PASS
+}
+
+#[xdp]
+pub fn lb_pass(_ctx: XdpContext) -> u32 {
+    XDP_PASS
+}
+
+#[inline(always)]
+fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
+    if ctx.data() + offset + core::mem::size_of::<T>() > ctx.data_end() {
+        return None;
+    }
+    Some((ctx.data() + offset) as *mut T)
+}
+
+#[inline(always)]
+fn decap(ctx: &XdpContext) -> DecapCounter {
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return DecapCounter::Passed;
+    };
+    // SAFETY: bounds checked.
+    let mut ether_type = unsafe { (*eth).ether_type };
+    let mut l2 = EthHdr::LEN;
+    if ether_type == ETH_P_8021Q {
+        let Some(vlan) = ptr_at::<VlanHdr>(ctx, EthHdr::LEN) else {
+            return DecapCounter::Passed;
+        };
+        // SAFETY: bounds checked.
+        ether_type = unsafe { (*vlan).ether_type };
+        l2 += VlanHdr::LEN;
+    }
+    if ether_type != ETH_P_IPV4 {
+        return DecapCounter::Passed;
+    }
+    let Some(outer) = ptr_at::<Ipv4Hdr>(ctx, l2) else {
+        return DecapCounter::Passed;
+    };
+    // SAFETY: bounds checked.
+    let (vihl, proto, frags) = unsafe { ((*outer).vihl, (*outer).proto, u16::from_be_bytes((*outer).frags)) };
+    // Only whole, option-less IPIP datagrams; anything else is the stack's business.
+    if proto != ip_proto::IPIP || vihl != 0x45 || frags & 0x3fff != 0 {
+        return DecapCounter::Passed;
+    }
+    let Some(inner) = ptr_at::<Ipv4Hdr>(ctx, l2 + IPV4_LEN) else {
+        return DecapCounter::Malformed;
+    };
+    // SAFETY: bounds checked.
+    if unsafe { (*inner).vihl } >> 4 != 4 {
+        return DecapCounter::Malformed;
+    }
+    let removed = if l2 == EthHdr::LEN { strip::<14>(ctx) } else { strip::<18>(ctx) };
+    if removed { DecapCounter::Decapsulated } else { DecapCounter::Malformed }
+}
+
+/// Moves the `L2`-byte link header forward over the outer IPv4 header and drops the latter.
+#[inline(always)]
+fn strip<const L2: usize>(ctx: &XdpContext) -> bool {
+    let Some(l2) = ptr_at::<[u8; L2]>(ctx, 0) else {
+        return false;
+    };
+    // SAFETY: bounds checked.
+    let saved = unsafe { *l2 };
+    // SAFETY: helper call on our own context.
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, IPV4_LEN as i32) } != 0 {
+        return false;
+    }
+    let Some(l2) = ptr_at::<[u8; L2]>(ctx, 0) else {
+        return false;
+    };
+    // SAFETY: bounds checked after the head moved.
+    unsafe { *l2 = saved };
+    true
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,96 @@
+//! DSR over IPIP: the client's packet, untouched, inside an outer IPv4 header to the backend.
+//! The backend removes the outer header (kernel ipip device, or lb_decap) and answers the client
+//! directly from the VIP it holds on a local interface.
+use aya_ebpf::bindings::xdp_action::XDP_DROP;
+use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
+use aya_ebpf::programs::XdpContext;
+use lb_common::csum;
+use lb_common::ip_proto;
+use lb_common::stats::Counter;
+use lb_common::vip::VipInfo;
+
+use crate::forward::{self, Route};
+use crate::parse::{IPV4_LEN, Ipv4Packet, ptr_at};
+use crate::{Verdict, flow_key, maps, packet_len, select};
+
+/// TTL of the outer header.
+const OUTER_TTL: u8 = 64;
+
+#[inline(always)]
+pub fn balance_ipip(
+    ctx: &XdpContext,
+    pkt: &Ipv4Packet,
+    vip: &VipInfo,
+    client: [u8; 4],
+    client_port: u16,
+) -> Verdict {
+    // SAFETY: parse() checked the headers.
+    let (vip_addr, vip_port, protocol, tos, inner_len) = unsafe {
+        let ip = &*pkt.ip;
+        (ip.dst_addr, *pkt.dst_port, ip.proto, ip.tos, u16::from_be_bytes(ip.tot_len))
+    };
+    let key = flow_key(client, vip_addr, client_port, vip_port, protocol);
+    let choice = match select::choose(vip, &key) {
+        Ok(choice) => choice,
+        Err(verdict) => return verdict,
+    };
+    // Counted as the client sent it, before the outer header is added.
+    let bytes = packet_len(ctx);
+    let backend = choice.backend.addr;
+    let outer_dst = [backend[0], backend[1], backend[2], backend[3]];
+    let outer_src = [vip.encap_source[0], vip.encap_source[1], vip.encap_source[2], vip.encap_source[3]];
+    let outer_len = inner_len.wrapping_add(IPV4_LEN as u16);
+    let (ifindex, smac, dmac) =
+        match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len) {
+            Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
+            Route::NoNeighbour => return (XDP_DROP, Counter::DropNoNeighbour),
+            Route::TooBig => return (XDP_DROP, Counter::DropTooBig),
+            Route::NoRoute => return (XDP_DROP, Counter::DropNoRoute),
+        };
+
+    let mut outer = [0u8; IPV4_LEN];
+    outer[0] = 0x45;
+    outer[1] = tos;
+    outer[2..4].copy_from_slice(&outer_len.to_be_bytes());
+    // id 0, no fragment flags: the outer header is never fragmented by us.
+    outer[8] = OUTER_TTL;
+    outer[9] = ip_proto::IPIP;
+    outer[12..16].copy_from_slice(&outer_src);
+    outer[16..20].copy_from_slice(&outer_dst);
+    let check = csum::ipv4_header(&outer);
+    outer[10..12].copy_from_slice(&check.to_ne_bytes());
+
+    if pkt.l3_offset == 14 {
+        push_outer::<14>(ctx, &outer)
+    } else {
+        push_outer::<18>(ctx, &outer)
+    }
+    .map_or((XDP_DROP, Counter::DropEncapFailed), |()| {
+        let verdict = forward::send(ctx, ifindex, smac, dmac);
+        if verdict.0 != XDP_DROP {
+            maps::count_traffic(vip.id, choice.backend_id, bytes);
+        }
+        verdict
+    })
+}
+
+/// Grows the frame by an IPv4 header, moves the L2 header (`L2` bytes: Ethernet, and one VLAN
+/// tag if present) to the new front, and writes `outer` behind it.
+#[inline(always)]
+fn push_outer<const L2: usize>(ctx: &XdpContext, outer: &[u8; IPV4_LEN]) -> Result<(), ()> {
+    let l2 = ptr_at::<[u8; L2]>(ctx, 0).ok_or(())?;
+    // SAFETY: bounds checked by ptr_at.
+    let saved = unsafe { *l2 };
+    // SAFETY: plain helper call on our own context.
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -(IPV4_LEN as i32)) } != 0 {
+        return Err(());
+    }
+    let l2 = ptr_at::<[u8; L2]>(ctx, 0).ok_or(())?;
+    let ip = ptr_at::<[u8; IPV4_LEN]>(ctx, L2).ok_or(())?;
+    // SAFETY: bounds checked by ptr_at after the head moved.
+    unsafe {
+        *l2 = saved;
+        *ip = *outer;
+    }
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! The maps (names and layouts from lb_common) and small accessors, so the rest of the program
+//! reads as questions and answers rather than map plumbing. Userspace writes every map except
+//! FLOWS, REVERSE_FLOWS and the statistics, which only this program writes.
+use aya_ebpf::macros::map;
+use aya_ebpf::maps::{Array, HashMap, LruHashMap, PerCpuArray};
+use lb_common::backend::Backend;
+use lb_common::config::DataplaneConfig;
+use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
+use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RINGS_ENTRIES, MAX_BACKENDS, MAX_VIPS, PORTS};
+use lb_common::stats::{Counter, Traffic};
+use lb_common::vip::{VipInfo, VipKey};
+
+/// Per-CPU LRU lists: no global lock on the packet path (the table itself is shared).
+const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
+
+#[map]
+static VIPS: HashMap<VipKey, VipInfo> = HashMap::with_max_entries(MAX_VIPS, 0);
+#[map]
+static BACKENDS: Array<Backend> = Array::with_max_entries(MAX_BACKENDS, 0);
+/// MAX_VIPS rings of `DataplaneConfig::ring_size` slots each; the loader sizes it.
+#[map]
+static RINGS: Array<u32> = Array::with_max_entries(DEFAULT_RINGS_ENTRIES, 0);
+#[map]
+static FLOWS: LruHashMap<FlowKey, FlowEntry> =
+    LruHashMap::with_max_entries(DEFAULT_FLOWS, BPF_F_NO_COMMON_LRU);
+#[map]
+static REVERSE_FLOWS: LruHashMap<FlowKey, ReverseEntry> =
+    LruHashMap::with_max_entries(DEFAULT_FLOWS, BPF_F_NO_COMMON_LRU);
+#[map]
+static PORT_FLAGS: Array<u32> = Array::with_max_entries(PORTS, 0);
+#[map]
+static CONFIG: Array<DataplaneConfig> = Array::with_max_entries(1, 0);
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+#[map]
+static VIP_STATS: PerCpuArray<Traffic> = PerCpuArray::with_max_entries(MAX_VIPS, 0);
+#[map]
+static BACKEND_STATS: PerCpuArray<Traffic> = PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
+
+#[inline(always)]
+pub fn count(counter: Counter) {
+    if let Some(value) = COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+        unsafe { *value += 1 };
+    }
+}
+
+#[inline(always)]
+fn add_traffic(map: &PerCpuArray<Traffic>, index: u32, bytes: u64) {
+    if let Some(value) = map.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot.
+        unsafe {
+            (*value).packets += 1;
+            (*value).bytes += bytes;
+        }
+    }
+}
+
+/// Counts a packet forwarded for VIP `vip_id` to backend `backend_id`.
+#[inline(always)]
+pub fn count_traffic(vip_id: u32, backend_id: u32, bytes: u64) {
+    add_traffic(&VIP_STATS, vip_id, bytes);
+    add_traffic(&BACKEND_STATS, backend_id, bytes);
+}
+
+#[inline(always)]
+pub fn port_flags(port: u16) -> u32 {
+    PORT_FLAGS.get(port as u32).copied().unwrap_or(0)
+}
+
+#[inline(always)]
+pub fn vip(key: &VipKey) -> Option<&'static VipInfo> {
+    // SAFETY: the value is only read; userspace replaces entries whole.
+    unsafe { VIPS.get(key) }
+}
+
+#[inline(always)]
+pub fn config() -> Option<&'static DataplaneConfig> {
+    CONFIG.get(0)
+}
+
+#[inline(always)]
+pub fn backend(id: u32) -> Option<&'static Backend> {
+    BACKENDS.get(id)
+}
+
+#[inline(always)]
+pub fn ring_slot(index: u32) -> Option<u32> {
+    RINGS.get(index).copied()
+}
+
+#[inline(always)]
+pub fn flow(key: &FlowKey) -> Option<*mut FlowEntry> {
+    FLOWS.get_ptr_mut(key)
+}
+
+/// Records a flow; false when the table refused it.
+#[inline(always)]
+pub fn record_flow(key: &FlowKey, entry: &FlowEntry) -> bool {
+    FLOWS.insert(key, entry, 0).is_ok()
+}
+
+#[inline(always)]
+pub fn reverse_flow(key: &FlowKey) -> Option<&'static ReverseEntry> {
+    // SAFETY: read-only use of an entry this program wrote whole.
+    unsafe { REVERSE_FLOWS.get(key) }
+}
+
+#[inline(always)]
+pub fn record_reverse_flow(key: &FlowKey, entry: &ReverseEntry) {
+    // A lost reverse entry only means replies pass unrewritten; nothing more to do on failure.
+    let _ = REVERSE_FLOWS.insert(key, entry, 0);
+}

@@ -1,0 +1,133 @@
+//! NAT forwarding: the destination becomes the backend (client address kept, so the backend
+//! must route replies back through the balancer), and replies get the VIP back as source.
+//! Checksums are updated incrementally; TTL is decremented as any router would.
+use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
+use aya_ebpf::programs::XdpContext;
+use lb_common::csum::{replace16, replace32, udp_fixup};
+use lb_common::flow::ReverseEntry;
+use lb_common::ip_proto;
+use lb_common::stats::Counter;
+use lb_common::vip::VipInfo;
+
+use crate::forward::{self, Route};
+use crate::parse::Ipv4Packet;
+use crate::{Verdict, flow_key, maps, packet_len, select};
+
+/// Which end of the packet a rewrite changes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    Source,
+    Destination,
+}
+
+#[inline(always)]
+pub fn balance_nat(
+    ctx: &XdpContext,
+    pkt: &Ipv4Packet,
+    vip: &VipInfo,
+    client: [u8; 4],
+    client_port: u16,
+) -> Verdict {
+    // SAFETY: parse() checked the headers.
+    let (vip_addr, vip_port, protocol, ttl) =
+        unsafe { ((*pkt.ip).dst_addr, *pkt.dst_port, (*pkt.ip).proto, (*pkt.ip).ttl) };
+    if ttl <= 1 {
+        return (XDP_PASS, Counter::PassTtlExpired);
+    }
+    let key = flow_key(client, vip_addr, client_port, vip_port, protocol);
+    let choice = match select::choose(vip, &key) {
+        Ok(choice) => choice,
+        Err(verdict) => return verdict,
+    };
+    let backend = choice.backend;
+    let backend_addr = [backend.addr[0], backend.addr[1], backend.addr[2], backend.addr[3]];
+    if choice.placed {
+        maps::record_reverse_flow(
+            &flow_key(backend_addr, client, backend.port, client_port, protocol),
+            &ReverseEntry {
+                vip_addr: key.dst,
+                vip_port,
+                family: key.family,
+                _pad: 0,
+                vip_id: vip.id,
+            },
+        );
+    }
+    rewrite(pkt, End::Destination, backend_addr, backend.port);
+    let verdict = route_and_send(ctx, pkt, client, backend_addr);
+    if verdict.0 != XDP_DROP {
+        maps::count_traffic(vip.id, choice.backend_id, packet_len(ctx));
+    }
+    verdict
+}
+
+/// A reply from a NAT backend: its source becomes the VIP again.
+#[inline(always)]
+pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntry) -> Verdict {
+    // SAFETY: parse() checked the headers.
+    let (client, ttl) = unsafe { ((*pkt.ip).dst_addr, (*pkt.ip).ttl) };
+    if ttl <= 1 {
+        return (XDP_PASS, Counter::PassTtlExpired);
+    }
+    let vip_addr = [reverse.vip_addr[0], reverse.vip_addr[1], reverse.vip_addr[2], reverse.vip_addr[3]];
+    rewrite(pkt, End::Source, vip_addr, reverse.vip_port);
+    maps::count(Counter::NatReply);
+    route_and_send(ctx, pkt, vip_addr, client)
+}
+
+/// Looks up the next hop of the rewritten packet and sends it. Without a neighbour entry the
+/// rewritten packet goes to the stack, which resolves the neighbour and forwards it (and
+/// decrements TTL itself, so it is decremented here only when this program forwards).
+#[inline(always)]
+fn route_and_send(ctx: &XdpContext, pkt: &Ipv4Packet, src: [u8; 4], dst: [u8; 4]) -> Verdict {
+    // SAFETY: parse() checked the headers.
+    let (protocol, tos, tot_len) =
+        unsafe { ((*pkt.ip).proto, (*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
+    match forward::lookup(ctx, src, dst, protocol, tos, tot_len) {
+        Route::Out { ifindex, smac, dmac } => {
+            decrement_ttl(pkt);
+            forward::send(ctx, ifindex, smac, dmac)
+        }
+        Route::NoNeighbour => (XDP_PASS, Counter::PassNoNeighbour),
+        Route::TooBig => (XDP_DROP, Counter::DropTooBig),
+        Route::NoRoute => (XDP_DROP, Counter::DropNoRoute),
+    }
+}
+
+/// Replaces one end's address and port, updating the IPv4 and L4 checksums incrementally.
+#[inline(always)]
+fn rewrite(pkt: &Ipv4Packet, end: End, addr: [u8; 4], port: u16) {
+    // SAFETY: parse() checked that all these fields lie inside the packet.
+    unsafe {
+        let ip = &mut *pkt.ip;
+        let (addr_field, port_field) = match end {
+            End::Source => (&mut ip.src_addr, pkt.src_port),
+            End::Destination => (&mut ip.dst_addr, pkt.dst_port),
+        };
+        let old_addr = *addr_field;
+        let old_port = *port_field;
+        *addr_field = addr;
+        *port_field = port;
+        ip.check = replace32(u16::from_ne_bytes(ip.check), old_addr, addr).to_ne_bytes();
+
+        // The L4 checksum covers the pseudo-header (addresses) and the ports.
+        let old_check = *pkt.l4_check;
+        if ip.proto == ip_proto::UDP && old_check == 0 {
+            return; // UDP without a checksum stays without one.
+        }
+        let check = replace16(replace32(old_check, old_addr, addr), old_port, port);
+        *pkt.l4_check = if ip.proto == ip_proto::UDP { udp_fixup(old_check, check) } else { check };
+    }
+}
+
+#[inline(always)]
+fn decrement_ttl(pkt: &Ipv4Packet) {
+    // SAFETY: parse() checked the header.
+    unsafe {
+        let ip = &mut *pkt.ip;
+        let old = u16::from_ne_bytes([ip.ttl, ip.proto]);
+        ip.ttl -= 1;
+        let new = u16::from_ne_bytes([ip.ttl, ip.proto]);
+        ip.check = replace16(u16::from_ne_bytes(ip.check), old, new).to_ne_bytes();
+    }
+}

@@ -1,0 +1,52 @@
+//! Filling a loaded balancer for the end-to-end suites, through the real map writer, with
+//! Maglev rings from lb-common (the daemon's state module does the same from lb.toml).
+use std::net::Ipv4Addr;
+
+use lb_common::backend::{BACKEND_ACTIVE, Backend};
+use lb_common::config::{DataplaneConfig, port_flags};
+use lb_common::maglev::{RingMember, build_ring};
+use lb_common::vip::{VipInfo, VipKey};
+use lb_common::{family, ip_proto, ipv4_bytes};
+use lb_ctl::dataplane::Dataplane;
+
+pub struct VipSpec {
+    pub id: u32,
+    pub addr: Ipv4Addr,
+    pub port: u16,
+    pub protocol: u8,
+    pub forwarding: u8,
+    pub hash: u8,
+    pub encap_source: Ipv4Addr,
+    /// (backend id, address, port, weight)
+    pub backends: Vec<(u32, Ipv4Addr, u16, u32)>,
+}
+
+pub fn configure(dp: &mut dyn Dataplane, ring_size: u32, vips: &[VipSpec]) {
+    dp.set_config(DataplaneConfig { ring_size, hash_seed: 0x1b_c7 }).unwrap();
+    let mut flags = std::collections::HashMap::<u16, u32>::new();
+    for v in vips {
+        let tcp = v.protocol == ip_proto::TCP;
+        for &(id, addr, port, _) in &v.backends {
+            let backend = Backend { addr: ipv4_bytes(addr.octets()), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE };
+            dp.upsert_backend(id, backend).unwrap();
+            if v.forwarding == lb_common::vip::forwarding::NAT {
+                *flags.entry(port).or_default() |= if tcp { port_flags::NAT_BACKEND_TCP } else { port_flags::NAT_BACKEND_UDP };
+            }
+        }
+        let keys: Vec<Vec<u8>> = v.backends.iter().map(|(_, a, p, _)| [&a.octets()[..], &p.to_be_bytes()].concat()).collect();
+        let members: Vec<RingMember> = v
+            .backends
+            .iter()
+            .zip(&keys)
+            .map(|((id, _, _, weight), key)| RingMember { id: *id, weight: *weight, key })
+            .collect();
+        dp.write_ring(v.id, &build_ring(&members, ring_size)).unwrap();
+        let key = VipKey { addr: ipv4_bytes(v.addr.octets()), port: v.port.to_be(), protocol: v.protocol, family: family::IPV4 };
+        let info = VipInfo { id: v.id, forwarding: v.forwarding, hash: v.hash, _pad: [0; 2], encap_source: ipv4_bytes(v.encap_source.octets()) };
+        dp.upsert_vip(key, info).unwrap();
+        *flags.entry(v.port).or_default() |= if tcp { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
+    }
+    for (port, f) in flags {
+        dp.set_port_flags(port, f).unwrap();
+    }
+}

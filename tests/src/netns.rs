@@ -1,0 +1,100 @@
+//! Network namespaces for tests: named with a per-run prefix, removed on drop (also when a test
+//! panics), and leftovers of dead runs removed before use.
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::{Command, Output};
+
+/// Runs a command, panicking with its output when it fails.
+pub fn sh(args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("running {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A name unique to this process: `lbt-<pid>-<suffix>`. Interface names are limited to 15
+/// bytes, so suffixes should be short.
+pub fn run_name(suffix: &str) -> String {
+    format!("lbt-{}-{suffix}", std::process::id())
+}
+
+/// Removes namespaces named `lbt-<pid>-*` whose process is gone (a crashed earlier run).
+pub fn remove_stale() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix("lbt-") else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
+    }
+}
+
+/// A network namespace that exists as long as this value does.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(suffix: &str) -> Netns {
+        remove_stale();
+        let name = run_name(suffix);
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns { name };
+        ns.exec(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Runs a command inside the namespace, panicking on failure.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        let mut full = vec!["ip", "netns", "exec", self.name.as_str()];
+        full.extend_from_slice(args);
+        sh(&full)
+    }
+
+    /// Moves the calling thread into the namespace until the guard is dropped.
+    pub fn enter(&self) -> Entered {
+        let original = File::open("/proc/thread-self/ns/net").expect("open own netns");
+        let target = File::open(format!("/run/netns/{}", self.name)).expect("open netns");
+        // SAFETY: setns on valid namespace fds; affects only this thread.
+        let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {}: {}", self.name, std::io::Error::last_os_error());
+        Entered { original }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// While alive, the thread is inside a namespace; dropping it returns to the original one.
+pub struct Entered {
+    original: File,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        // SAFETY: setns back to the namespace we came from.
+        unsafe { libc::setns(self.original.as_raw_fd(), libc::CLONE_NEWNET) };
+    }
+}
+
+/// The index of interface `name` in the calling thread's namespace.
+pub fn ifindex(name: &str) -> u32 {
+    let c = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid C string.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    assert_ne!(index, 0, "no interface {name}");
+    index
+}

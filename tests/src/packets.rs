@@ -1,0 +1,173 @@
+//! Test frames, built with etherparse: every checksum in an expected frame is computed from
+//! scratch, never carried over from the program's output.
+use etherparse::{Ethernet2Header, IpNumber, Ipv4Header, PacketBuilder, TcpHeader, UdpHeader, VlanId};
+
+pub type Mac = [u8; 6];
+
+/// The fields of a test IPv4 TCP/UDP frame.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub src_mac: Mac,
+    pub dst_mac: Mac,
+    pub vlan: Option<u16>,
+    pub src: [u8; 4],
+    pub dst: [u8; 4],
+    pub ttl: u8,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub l4: L4,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L4 {
+    TcpSyn,
+    TcpAck,
+    Udp,
+    /// UDP sent without a checksum (zero).
+    UdpNoChecksum,
+}
+
+impl Frame {
+    pub fn tcp(src: [u8; 4], src_port: u16, dst: [u8; 4], dst_port: u16) -> Frame {
+        Frame {
+            src_mac: [2, 0, 0, 0, 0, 7],
+            dst_mac: [2, 0, 0, 0, 0, 1],
+            vlan: None,
+            src,
+            dst,
+            ttl: 64,
+            src_port,
+            dst_port,
+            l4: L4::TcpSyn,
+            payload: Vec::new(),
+        }
+    }
+
+    pub fn udp(src: [u8; 4], src_port: u16, dst: [u8; 4], dst_port: u16) -> Frame {
+        Frame { l4: L4::Udp, payload: b"query".to_vec(), ..Frame::tcp(src, src_port, dst, dst_port) }
+    }
+
+    pub fn with(&self, change: impl FnOnce(&mut Frame)) -> Frame {
+        let mut f = self.clone();
+        change(&mut f);
+        f
+    }
+
+    /// Offset of the IPv4 header in the frame.
+    pub fn l3_offset(&self) -> usize {
+        if self.vlan.is_some() { 18 } else { 14 }
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        let eth = PacketBuilder::ethernet2(self.src_mac, self.dst_mac);
+        let mut out = Vec::new();
+        macro_rules! finish {
+            ($ip:expr) => {{
+                let ip = $ip;
+                match self.l4 {
+                    L4::TcpSyn => ip
+                        .tcp(self.src_port, self.dst_port, 1000, 64240)
+                        .syn()
+                        .write(&mut out, &self.payload),
+                    L4::TcpAck => ip
+                        .tcp(self.src_port, self.dst_port, 1001, 64240)
+                        .ack(5000)
+                        .write(&mut out, &self.payload),
+                    L4::Udp | L4::UdpNoChecksum => {
+                        ip.udp(self.src_port, self.dst_port).write(&mut out, &self.payload)
+                    }
+                }
+                .unwrap()
+            }};
+        }
+        match self.vlan {
+            Some(id) => finish!(eth.single_vlan(VlanId::try_new(id).unwrap()).ipv4(self.src, self.dst, self.ttl)),
+            None => finish!(eth.ipv4(self.src, self.dst, self.ttl)),
+        }
+        if self.l4 == L4::UdpNoChecksum {
+            let at = self.l3_offset() + 20 + 6;
+            out[at..at + 2].copy_from_slice(&[0, 0]);
+        }
+        out
+    }
+}
+
+/// Rewrites the IPv4 header of `frame` (at `l3`) through `change`, then recomputes its length
+/// and checksum. For fragments, options, odd TTLs.
+pub fn patch_ipv4(frame: &[u8], l3: usize, change: impl FnOnce(&mut Ipv4Header)) -> Vec<u8> {
+    let (mut header, rest) = Ipv4Header::from_slice(&frame[l3..]).unwrap();
+    let payload_len = header.total_len as usize - header.header_len();
+    change(&mut header);
+    header.total_len = (header.header_len() + payload_len) as u16;
+    header.header_checksum = header.calc_header_checksum();
+    let mut out = frame[..l3].to_vec();
+    out.extend_from_slice(&header.to_bytes());
+    out.extend_from_slice(rest);
+    out
+}
+
+/// The frame the balancer must emit for a DSR packet: `inner` (a whole frame) with its IPv4
+/// datagram wrapped in an outer header `outer_src → outer_dst`, behind new MACs.
+pub fn ipip(inner: &Frame, outer_src: [u8; 4], outer_dst: [u8; 4], src_mac: Mac, dst_mac: Mac) -> Vec<u8> {
+    let inner_bytes = inner.bytes();
+    let l3 = inner.l3_offset();
+    let datagram = &inner_bytes[l3..];
+    let mut outer =
+        Ipv4Header::new(datagram.len() as u16, 64, IpNumber::IPV4, outer_src, outer_dst).unwrap();
+    outer.dont_fragment = false;
+    outer.header_checksum = outer.calc_header_checksum();
+    let mut out = Vec::new();
+    let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: etherparse::EtherType::IPV4 };
+    if l3 == 18 {
+        // Keep the original VLAN header (bytes 12..18) behind the new addresses.
+        out.extend_from_slice(&dst_mac);
+        out.extend_from_slice(&src_mac);
+        out.extend_from_slice(&inner_bytes[12..18]);
+    } else {
+        out.extend_from_slice(&eth.to_bytes());
+    }
+    out.extend_from_slice(&outer.to_bytes());
+    out.extend_from_slice(datagram);
+    out
+}
+
+/// Checks every checksum of an IPv4 TCP/UDP frame from scratch; describes the first wrong one.
+pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
+    let sliced = etherparse::SlicedPacket::from_ethernet(frame).map_err(|e| format!("parse: {e}"))?;
+    let Some(etherparse::NetSlice::Ipv4(ip)) = &sliced.net else { return Ok(()) };
+    let header = ip.header().to_header();
+    if header.calc_header_checksum() != header.header_checksum {
+        return Err(format!("IPv4 checksum {:#06x}", header.header_checksum));
+    }
+    if header.protocol == IpNumber::IPV4 {
+        // IPIP: check the inner datagram too.
+        let inner_start = frame.len() - ip.payload().payload.len();
+        let mut fake = frame[..14].to_vec();
+        fake[12..14].copy_from_slice(&[0x08, 0x00]);
+        fake.extend_from_slice(&frame[inner_start..]);
+        return verify_checksums(&fake);
+    }
+    let payload = ip.payload().payload;
+    match &sliced.transport {
+        Some(etherparse::TransportSlice::Tcp(tcp)) => {
+            let h: TcpHeader = tcp.to_header();
+            let want = h.calc_checksum_ipv4(&header, tcp.payload()).unwrap();
+            if want != h.checksum {
+                return Err(format!("TCP checksum {:#06x}, want {want:#06x}", h.checksum));
+            }
+        }
+        Some(etherparse::TransportSlice::Udp(udp)) => {
+            let h: UdpHeader = udp.to_header();
+            if h.checksum != 0 {
+                let want = h.calc_checksum_ipv4(&header, udp.payload()).unwrap();
+                if want != h.checksum {
+                    return Err(format!("UDP checksum {:#06x}, want {want:#06x}", h.checksum));
+                }
+            }
+        }
+        _ => {}
+    }
+    let _ = payload;
+    Ok(())
+}

@@ -1,0 +1,475 @@
+//! Golden packets: a table of frames run through the real lb_ingress program (and lb_decap)
+//! with BPF_PROG_TEST_RUN and real maps, written by the real map writer. Each case states the
+//! verdict, the exact output bytes (built independently with etherparse, checksums included)
+//! and the counters that must move. Needs root; the FIB lookups resolve in a namespace this
+//! test creates, with static neighbours so MAC addresses are known.
+use std::collections::HashMap;
+
+use aya::programs::Xdp;
+use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend};
+use lb_common::config::{DataplaneConfig, port_flags};
+use lb_common::hash::{client_hash, flow_hash};
+use lb_common::stats::{Counter, DecapCounter};
+use lb_common::vip::{VipInfo, VipKey, forwarding, hash_mode};
+use lb_common::{family, ip_proto, ipv4_bytes, program_names};
+use lb_ctl::dataplane::Dataplane;
+use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
+use lb_ctl::dataplane::maps::AyaDataplane;
+use lb_tests::netns::{Netns, ifindex};
+use lb_tests::packets::{Frame, L4, Mac, ipip, patch_ipv4, verify_checksums};
+use lb_tests::privileges::require_root;
+use lb_tests::testrun::{RunResult, action_name, run_xdp};
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const XDP_REDIRECT: u32 = 4;
+
+const RING: u32 = 13;
+const SEED: u32 = 0x5eed;
+
+const LB_MAC: Mac = [2, 0, 0, 0, 0, 1];
+const LB_MAC_H: Mac = [2, 0, 0, 0, 1, 1];
+const CLIENT: [u8; 4] = [192, 0, 2, 7];
+const CLIENT_MAC: Mac = [2, 0, 0, 0, 0, 7];
+const CLIENT2: [u8; 4] = [192, 0, 2, 8];
+const LB_ADDR: [u8; 4] = [198, 51, 100, 1];
+const B1: [u8; 4] = [198, 51, 100, 11];
+const B2: [u8; 4] = [198, 51, 100, 12];
+const B_FAR: [u8; 4] = [198, 51, 100, 140];
+const B_NO_NEIGH: [u8; 4] = [198, 51, 100, 60];
+const B_NO_NEIGH_DSR: [u8; 4] = [198, 51, 100, 61];
+const B_NO_ROUTE: [u8; 4] = [203, 0, 113, 99];
+
+fn mac_of(addr: [u8; 4]) -> Mac {
+    [2, 0, 0, 0, if addr[3] >= 128 { 1 } else { 0 }, addr[3] % 128]
+}
+
+/// The namespace the FIB lookups run in: g0 faces clients and most backends, h0 one more
+/// backend (for redirects). Neighbours are static.
+fn lab() -> Netns {
+    let ns = Netns::new("gold");
+    for (dev, peer, mac, addrs) in [
+        ("g0", "g1", "02:00:00:00:00:01", vec!["192.0.2.1/24", "198.51.100.1/25"]),
+        ("h0", "h1", "02:00:00:00:01:01", vec!["198.51.100.129/25"]),
+    ] {
+        ns.exec(&["ip", "link", "add", dev, "type", "veth", "peer", "name", peer]);
+        ns.exec(&["ip", "link", "set", dev, "address", mac]);
+        for addr in addrs {
+            ns.exec(&["ip", "addr", "add", addr, "dev", dev]);
+        }
+        ns.exec(&["ip", "link", "set", dev, "up"]);
+        ns.exec(&["ip", "link", "set", peer, "up"]);
+    }
+    for (addr, dev) in [(CLIENT, "g0"), (CLIENT2, "g0"), (B1, "g0"), (B2, "g0"), (B_FAR, "h0")] {
+        let a = format!("{}.{}.{}.{}", addr[0], addr[1], addr[2], addr[3]);
+        let m = mac_of(addr);
+        let m = format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
+        ns.exec(&["ip", "neigh", "replace", &a, "lladdr", &m, "dev", dev, "nud", "permanent"]);
+    }
+    ns.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    ns
+}
+
+struct Vip {
+    addr: [u8; 4],
+    port: u16,
+    protocol: u8,
+    forwarding: u8,
+    hash: u8,
+    /// (backend id, address, port)
+    backends: Vec<(u32, [u8; 4], u16)>,
+}
+
+fn vips() -> Vec<Vip> {
+    let tcp = |addr, forwarding, backends| Vip {
+        addr,
+        port: 80,
+        protocol: ip_proto::TCP,
+        forwarding,
+        hash: hash_mode::CLIENT_IP,
+        backends,
+    };
+    vec![
+        tcp([203, 0, 113, 10], forwarding::NAT, vec![(0, B1, 8080), (1, B2, 8080)]),
+        Vip {
+            addr: [203, 0, 113, 10],
+            port: 53,
+            protocol: ip_proto::UDP,
+            forwarding: forwarding::NAT,
+            hash: hash_mode::FLOW,
+            backends: vec![(2, B1, 5353), (3, B2, 5353)],
+        },
+        tcp([203, 0, 113, 20], forwarding::DSR_IPIP, vec![(4, B1, 80)]),
+        tcp([203, 0, 113, 30], forwarding::NAT, vec![]),
+        tcp([203, 0, 113, 40], forwarding::NAT, vec![(5, B_FAR, 8080)]),
+        tcp([203, 0, 113, 50], forwarding::NAT, vec![(6, B_NO_NEIGH, 8080)]),
+        tcp([203, 0, 113, 51], forwarding::DSR_IPIP, vec![(7, B_NO_NEIGH_DSR, 80)]),
+        tcp([203, 0, 113, 52], forwarding::NAT, vec![(8, B_NO_ROUTE, 8080)]),
+        Vip { hash: hash_mode::FLOW, ..tcp([203, 0, 113, 60], forwarding::NAT, vec![(9, B1, 8080), (10, B2, 8080)]) },
+    ]
+}
+
+fn vip_key(v: &Vip) -> VipKey {
+    VipKey { addr: ipv4_bytes(v.addr), port: v.port.to_be(), protocol: v.protocol, family: family::IPV4 }
+}
+
+/// Writes every VIP, backend and ring through the map writer. Rings alternate between a VIP's
+/// backends slot by slot, so the slot a hash picks decides the backend.
+fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
+    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED }).unwrap();
+    let mut flags: HashMap<u16, u32> = HashMap::new();
+    for (id, v) in vips.iter().enumerate() {
+        let info = VipInfo {
+            id: id as u32,
+            forwarding: v.forwarding,
+            hash: v.hash,
+            _pad: [0; 2],
+            encap_source: ipv4_bytes(LB_ADDR),
+        };
+        dp.upsert_vip(vip_key(v), info).unwrap();
+        let tcp = v.protocol == ip_proto::TCP;
+        *flags.entry(v.port).or_default() |= if tcp { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
+        for &(bid, addr, port) in &v.backends {
+            let backend = Backend { addr: ipv4_bytes(addr), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE };
+            dp.upsert_backend(bid, backend).unwrap();
+            if v.forwarding == forwarding::NAT {
+                *flags.entry(port).or_default() |=
+                    if tcp { port_flags::NAT_BACKEND_TCP } else { port_flags::NAT_BACKEND_UDP };
+            }
+        }
+        let ring: Vec<u32> = (0..RING as usize)
+            .map(|slot| match v.backends.len() {
+                0 => BACKEND_NONE,
+                n => v.backends[slot % n].0,
+            })
+            .collect();
+        dp.write_ring(id as u32, &ring).unwrap();
+    }
+    for (port, f) in flags {
+        dp.set_port_flags(port, f).unwrap();
+    }
+}
+
+/// The backend (address, port) a ring of alternating backends gives for this hash.
+fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
+    let (_, addr, port) = v.backends[(hash % RING) as usize % v.backends.len()];
+    (addr, port)
+}
+
+struct Case {
+    name: &'static str,
+    input: Vec<u8>,
+    action: u32,
+    /// None: the output must equal the input.
+    output: Option<Vec<u8>>,
+    verdict: Counter,
+    /// Event counters that must rise by one.
+    events: Vec<Counter>,
+}
+
+fn case(name: &'static str, input: Vec<u8>, action: u32, output: Option<Vec<u8>>, verdict: Counter) -> Case {
+    Case { name, input, action, output, verdict, events: vec![] }
+}
+
+fn counters(dp: &AyaDataplane) -> HashMap<Counter, u64> {
+    dp.counters().unwrap().into_iter().collect()
+}
+
+fn is_verdict(c: Counter) -> bool {
+    let n = c.name();
+    n.starts_with("pass_") || n.starts_with("drop_") || n.starts_with("forward_")
+}
+
+/// Runs one case; returns a description of what went wrong, if anything.
+fn check(prog: &Xdp, dp: &AyaDataplane, ingress: u32, c: &Case) -> Result<(), String> {
+    let before = counters(dp);
+    let RunResult { action, output } = run_xdp(prog, &c.input, ingress);
+    let after = counters(dp);
+    if action != c.action {
+        return Err(format!("verdict {} want {}", action_name(action), action_name(c.action)));
+    }
+    let want = c.output.as_ref().unwrap_or(&c.input);
+    if &output != want {
+        return Err(format!("output differs\n  got  {}\n  want {}", hex(&output), hex(want)));
+    }
+    if c.output.is_some() {
+        verify_checksums(&output)?;
+    }
+    let delta = |k: Counter| after[&k] - before[&k];
+    let verdicts: u64 = Counter::ALL.iter().filter(|k| is_verdict(**k)).map(|k| delta(*k)).sum();
+    if delta(c.verdict) != 1 || verdicts != 1 {
+        return Err(format!("counter {} rose by {}, all verdict counters by {verdicts}", c.verdict.name(), delta(c.verdict)));
+    }
+    for e in &c.events {
+        if delta(*e) != 1 {
+            return Err(format!("event counter {} rose by {}", e.name(), delta(*e)));
+        }
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The expected NAT output: addresses/ports rewritten, TTL one less, MACs of the next hop.
+fn nat_out(input: &Frame, src: ([u8; 4], u16), dst: ([u8; 4], u16), smac: Mac, dmac: Mac) -> Vec<u8> {
+    input
+        .with(|f| {
+            (f.src, f.src_port) = src;
+            (f.dst, f.dst_port) = dst;
+            f.ttl -= 1;
+            f.src_mac = smac;
+            f.dst_mac = dmac;
+        })
+        .bytes()
+}
+
+#[test]
+fn golden_packets_through_lb_ingress() {
+    if !require_root("golden_packets_through_lb_ingress") {
+        return;
+    }
+    let ns = lab();
+    let _inside = ns.enter();
+    let g0 = ifindex("g0");
+    let ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 4096 }).unwrap();
+    let mut dp = AyaDataplane::new(ebpf, RING);
+    let vips = vips();
+    let web = &vips[0];
+    let vip_web = [203, 0, 113, 10];
+
+    let mut results = Vec::new();
+    let mut run = |dp: &mut AyaDataplane, c: Case| {
+        let prog = program(dp.ebpf_mut(), program_names::INGRESS).unwrap();
+        // Only &Xdp is needed; reborrow immutably.
+        let prog: &Xdp = prog;
+        let prog_ptr = prog as *const Xdp;
+        // SAFETY: the program lives in dp's Ebpf, which outlives this call and is not moved.
+        let outcome = check(unsafe { &*prog_ptr }, dp, g0, &c);
+        println!("{:<58} {}", c.name, if outcome.is_ok() { "ok" } else { "FAILED" });
+        results.push((c.name, outcome));
+    };
+
+    // Before CONFIG is written, VIP packets go to the stack untouched.
+    dp.set_port_flags(80, port_flags::VIP_TCP).unwrap();
+    dp.upsert_vip(vip_key(web), VipInfo { id: 0, ..Default::default() }).unwrap();
+    let syn = Frame::tcp(CLIENT, 40000, vip_web, 80);
+    run(&mut dp, case("VIP packet before configuration: pass", syn.bytes(), XDP_PASS, None, Counter::PassNotConfigured));
+
+    configure(&mut dp, &vips);
+
+    // ---- Not for a VIP: passed untouched.
+    run(&mut dp, case("non-VIP TCP to the host (ssh): pass untouched", Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(), XDP_PASS, None, Counter::PassNotVip));
+    run(&mut dp, case("VIP address, other port: pass untouched", Frame::tcp(CLIENT, 40000, vip_web, 443).bytes(), XDP_PASS, None, Counter::PassNotVip));
+    run(&mut dp, case("VIP port, other address: pass untouched", Frame::tcp(CLIENT, 40000, [203, 0, 113, 98], 80).bytes(), XDP_PASS, None, Counter::PassNotVip));
+    run(&mut dp, case("UDP to a TCP VIP's port: pass untouched", Frame::udp(CLIENT, 40000, vip_web, 80).bytes(), XDP_PASS, None, Counter::PassNotVip));
+    // ARP request "who has the VIP": Ethernet + the 28-byte ARP body.
+    let mut arp = etherparse::Ethernet2Header { source: CLIENT_MAC, destination: [0xff; 6], ether_type: etherparse::EtherType::ARP }.to_bytes().to_vec();
+    arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&CLIENT_MAC);
+    arp.extend_from_slice(&CLIENT);
+    arp.extend_from_slice(&[0; 6]);
+    arp.extend_from_slice(&vip_web);
+    run(&mut dp, case("ARP request for the VIP: pass untouched", arp, XDP_PASS, None, Counter::PassNotIpv4));
+    let mut icmp = Vec::new();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC).ipv4(CLIENT, vip_web, 64).icmpv4_echo_request(1, 1).write(&mut icmp, b"ping").unwrap();
+    run(&mut dp, case("ICMP echo to the VIP address: pass untouched", icmp, XDP_PASS, None, Counter::PassNotVip));
+    let mut v6 = Vec::new();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+        .ipv6([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10], 64)
+        .tcp(40000, 80, 1, 100).syn().write(&mut v6, &[]).unwrap();
+    run(&mut dp, case("IPv6 TCP: pass untouched", v6, XDP_PASS, None, Counter::PassNotIpv4));
+    run(&mut dp, case("from a NAT backend port, no such flow: pass untouched", Frame::tcp(B1, 8080, [192, 0, 2, 99], 1234).bytes(), XDP_PASS, None, Counter::PassNotVip));
+
+    // ---- Malformed, fragments, options: passed untouched, counted.
+    let good = syn.bytes();
+    run(&mut dp, case("Ethernet header only: pass (malformed)", good[..14].to_vec(), XDP_PASS, None, Counter::PassMalformed));
+    run(&mut dp, case("truncated IPv4 header: pass (malformed)", good[..24].to_vec(), XDP_PASS, None, Counter::PassMalformed));
+    run(&mut dp, case("truncated TCP header: pass (malformed)", good[..14 + 20 + 10].to_vec(), XDP_PASS, None, Counter::PassMalformed));
+    let mut long = good.clone();
+    long[16..18].copy_from_slice(&200u16.to_be_bytes());
+    run(&mut dp, case("IPv4 total length beyond the frame: pass (malformed)", long, XDP_PASS, None, Counter::PassMalformed));
+    let mut v5 = good.clone();
+    v5[14] = 0x55;
+    run(&mut dp, case("IP version 5 in an IPv4 frame: pass (malformed)", v5, XDP_PASS, None, Counter::PassMalformed));
+    let mf = patch_ipv4(&good, 14, |h| h.more_fragments = true);
+    run(&mut dp, case("first fragment (MF) to the VIP: pass untouched", mf, XDP_PASS, None, Counter::PassFragment));
+    let later = patch_ipv4(&good, 14, |h| h.fragment_offset = etherparse::IpFragOffset::try_new(100).unwrap());
+    run(&mut dp, case("later fragment to the VIP: pass untouched", later, XDP_PASS, None, Counter::PassFragment));
+    let opts = patch_ipv4(&good, 14, |h| h.options = etherparse::Ipv4Options::try_from(&[1u8, 1, 1, 0][..]).unwrap());
+    run(&mut dp, case("IPv4 options to the VIP: pass untouched", opts, XDP_PASS, None, Counter::PassIpOptions));
+    let ttl1 = syn.with(|f| f.ttl = 1);
+    run(&mut dp, case("TTL 1 to a NAT VIP: pass to the stack (ICMP)", ttl1.bytes(), XDP_PASS, None, Counter::PassTtlExpired));
+
+    // ---- NAT, TCP, hash = ip.
+    let b = by_hash(web, client_hash(&ipv4_bytes(CLIENT), SEED));
+    let mut c = case("new TCP flow (SYN), NAT: rewritten to its backend, XDP_TX", syn.bytes(), XDP_TX,
+        Some(nat_out(&syn, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowNew];
+    run(&mut dp, c);
+    let ack = syn.with(|f| { f.l4 = L4::TcpAck; f.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec() });
+    let mut c = case("established TCP flow (ACK + data): same backend", ack.bytes(), XDP_TX,
+        Some(nat_out(&ack, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    let other_port = syn.with(|f| f.src_port = 40001);
+    run(&mut dp, case("hash=ip: another connection of the client, same backend", other_port.bytes(), XDP_TX,
+        Some(nat_out(&other_port, (CLIENT, 40001), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx));
+    let reply = Frame::tcp(b.0, b.1, CLIENT, 40000).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(b.0); f.payload = b"HTTP/1.1 200 OK\r\n\r\n".to_vec() });
+    let mut c = case("NAT reply from the backend: source back to the VIP, XDP_TX", reply.bytes(), XDP_TX,
+        Some(nat_out(&reply, (vip_web, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
+    c.events = vec![Counter::NatReply];
+    run(&mut dp, c);
+    let tagged = syn.with(|f| { f.vlan = Some(100); f.src_port = 40100 });
+    run(&mut dp, case("802.1Q-tagged SYN, NAT: tag kept, rewritten", tagged.bytes(), XDP_TX,
+        Some(nat_out(&tagged, (CLIENT, 40100), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx));
+
+    // ---- hash = flow: two connections of one client that hash to different backends.
+    let flow_vip = &vips[8];
+    let flow_addr = flow_vip.addr;
+    let pick = |port: u16| by_hash(flow_vip, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(flow_addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED));
+    let p1 = 41000u16;
+    let p2 = (41001..42000).find(|p| pick(*p) != pick(p1)).expect("some port hashes elsewhere");
+    for (name, port) in [("hash=flow: first connection", p1), ("hash=flow: second connection, other backend", p2)] {
+        let f = Frame::tcp(CLIENT, port, flow_addr, 80);
+        run(&mut dp, case(name, f.bytes(), XDP_TX, Some(nat_out(&f, (CLIENT, port), pick(port), LB_MAC, mac_of(pick(port).0))), Counter::ForwardTx));
+    }
+
+    // ---- NAT, UDP (hash = flow).
+    let dns = &vips[1];
+    let q = Frame::udp(CLIENT, 5000, vip_web, 53);
+    let ub = by_hash(dns, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(vip_web), 5000u16.to_be(), 53u16.to_be(), ip_proto::UDP, SEED));
+    let mut c = case("new UDP flow, NAT: rewritten, UDP checksum updated", q.bytes(), XDP_TX,
+        Some(nat_out(&q, (CLIENT, 5000), ub, LB_MAC, mac_of(ub.0))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowNew];
+    run(&mut dp, c);
+    let mut c = case("established UDP flow: same backend", q.bytes(), XDP_TX,
+        Some(nat_out(&q, (CLIENT, 5000), ub, LB_MAC, mac_of(ub.0))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    let q0 = q.with(|f| { f.l4 = L4::UdpNoChecksum; f.src_port = 5001 });
+    let ub0 = by_hash(dns, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(vip_web), 5001u16.to_be(), 53u16.to_be(), ip_proto::UDP, SEED));
+    let mut want = q0.with(|f| { (f.dst, f.dst_port) = ub0; f.ttl -= 1; f.src_mac = LB_MAC; f.dst_mac = mac_of(ub0.0) });
+    want.l4 = L4::UdpNoChecksum;
+    run(&mut dp, case("UDP without checksum: stays without one", q0.bytes(), XDP_TX, Some(want.bytes()), Counter::ForwardTx));
+    let ureply = Frame::udp(ub.0, ub.1, CLIENT, 5000).with(|f| f.src_mac = mac_of(ub.0));
+    let mut c = case("UDP NAT reply: source back to the VIP", ureply.bytes(), XDP_TX,
+        Some(nat_out(&ureply, (vip_web, 53), (CLIENT, 5000), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
+    c.events = vec![Counter::NatReply];
+    run(&mut dp, c);
+
+    // ---- DSR over IPIP.
+    let dsr_addr = vips[2].addr;
+    let dsyn = Frame::tcp(CLIENT, 42000, dsr_addr, 80);
+    let mut c = case("new flow, DSR: IPIP to the backend, inner packet untouched", dsyn.bytes(), XDP_TX,
+        Some(ipip(&dsyn, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowNew];
+    run(&mut dp, c);
+    let dack = dsyn.with(|f| { f.l4 = L4::TcpAck; f.payload = vec![b'x'; 100] });
+    let mut c = case("established flow, DSR: IPIP again", dack.bytes(), XDP_TX,
+        Some(ipip(&dack, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    let dtag = dsyn.with(|f| { f.vlan = Some(42); f.src_port = 42001 });
+    run(&mut dp, case("802.1Q-tagged SYN, DSR: tag kept in front of the outer header", dtag.bytes(), XDP_TX,
+        Some(ipip(&dtag, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx));
+    let big = dsyn.with(|f| { f.src_port = 42002; f.payload = vec![0; 1490 - 40] });
+    run(&mut dp, case("DSR packet that no longer fits the MTU once wrapped: drop", big.bytes(), XDP_DROP, None, Counter::DropTooBig));
+
+    // ---- Next hop cases.
+    let far = Frame::tcp(CLIENT, 43000, vips[4].addr, 80);
+    run(&mut dp, case("backend behind another interface: XDP_REDIRECT", far.bytes(), XDP_REDIRECT,
+        Some(nat_out(&far, (CLIENT, 43000), (B_FAR, 8080), LB_MAC_H, mac_of(B_FAR))), Counter::ForwardRedirect));
+    let nn = Frame::tcp(CLIENT, 43001, vips[5].addr, 80);
+    let nn_out = nn.with(|f| { f.dst = B_NO_NEIGH; f.dst_port = 8080 }).bytes();
+    run(&mut dp, case("NAT backend without neighbour entry: rewritten, to the stack", nn.bytes(), XDP_PASS, Some(nn_out), Counter::PassNoNeighbour));
+    let nnd = Frame::tcp(CLIENT, 43002, vips[6].addr, 80);
+    run(&mut dp, case("DSR backend without neighbour entry: drop", nnd.bytes(), XDP_DROP, None, Counter::DropNoNeighbour));
+    let nr = Frame::tcp(CLIENT, 43003, vips[7].addr, 80);
+    let nr_out = nr.with(|f| { f.dst = B_NO_ROUTE; f.dst_port = 8080 }).bytes();
+    run(&mut dp, case("backend without a route: drop", nr.bytes(), XDP_DROP, Some(nr_out), Counter::DropNoRoute));
+    run(&mut dp, case("VIP with no backend: drop", Frame::tcp(CLIENT, 43004, vips[3].addr, 80).bytes(), XDP_DROP, None, Counter::DropNoBackend));
+
+    // ---- Backend changes: established flows keep their backend unless it is gone.
+    let (gone_id, _, _) = *web.backends.iter().find(|(_, a, p)| (*a, *p) == b).unwrap();
+    let (other_id, oa, op) = *web.backends.iter().find(|(id, _, _)| *id != gone_id).unwrap();
+    let mut ring = vec![other_id; RING as usize];
+    dp.write_ring(0, &ring).unwrap();
+    let mut c = case("ring changed, backend still there: established flow stays", ack.bytes(), XDP_TX,
+        Some(nat_out(&ack, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    dp.remove_backend(gone_id).unwrap();
+    let mut c = case("its backend removed: flow re-placed on the ring", ack.bytes(), XDP_TX,
+        Some(nat_out(&ack, (CLIENT, 40000), (oa, op), LB_MAC, mac_of(oa))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowRerouted];
+    run(&mut dp, c);
+    let reply2 = Frame::tcp(oa, op, CLIENT, 40000).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(oa) });
+    let mut c = case("reply from the new backend: rewritten to the VIP", reply2.bytes(), XDP_TX,
+        Some(nat_out(&reply2, (vip_web, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
+    c.events = vec![Counter::NatReply];
+    run(&mut dp, c);
+    ring.fill(BACKEND_NONE);
+    dp.write_ring(0, &ring).unwrap();
+    dp.remove_backend(other_id).unwrap();
+    run(&mut dp, case("every backend removed: established flow dropped", ack.bytes(), XDP_DROP, None, Counter::DropNoBackend));
+
+    // Per-VIP and per-backend traffic were counted.
+    let t = dp.vip_traffic(2).unwrap();
+    assert_eq!(t.packets, 3, "DSR VIP forwarded 3 packets");
+    assert_eq!(dp.backend_traffic(4).unwrap().packets, 3, "DSR backend got 3 packets");
+
+    let failed: Vec<_> = results.iter().filter_map(|(n, r)| r.as_ref().err().map(|e| format!("{n}: {e}"))).collect();
+    println!("{} golden cases, {} failed", results.len(), failed.len());
+    assert!(results.len() >= 25);
+    assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
+}
+
+#[test]
+fn golden_packets_through_lb_decap() {
+    if !require_root("golden_packets_through_lb_decap") {
+        return;
+    }
+    let mut ebpf = load_decap().unwrap();
+    let inner = Frame::tcp(CLIENT, 40000, [203, 0, 113, 20], 80).with(|f| f.payload = b"hello".to_vec());
+    let wrapped = ipip(&inner, LB_ADDR, B1, LB_MAC, mac_of(B1));
+    // After decapsulation: the backend's frame addresses, the client's datagram.
+    let mut want = wrapped[..12].to_vec();
+    want.extend_from_slice(&[0x08, 0x00]);
+    want.extend_from_slice(&inner.bytes()[14..]);
+    let tagged = inner.with(|f| f.vlan = Some(7));
+    let wrapped_tagged = ipip(&tagged, LB_ADDR, B1, LB_MAC, mac_of(B1));
+    let mut want_tagged = wrapped_tagged[..18].to_vec();
+    want_tagged.extend_from_slice(&tagged.bytes()[18..]);
+    let mut short = wrapped[..14 + 20 + 8].to_vec();
+    short[16..18].copy_from_slice(&28u16.to_be_bytes());
+
+    let cases: Vec<(&str, Vec<u8>, Vec<u8>, DecapCounter)> = vec![
+        ("IPIP: outer header removed", wrapped.clone(), want, DecapCounter::Decapsulated),
+        ("802.1Q IPIP: outer header removed, tag kept", wrapped_tagged, want_tagged, DecapCounter::Decapsulated),
+        ("plain TCP: untouched", inner.bytes(), inner.bytes(), DecapCounter::Passed),
+        ("IPIP too short for an inner header: untouched", short.clone(), short, DecapCounter::Malformed),
+    ];
+    let prog = program(&mut ebpf, program_names::DECAP).unwrap();
+    let prog: &Xdp = prog;
+    let mut failed = Vec::new();
+    let mut seen = HashMap::new();
+    for (name, input, want, counter) in &cases {
+        let r = run_xdp(prog, input, 1);
+        let ok = r.action == XDP_PASS && &r.output == want;
+        println!("{name:<58} {}", if ok { "ok" } else { "FAILED" });
+        if !ok {
+            failed.push(format!("{name}: {} {}\n want {}", action_name(r.action), hex(&r.output), hex(want)));
+        }
+        *seen.entry(*counter).or_insert(0u64) += 1;
+    }
+    let map: aya::maps::PerCpuArray<_, u64> =
+        aya::maps::PerCpuArray::try_from(ebpf.map(lb_common::map_names::DECAP_COUNTERS).unwrap()).unwrap();
+    for c in DecapCounter::ALL {
+        let total: u64 = map.get(&(*c as u32), 0).unwrap().iter().sum();
+        assert_eq!(total, seen.get(c).copied().unwrap_or(0), "decap counter {}", c.name());
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
