@@ -111,6 +111,8 @@ impl DaemonHandle {
 pub struct Options {
     /// The interface served (shown in the status).
     pub interface: String,
+    /// How the program is attached (`native`, `skb`), shown in the status.
+    pub xdp_mode: Option<String>,
     /// Where to keep the ids of VIPs and backends across restarts (next to the pinned maps);
     /// `None` keeps them in memory only.
     pub ids_file: Option<PathBuf>,
@@ -429,6 +431,7 @@ impl Writer {
         StatusView {
             version: env!("CARGO_PKG_VERSION").into(),
             interface: self.options.interface.clone(),
+            xdp_mode: self.options.xdp_mode.clone(),
             config: self.config.source.display().to_string(),
             uptime_secs: self.started.elapsed().as_secs(),
             vips: self.state.vips.len(),

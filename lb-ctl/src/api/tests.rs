@@ -64,7 +64,11 @@ impl Daemon {
         let socket = socket_path(dir.path());
         let listener = bind_unix(&socket).unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let options = Options { interface: "test0".into(), ids_file: Some(dir.path().join("ids.json")) };
+        let options = Options {
+            interface: "test0".into(),
+            xdp_mode: None,
+            ids_file: Some(dir.path().join("ids.json")),
+        };
         let dp: Box<dyn Dataplane> = Box::new(fake.clone());
         let task = tokio::spawn(async move {
             daemon::run(config, dp, options, listener, None, async {

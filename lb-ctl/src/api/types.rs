@@ -109,6 +109,7 @@ pub struct StatsView {
 pub struct StatusView {
     pub version: String,
     pub interface: String,
+    pub xdp_mode: Option<String>,
     pub config: String,
     pub uptime_secs: u64,
     pub vips: usize,

@@ -170,6 +170,9 @@ pub struct State {
 /// id it had: connection-table entries name backends by id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IdSnapshot {
+    /// Ring size the maps were written with (a restart with another one cannot reuse them).
+    #[serde(default)]
+    pub ring_size: Option<u32>,
     pub vips: Vec<SavedVip>,
     pub vip_ids: IdAllocator,
     pub backend_ids: IdAllocator,
@@ -278,6 +281,7 @@ impl State {
     /// The ids in use, to save.
     pub fn id_snapshot(&self) -> IdSnapshot {
         IdSnapshot {
+            ring_size: Some(self.ring_size),
             vips: self
                 .vips
                 .iter()
