@@ -9,7 +9,7 @@ pub const BACKEND_NONE: u32 = u32::MAX;
 pub const BACKEND_ACTIVE: u8 = 1;
 
 /// BACKENDS map value. `port` is in network byte order.
-#[repr(C)]
+#[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Backend {
     pub addr: IpBytes,

@@ -9,6 +9,9 @@ pub struct DataplaneConfig {
     pub ring_size: u32,
     /// Seed mixed into the flow hash.
     pub hash_seed: u32,
+    /// How long a CPU reuses a next-hop (FIB + neighbour) lookup result, in milliseconds.
+    /// 0 looks up every packet. See `nexthop::NextHop`.
+    pub nexthop_ttl_ms: u32,
 }
 
 /// PORT_FLAGS bits, indexed by L4 port (host order). They let the program skip the VIPS and

@@ -4,7 +4,7 @@ use crate::IpBytes;
 
 /// A flow's 5-tuple as it appears on the wire (ports in network byte order).
 /// FLOWS keys use the client → VIP direction; REVERSE_FLOWS keys the backend → client one.
-#[repr(C)]
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
     pub src: IpBytes,
@@ -25,7 +25,7 @@ pub struct FlowEntry {
 }
 
 /// REVERSE_FLOWS value: the VIP a NAT reply must appear to come from.
-#[repr(C)]
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReverseEntry {
     pub vip_addr: IpBytes,

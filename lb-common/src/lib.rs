@@ -11,6 +11,7 @@ pub mod config;
 pub mod csum;
 pub mod flow;
 pub mod hash;
+pub mod nexthop;
 pub mod stats;
 pub mod vip;
 
@@ -30,6 +31,7 @@ pub mod map_names {
     pub const VIP_STATS: &str = "VIP_STATS";
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
     pub const DECAP_COUNTERS: &str = "DECAP_COUNTERS";
+    pub const NEXT_HOPS: &str = "NEXT_HOPS";
 }
 
 /// Program names (the `#[xdp]` function names) in the two objects.
@@ -55,6 +57,10 @@ pub mod limits {
     pub const DEFAULT_RINGS_ENTRIES: u32 = MAX_VIPS * DEFAULT_RING_SIZE;
     /// Default connection-table size (LRU: the oldest flows are evicted when it is full).
     pub const DEFAULT_FLOWS: u32 = 262_144;
+    /// Default time a next-hop lookup result is reused (ms).
+    pub const DEFAULT_NEXTHOP_TTL_MS: u32 = 1000;
+    /// Next-hop cache entries per CPU.
+    pub const NEXT_HOPS: u32 = 16384;
     /// Number of L4 ports: PORT_FLAGS is indexed by port.
     pub const PORTS: u32 = 65536;
 }
@@ -73,18 +79,24 @@ pub mod ip_proto {
 }
 
 /// Addresses are stored as 16 bytes in network order: IPv4 in the first 4, the rest zero,
-/// so the same layouts serve IPv6.
+/// so the same layouts serve IPv6. The structs holding them are over-aligned (`align(4)` or
+/// `align(8)`) so the XDP program copies and compares keys in words: byte-aligned keys make
+/// LLVM's BPF backend call byte-at-a-time memset/memcpy loops on the packet path.
 pub type IpBytes = [u8; 16];
 
 /// An IPv4 address (network-order bytes) widened to the 16-byte map form.
 #[inline(always)]
 pub const fn ipv4_bytes(octets: [u8; 4]) -> IpBytes {
-    let mut out = [0u8; 16];
-    out[0] = octets[0];
-    out[1] = octets[1];
-    out[2] = octets[2];
-    out[3] = octets[3];
-    out
+    // Built from words, not bytes: see the note on IpBytes.
+    let words = [u32::from_ne_bytes(octets), 0, 0, 0];
+    // SAFETY: [u32; 4] and [u8; 16] have the same size, and every bit pattern is valid.
+    unsafe { core::mem::transmute::<[u32; 4], IpBytes>(words) }
+}
+
+/// The IPv4 address (network-order bytes) held in a 16-byte map address.
+#[inline(always)]
+pub const fn ipv4_octets(addr: &IpBytes) -> [u8; 4] {
+    [addr[0], addr[1], addr[2], addr[3]]
 }
 
 /// Implements `aya::Pod` for map types in userspace builds.

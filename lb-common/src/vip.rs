@@ -2,7 +2,7 @@
 use crate::IpBytes;
 
 /// VIPS map key: (address, port, protocol). `port` is in network byte order.
-#[repr(C)]
+#[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VipKey {
     pub addr: IpBytes,
@@ -28,7 +28,7 @@ pub mod hash_mode {
 }
 
 /// VIPS map value.
-#[repr(C)]
+#[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipInfo {
     /// Index of this VIP's ring in RINGS and of its counters in VIP_STATS.

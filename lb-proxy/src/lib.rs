@@ -1,1 +1,30 @@
-//! lb-proxy
+//! lb-proxy: the userspace L7 (HTTP) and TCP proxy for the targets the XDP data plane does not
+//! serve (`protocol = "http"` VIPs, and TCP VIPs with `forwarding = "proxy"`). A library: the
+//! `lb-ctl` daemon runs it in-process, sharing its config, health checker and backend state;
+//! `lb-ctl proxy` runs it without XDP.
+//!
+//! Start with [`Proxy::start`] (or [`Proxy::start_with_listeners`] for sockets bound by the
+//! caller), then steer it through the [`ProxyHandle`].
+mod backend;
+mod balance;
+pub mod config;
+mod error;
+mod http;
+mod limits;
+mod outlier;
+mod pool;
+mod proxy;
+mod proxy_protocol;
+mod relay;
+mod shutdown;
+pub mod stats;
+mod tcp;
+mod vip;
+
+pub use config::{
+    BackendSpec, Balance, ForwardedHeaders, HashKey, Limits, Mode, Outlier, ProxyProtocol,
+    ProxyVipSpec, Retries, Timeouts,
+};
+pub use error::ProxyError;
+pub use proxy::{Proxy, ProxyHandle, serve};
+pub use stats::{BackendStats, VipStats};

@@ -6,16 +6,17 @@
 use std::collections::HashMap;
 
 use aya::programs::Xdp;
-use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend};
-use lb_common::config::{DataplaneConfig, port_flags};
+use lb_common::backend::BACKEND_NONE;
+use lb_common::config::port_flags;
 use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::{Counter, DecapCounter};
-use lb_common::vip::{VipInfo, VipKey, forwarding, hash_mode};
-use lb_common::{family, ip_proto, ipv4_bytes, program_names};
+use lb_common::vip::VipInfo;
+use lb_common::{ip_proto, ipv4_bytes, program_names};
 use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
 use lb_ctl::dataplane::maps::AyaDataplane;
-use lb_tests::netns::{Netns, ifindex};
+use lb_tests::fixture::*;
+use lb_tests::netns::ifindex;
 use lb_tests::packets::{Frame, L4, Mac, ipip, patch_ipv4, verify_checksums};
 use lb_tests::privileges::require_root;
 use lb_tests::testrun::{RunResult, action_name, run_xdp};
@@ -24,138 +25,6 @@ const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
-
-const RING: u32 = 13;
-const SEED: u32 = 0x5eed;
-
-const LB_MAC: Mac = [2, 0, 0, 0, 0, 1];
-const LB_MAC_H: Mac = [2, 0, 0, 0, 1, 1];
-const CLIENT: [u8; 4] = [192, 0, 2, 7];
-const CLIENT_MAC: Mac = [2, 0, 0, 0, 0, 7];
-const CLIENT2: [u8; 4] = [192, 0, 2, 8];
-const LB_ADDR: [u8; 4] = [198, 51, 100, 1];
-const B1: [u8; 4] = [198, 51, 100, 11];
-const B2: [u8; 4] = [198, 51, 100, 12];
-const B_FAR: [u8; 4] = [198, 51, 100, 140];
-const B_NO_NEIGH: [u8; 4] = [198, 51, 100, 60];
-const B_NO_NEIGH_DSR: [u8; 4] = [198, 51, 100, 61];
-const B_NO_ROUTE: [u8; 4] = [203, 0, 113, 99];
-
-fn mac_of(addr: [u8; 4]) -> Mac {
-    [2, 0, 0, 0, if addr[3] >= 128 { 1 } else { 0 }, addr[3] % 128]
-}
-
-/// The namespace the FIB lookups run in: g0 faces clients and most backends, h0 one more
-/// backend (for redirects). Neighbours are static.
-fn lab() -> Netns {
-    let ns = Netns::new("gold");
-    for (dev, peer, mac, addrs) in [
-        ("g0", "g1", "02:00:00:00:00:01", vec!["192.0.2.1/24", "198.51.100.1/25"]),
-        ("h0", "h1", "02:00:00:00:01:01", vec!["198.51.100.129/25"]),
-    ] {
-        ns.exec(&["ip", "link", "add", dev, "type", "veth", "peer", "name", peer]);
-        ns.exec(&["ip", "link", "set", dev, "address", mac]);
-        for addr in addrs {
-            ns.exec(&["ip", "addr", "add", addr, "dev", dev]);
-        }
-        ns.exec(&["ip", "link", "set", dev, "up"]);
-        ns.exec(&["ip", "link", "set", peer, "up"]);
-    }
-    for (addr, dev) in [(CLIENT, "g0"), (CLIENT2, "g0"), (B1, "g0"), (B2, "g0"), (B_FAR, "h0")] {
-        let a = format!("{}.{}.{}.{}", addr[0], addr[1], addr[2], addr[3]);
-        let m = mac_of(addr);
-        let m = format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
-        ns.exec(&["ip", "neigh", "replace", &a, "lladdr", &m, "dev", dev, "nud", "permanent"]);
-    }
-    ns.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-    ns
-}
-
-struct Vip {
-    addr: [u8; 4],
-    port: u16,
-    protocol: u8,
-    forwarding: u8,
-    hash: u8,
-    /// (backend id, address, port)
-    backends: Vec<(u32, [u8; 4], u16)>,
-}
-
-fn vips() -> Vec<Vip> {
-    let tcp = |addr, forwarding, backends| Vip {
-        addr,
-        port: 80,
-        protocol: ip_proto::TCP,
-        forwarding,
-        hash: hash_mode::CLIENT_IP,
-        backends,
-    };
-    vec![
-        tcp([203, 0, 113, 10], forwarding::NAT, vec![(0, B1, 8080), (1, B2, 8080)]),
-        Vip {
-            addr: [203, 0, 113, 10],
-            port: 53,
-            protocol: ip_proto::UDP,
-            forwarding: forwarding::NAT,
-            hash: hash_mode::FLOW,
-            backends: vec![(2, B1, 5353), (3, B2, 5353)],
-        },
-        tcp([203, 0, 113, 20], forwarding::DSR_IPIP, vec![(4, B1, 80)]),
-        tcp([203, 0, 113, 30], forwarding::NAT, vec![]),
-        tcp([203, 0, 113, 40], forwarding::NAT, vec![(5, B_FAR, 8080)]),
-        tcp([203, 0, 113, 50], forwarding::NAT, vec![(6, B_NO_NEIGH, 8080)]),
-        tcp([203, 0, 113, 51], forwarding::DSR_IPIP, vec![(7, B_NO_NEIGH_DSR, 80)]),
-        tcp([203, 0, 113, 52], forwarding::NAT, vec![(8, B_NO_ROUTE, 8080)]),
-        Vip { hash: hash_mode::FLOW, ..tcp([203, 0, 113, 60], forwarding::NAT, vec![(9, B1, 8080), (10, B2, 8080)]) },
-    ]
-}
-
-fn vip_key(v: &Vip) -> VipKey {
-    VipKey { addr: ipv4_bytes(v.addr), port: v.port.to_be(), protocol: v.protocol, family: family::IPV4 }
-}
-
-/// Writes every VIP, backend and ring through the map writer. Rings alternate between a VIP's
-/// backends slot by slot, so the slot a hash picks decides the backend.
-fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
-    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED }).unwrap();
-    let mut flags: HashMap<u16, u32> = HashMap::new();
-    for (id, v) in vips.iter().enumerate() {
-        let info = VipInfo {
-            id: id as u32,
-            forwarding: v.forwarding,
-            hash: v.hash,
-            _pad: [0; 2],
-            encap_source: ipv4_bytes(LB_ADDR),
-        };
-        dp.upsert_vip(vip_key(v), info).unwrap();
-        let tcp = v.protocol == ip_proto::TCP;
-        *flags.entry(v.port).or_default() |= if tcp { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
-        for &(bid, addr, port) in &v.backends {
-            let backend = Backend { addr: ipv4_bytes(addr), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE };
-            dp.upsert_backend(bid, backend).unwrap();
-            if v.forwarding == forwarding::NAT {
-                *flags.entry(port).or_default() |=
-                    if tcp { port_flags::NAT_BACKEND_TCP } else { port_flags::NAT_BACKEND_UDP };
-            }
-        }
-        let ring: Vec<u32> = (0..RING as usize)
-            .map(|slot| match v.backends.len() {
-                0 => BACKEND_NONE,
-                n => v.backends[slot % n].0,
-            })
-            .collect();
-        dp.write_ring(id as u32, &ring).unwrap();
-    }
-    for (port, f) in flags {
-        dp.set_port_flags(port, f).unwrap();
-    }
-}
-
-/// The backend (address, port) a ring of alternating backends gives for this hash.
-fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
-    let (_, addr, port) = v.backends[(hash % RING) as usize % v.backends.len()];
-    (addr, port)
-}
 
 struct Case {
     name: &'static str,

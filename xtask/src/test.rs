@@ -1,3 +1,16 @@
+//! `cargo xtask test`: setup when needed, then every suite. The root suites (golden packets,
+//! end to end) run one test at a time: they share the kernel's network state.
+use crate::util::{cmd, is_root, step};
+
 pub fn run() -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+    crate::setup::run()?;
+    if !is_root() {
+        println!("note: not root: the golden-packet and end-to-end suites will print SKIPPED");
+    }
+    step("unit suites (every crate but the root suites)");
+    cmd("cargo", &["test", "--workspace", "--exclude", "lb-tests"])?;
+    step("root suites: golden packets through the real XDP programs, namespace end to end");
+    cmd("cargo", &["test", "-p", "lb-tests", "--", "--test-threads=1"])?;
+    println!("all suites passed");
+    Ok(())
 }

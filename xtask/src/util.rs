@@ -1,1 +1,32 @@
-//! Shared helpers for tasks.
+//! Running commands and saying what is being done.
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, bail};
+
+/// Prints a step the task is taking.
+pub fn step(what: &str) {
+    println!("==> {what}");
+}
+
+/// Runs a command with inherited output; fails if it fails.
+pub fn cmd(program: &str, args: &[&str]) -> anyhow::Result<()> {
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .with_context(|| format!("starting {program}"))?;
+    if !status.success() {
+        bail!("{program} {} failed: {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Runs a command quietly and returns its stdout if it succeeded.
+pub fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether the current user is root.
+pub fn is_root() -> bool {
+    output("id", &["-u"]).is_some_and(|uid| uid.trim() == "0")
+}

@@ -53,6 +53,9 @@ pub struct DaemonSettings {
     pub flow_table_size: u32,
     /// Seed of the flow hash. Changing it re-places every flow that is not in the connection table.
     pub hash_seed: u32,
+    /// How long the data plane reuses a next-hop (route + neighbour) lookup, in ms; 0 looks
+    /// up every packet.
+    pub nexthop_ttl_ms: u32,
     /// What a VIP does when none of its backends is healthy (a VIP may override it).
     pub all_down: AllDownPolicy,
 }
@@ -65,6 +68,7 @@ impl Default for DaemonSettings {
             ring_size: lb_common::limits::DEFAULT_RING_SIZE,
             flow_table_size: lb_common::limits::DEFAULT_FLOWS,
             hash_seed: 0,
+            nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
             all_down: AllDownPolicy::Forward,
         }
     }

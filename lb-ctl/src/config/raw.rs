@@ -22,6 +22,7 @@ pub(super) struct RawDaemon {
     pub ring_size: Option<Spanned<i64>>,
     pub flow_table_size: Option<Spanned<i64>>,
     pub hash_seed: Option<Spanned<i64>>,
+    pub nexthop_ttl: Option<Spanned<String>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,
 }
 

@@ -20,6 +20,7 @@ fn example_file_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example");
     let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.vips.len(), 3);
+    assert_eq!(c.daemon.nexthop_ttl_ms, 1000);
     let web = &c.vips[0];
     assert_eq!(web.name.as_deref(), Some("web"));
     assert_eq!(web.backends.len(), 3);
@@ -242,6 +243,11 @@ fn bad_files_give_exact_messages() {
             &[
                 "lb.toml:2: daemon: api_tcp 0.0.0.0:9180 is not a loopback address; the API has no authentication, set api_tcp_allow_remote = true to expose it anyway",
             ],
+        ),
+        (
+            "next-hop cache too long",
+            "[daemon]\nnexthop_ttl = \"2h\"\n".into(),
+            &["lb.toml:2: daemon: nexthop_ttl must be at most 1h"],
         ),
         (
             "relative socket path",

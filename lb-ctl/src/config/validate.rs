@@ -151,6 +151,13 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
     {
         out.hash_seed = v as u32;
     }
+    if let Some(s) = &d.nexthop_ttl {
+        match parse_duration(s.get_ref()) {
+            Ok(ttl) if ttl <= Duration::from_secs(3600) => out.nexthop_ttl_ms = ttl.as_millis() as u32,
+            Ok(_) => c.error(s.span(), "daemon: nexthop_ttl must be at most 1h"),
+            Err(e) => c.error(s.span(), format!("daemon: nexthop_ttl {:?}: {e}", s.get_ref())),
+        }
+    }
     if let Some(s) = &d.all_down {
         out.all_down = *s.get_ref();
     }

@@ -88,7 +88,11 @@ impl MapContents {
     /// The map contents of `state`. VIPs served by the userspace proxy have none.
     pub fn of(state: &State) -> MapContents {
         let mut out = MapContents {
-            config: DataplaneConfig { ring_size: state.ring_size, hash_seed: state.hash_seed },
+            config: DataplaneConfig {
+                ring_size: state.ring_size,
+                hash_seed: state.hash_seed,
+                nexthop_ttl_ms: state.nexthop_ttl_ms,
+            },
             ..MapContents::default()
         };
         for v in state.vips.iter().filter(|v| v.forwarding.is_xdp()) {

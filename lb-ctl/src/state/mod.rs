@@ -161,6 +161,7 @@ impl VipState {
 pub struct State {
     pub ring_size: u32,
     pub hash_seed: u32,
+    pub nexthop_ttl_ms: u32,
     pub vips: Vec<VipState>,
     vip_ids: IdAllocator,
     backend_ids: IdAllocator,
@@ -192,6 +193,7 @@ impl Default for State {
         State {
             ring_size: lb_common::limits::DEFAULT_RING_SIZE,
             hash_seed: 0,
+            nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
             vips: Vec::new(),
             vip_ids: IdAllocator::new(MAX_VIPS),
             backend_ids: IdAllocator::new(MAX_BACKENDS),
@@ -272,6 +274,7 @@ impl State {
         Ok(State {
             ring_size: config.daemon.ring_size,
             hash_seed: config.daemon.hash_seed,
+            nexthop_ttl_ms: config.daemon.nexthop_ttl_ms,
             vips,
             vip_ids,
             backend_ids,

@@ -4,7 +4,7 @@
 use aya_ebpf::bindings::xdp_action::XDP_DROP;
 use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
 use aya_ebpf::programs::XdpContext;
-use lb_common::csum;
+use lb_common::{csum, ipv4_octets};
 use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
@@ -36,9 +36,8 @@ pub fn balance_ipip(
     };
     // Counted as the client sent it, before the outer header is added.
     let bytes = packet_len(ctx);
-    let backend = choice.backend.addr;
-    let outer_dst = [backend[0], backend[1], backend[2], backend[3]];
-    let outer_src = [vip.encap_source[0], vip.encap_source[1], vip.encap_source[2], vip.encap_source[3]];
+    let outer_dst = ipv4_octets(&choice.backend.addr);
+    let outer_src = ipv4_octets(&vip.encap_source);
     let outer_len = inner_len.wrapping_add(IPV4_LEN as u16);
     let (ifindex, smac, dmac) =
         match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len) {

@@ -5,13 +5,14 @@ use aya_ebpf::bindings::{
     BPF_FIB_LKUP_RET_FRAG_NEEDED, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS,
     bpf_fib_lookup,
 };
-use aya_ebpf::helpers::generated::{bpf_fib_lookup as fib_lookup, bpf_redirect};
+use aya_ebpf::helpers::generated::{bpf_fib_lookup as fib_lookup, bpf_ktime_get_ns, bpf_redirect};
 use aya_ebpf::programs::XdpContext;
 use aya_ebpf::EbpfContext;
+use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::Counter;
 use network_types::eth::EthHdr;
 
-use crate::Verdict;
+use crate::{Verdict, maps};
 use crate::parse::ptr_at;
 
 const AF_INET: u8 = 2;
@@ -27,7 +28,8 @@ pub enum Route {
     NoRoute,
 }
 
-/// What the kernel's FIB says about an IPv4 packet `src → dst` of `tot_len` bytes.
+/// Where an IPv4 packet `src → dst` of `tot_len` bytes goes: this CPU's cached answer while it
+/// is fresh and the packet is no larger than one the route already accepted, else the FIB's.
 #[inline(always)]
 pub fn lookup(
     ctx: &XdpContext,
@@ -37,8 +39,41 @@ pub fn lookup(
     tos: u8,
     tot_len: u16,
 ) -> Route {
-    // SAFETY: bpf_fib_lookup is plain old data; zero is a valid value for every field.
-    let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
+    let key = NextHopKey { src, dst, ingress_ifindex: ctx.ingress_ifindex() as u32, tos, _pad: [0; 3] };
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let cached = maps::next_hop(&key).filter(|hop| hop.expires_ns > now);
+    if let Some(hop) = cached
+        && tot_len <= hop.max_len
+    {
+        return Route::Out { ifindex: hop.ifindex, smac: hop.smac, dmac: hop.dmac };
+    }
+    let route = fib(ctx, src, dst, protocol, tos, tot_len);
+    let ttl_ms = maps::config().map_or(0, |c| c.nexthop_ttl_ms);
+    if let Route::Out { ifindex, smac, dmac } = route
+        && ttl_ms != 0
+    {
+        let max_len = match cached {
+            Some(hop) if hop.ifindex == ifindex && hop.max_len > tot_len => hop.max_len,
+            _ => tot_len,
+        };
+        let expires_ns = now + ttl_ms as u64 * 1_000_000;
+        maps::remember_next_hop(&key, &NextHop { ifindex, max_len, smac, dmac, _pad: [0; 6], expires_ns });
+    }
+    route
+}
+
+/// What the kernel's FIB says about an IPv4 packet `src → dst` of `tot_len` bytes.
+#[inline(always)]
+fn fib(
+    ctx: &XdpContext,
+    src: [u8; 4],
+    dst: [u8; 4],
+    protocol: u8,
+    tos: u8,
+    tot_len: u16,
+) -> Route {
+    let mut params = zeroed_params();
     params.family = AF_INET;
     params.l4_protocol = protocol;
     params.__bindgen_anon_1.tot_len = tot_len;
@@ -65,6 +100,21 @@ pub fn lookup(
         BPF_FIB_LKUP_RET_FRAG_NEEDED => Route::TooBig,
         _ => Route::NoRoute,
     }
+}
+
+/// A zeroed `bpf_fib_lookup`, written as sixteen volatile words: plain zeroing is merged by
+/// LLVM into a memset that the BPF backend turns into a call to a byte-at-a-time loop.
+#[inline(always)]
+fn zeroed_params() -> bpf_fib_lookup {
+    const WORDS: usize = core::mem::size_of::<bpf_fib_lookup>() / 4;
+    let mut raw = core::mem::MaybeUninit::<bpf_fib_lookup>::uninit();
+    let words = raw.as_mut_ptr() as *mut u32;
+    for i in 0..WORDS {
+        // SAFETY: in bounds of `raw`, which is 4-byte aligned.
+        unsafe { words.add(i).write_volatile(0) };
+    }
+    // SAFETY: every byte was written; all-zero is a valid bpf_fib_lookup.
+    unsafe { raw.assume_init() }
 }
 
 /// Writes the next hop's MAC addresses and sends the frame.

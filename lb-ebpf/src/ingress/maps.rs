@@ -2,11 +2,12 @@
 //! reads as questions and answers rather than map plumbing. Userspace writes every map except
 //! FLOWS, REVERSE_FLOWS and the statistics, which only this program writes.
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::{Array, HashMap, LruHashMap, PerCpuArray};
+use aya_ebpf::maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray};
 use lb_common::backend::Backend;
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RINGS_ENTRIES, MAX_BACKENDS, MAX_VIPS, PORTS};
+use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
@@ -26,6 +27,8 @@ static FLOWS: LruHashMap<FlowKey, FlowEntry> =
 #[map]
 static REVERSE_FLOWS: LruHashMap<FlowKey, ReverseEntry> =
     LruHashMap::with_max_entries(DEFAULT_FLOWS, BPF_F_NO_COMMON_LRU);
+#[map]
+static NEXT_HOPS: LruPerCpuHashMap<NextHopKey, NextHop> = LruPerCpuHashMap::with_max_entries(lb_common::limits::NEXT_HOPS, 0);
 #[map]
 static PORT_FLAGS: Array<u32> = Array::with_max_entries(PORTS, 0);
 #[map]
@@ -110,4 +113,16 @@ pub fn reverse_flow(key: &FlowKey) -> Option<&'static ReverseEntry> {
 pub fn record_reverse_flow(key: &FlowKey, entry: &ReverseEntry) {
     // A lost reverse entry only means replies pass unrewritten; nothing more to do on failure.
     let _ = REVERSE_FLOWS.insert(key, entry, 0);
+}
+
+#[inline(always)]
+pub fn next_hop(key: &NextHopKey) -> Option<&'static NextHop> {
+    // SAFETY: this CPU's own copy of the value.
+    unsafe { NEXT_HOPS.get(key) }
+}
+
+#[inline(always)]
+pub fn remember_next_hop(key: &NextHopKey, hop: &NextHop) {
+    // A lost entry only costs a lookup on the next packet.
+    let _ = NEXT_HOPS.insert(key, hop, 0);
 }

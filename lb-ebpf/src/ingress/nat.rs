@@ -5,7 +5,7 @@ use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum::{replace16, replace32, udp_fixup};
 use lb_common::flow::ReverseEntry;
-use lb_common::ip_proto;
+use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 
@@ -40,7 +40,7 @@ pub fn balance_nat(
         Err(verdict) => return verdict,
     };
     let backend = choice.backend;
-    let backend_addr = [backend.addr[0], backend.addr[1], backend.addr[2], backend.addr[3]];
+    let backend_addr = ipv4_octets(&backend.addr);
     if choice.placed {
         maps::record_reverse_flow(
             &flow_key(backend_addr, client, backend.port, client_port, protocol),
@@ -69,7 +69,7 @@ pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntr
     if ttl <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
-    let vip_addr = [reverse.vip_addr[0], reverse.vip_addr[1], reverse.vip_addr[2], reverse.vip_addr[3]];
+    let vip_addr = ipv4_octets(&reverse.vip_addr);
     rewrite(pkt, End::Source, vip_addr, reverse.vip_port);
     maps::count(Counter::NatReply);
     route_and_send(ctx, pkt, vip_addr, client)

@@ -1,0 +1,67 @@
+//! Library errors.
+use std::io;
+use std::net::SocketAddr;
+
+/// Errors of the proxy's public API.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// Binding a VIP's listener failed.
+    #[error("cannot listen on {addr} for VIP {vip:?}: {source}")]
+    Bind {
+        vip: String,
+        addr: SocketAddr,
+        source: io::Error,
+    },
+    /// Two specs (or a spec and a running VIP) have the same name.
+    #[error("VIP {0:?} is defined twice")]
+    DuplicateVip(String),
+    /// No VIP of that name is served by this proxy.
+    #[error("no proxy VIP named {0:?}")]
+    UnknownVip(String),
+    /// The VIP has no backend at that address.
+    #[error("VIP {vip:?} has no backend {addr}")]
+    UnknownBackend { vip: String, addr: SocketAddr },
+    /// A spec that cannot be served (e.g. a header hash key on a TCP VIP).
+    #[error("invalid spec for VIP {vip:?}: {reason}")]
+    InvalidSpec { vip: String, reason: String },
+}
+
+/// Why a request could not be forwarded; each maps to one client-facing status.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpstreamError {
+    /// No backend is up (all down, drained or ejected).
+    #[error("no backend available")]
+    NoBackend,
+    /// The chosen backend is at max_connections and its queue is full (or the wait timed out).
+    #[error("backend {0} is full")]
+    Full(SocketAddr),
+    /// Connecting failed (refused, unreachable, PROXY header write failed).
+    #[error("connect to {0} failed: {1}")]
+    Connect(SocketAddr, io::Error),
+    /// Connecting took longer than the connect timeout.
+    #[error("connect to {0} timed out")]
+    ConnectTimeout(SocketAddr),
+    /// The backend did not send a response head in time.
+    #[error("backend {0} did not answer in time")]
+    HeaderTimeout(SocketAddr),
+    /// The request budget (`timeouts.request`) ran out.
+    #[error("request timed out")]
+    RequestTimeout,
+    /// The backend closed or broke the connection, or sent an invalid response.
+    #[error("backend {0} failed: {1}")]
+    Http(SocketAddr, hyper::Error),
+}
+
+impl UpstreamError {
+    /// The status the client gets.
+    pub(crate) fn status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
+        match self {
+            UpstreamError::NoBackend | UpstreamError::Full(_) => S::SERVICE_UNAVAILABLE,
+            UpstreamError::Connect(..) | UpstreamError::Http(..) => S::BAD_GATEWAY,
+            UpstreamError::ConnectTimeout(_)
+            | UpstreamError::HeaderTimeout(_)
+            | UpstreamError::RequestTimeout => S::GATEWAY_TIMEOUT,
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! One request: validate, rewrite, pick a backend, send (retrying where safe), stream back.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, header};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+
+use super::body::{InFlight, ProxyBody, UpstreamBody};
+use super::headers::{self, cookie, is_upgrade};
+use super::respond::error_response;
+use super::sniff::Conflicts;
+use super::upgrade;
+use crate::backend::Backend;
+use crate::config::{Balance, HashKey};
+use crate::error::UpstreamError;
+use crate::outlier::now_ms;
+use crate::pool::{Sender, UpBody, open_http};
+use crate::vip::Vip;
+
+/// What every request of one client connection shares.
+pub(crate) struct ConnCtx {
+    pub(crate) vip: Arc<Vip>,
+    pub(crate) client: SocketAddr,
+    /// `client_hash` of the client address: the consistent-hash key by default.
+    pub(crate) client_hash: u32,
+    /// The PROXY header for this client's backend connections, if the VIP sends one.
+    pub(crate) proxy_header: Option<Vec<u8>>,
+    /// Which request of the connection had both Content-Length and Transfer-Encoding (found
+    /// by the sniffer; hyper would silently prefer chunked): that one is refused.
+    pub(crate) conflicts: Arc<Conflicts>,
+    /// Requests seen so far on this connection (HTTP/1 serves them in order).
+    pub(crate) requests: std::sync::atomic::AtomicU64,
+    /// Upgraded tunnels outlive the HTTP connection; they are tracked and stopped with it.
+    pub(crate) tasks: crate::shutdown::Tasks,
+}
+
+pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
+    let index = ctx.requests.fetch_add(1, Relaxed);
+    if let Some(refusal) = refuse(&req, index, ctx) {
+        ctx.vip.counters.rejected.fetch_add(1, Relaxed);
+        return refusal;
+    }
+    let spec = &ctx.vip.spec;
+    let upgrade = is_upgrade(req.version(), req.headers());
+    let hash = request_hash(&spec.balance, req.headers(), ctx.client_hash);
+    let (mut parts, body) = req.into_parts();
+    let client_upgrade = if upgrade {
+        parts.extensions.remove::<OnUpgrade>()
+    } else {
+        None
+    };
+    headers::prepare_request(&mut parts, ctx.client, &spec.forwarded, upgrade);
+
+    // Only a request that can be sent again as-is may be retried after it left: idempotent
+    // and bodiless (a streamed body is gone once sent).
+    let replay =
+        (is_idempotent(&parts.method) && body.is_end_stream() && !upgrade).then(|| Replay {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            headers: parts.headers.clone(),
+        });
+    let mut up = Request::new(body.boxed());
+    *up.method_mut() = parts.method;
+    *up.uri_mut() = parts.uri;
+    *up.headers_mut() = parts.headers;
+
+    let attempt = attempts(up, replay, hash, ctx, upgrade);
+    let result = match tokio::time::timeout(spec.timeouts.request, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(UpstreamError::RequestTimeout),
+    };
+    match result {
+        Ok((resp, in_flight)) => finish_response(resp, in_flight, client_upgrade, ctx),
+        Err(e) => {
+            tracing::debug!(vip = %spec.name, client = %ctx.client, error = %e, "request failed");
+            if matches!(e, UpstreamError::NoBackend | UpstreamError::Full(_)) {
+                ctx.vip.counters.rejected.fetch_add(1, Relaxed);
+            }
+            error_response(e.status(), false)
+        }
+    }
+}
+
+struct Replay {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+impl Replay {
+    fn request(&self) -> Request<UpBody> {
+        let mut r = Request::new(
+            Empty::<Bytes>::new()
+                .map_err(|never| match never {})
+                .boxed(),
+        );
+        *r.method_mut() = self.method.clone();
+        *r.uri_mut() = self.uri.clone();
+        *r.headers_mut() = self.headers.clone();
+        r
+    }
+}
+
+/// Requests refused before any backend sees them.
+fn refuse(req: &Request<Incoming>, index: u64, ctx: &ConnCtx) -> Option<Response<ProxyBody>> {
+    let limits = &ctx.vip.spec.limits;
+    if ctx.conflicts.is_conflicting(index)
+        || (req.headers().contains_key(header::CONTENT_LENGTH)
+            && req.headers().contains_key(header::TRANSFER_ENCODING))
+    {
+        // Ambiguous framing is how requests get smuggled: never forward, close the connection.
+        return Some(error_response(StatusCode::BAD_REQUEST, true));
+    }
+    let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len())
+        + req.uri().authority().map_or(0, |a| a.as_str().len());
+    if target_len > limits.max_request_line {
+        return Some(error_response(StatusCode::URI_TOO_LONG, true));
+    }
+    // hyper enforces these for HTTP/1 while parsing; h2 heads are checked here.
+    let head_bytes: usize = req
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    if req.headers().len() > limits.max_headers || head_bytes > limits.max_header_bytes {
+        return Some(error_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            true,
+        ));
+    }
+    if req.method() == Method::CONNECT {
+        return Some(error_response(StatusCode::METHOD_NOT_ALLOWED, false));
+    }
+    None
+}
+
+fn is_idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32 {
+    let Balance::ConsistentHash { key } = balance else {
+        return client_hash;
+    };
+    let value = match key {
+        HashKey::ClientIp => None,
+        HashKey::Header(name) => headers.get(name.as_str()).map(|v| v.as_bytes()),
+        HashKey::Cookie(name) => cookie(headers, name).map(str::as_bytes),
+    };
+    value.map_or(client_hash, |v| lb_common::hash::bytes_hash(v, 0) as u32)
+}
+
+/// Tries backends until one answers with a response head, within the retry bound.
+async fn attempts(
+    req: Request<UpBody>,
+    replay: Option<Replay>,
+    hash: u32,
+    ctx: &ConnCtx,
+    upgrade: bool,
+) -> Result<(Response<Incoming>, InFlight), UpstreamError> {
+    let spec = &ctx.vip.spec;
+    let mut tried: Vec<SocketAddr> = Vec::new();
+    let mut req = Some(req);
+    let mut last = UpstreamError::NoBackend;
+    for _ in 0..=spec.retries.max {
+        let Some(out) = req.take().or_else(|| replay.as_ref().map(Replay::request)) else {
+            break;
+        };
+        let Some(backend) = ctx.vip.pick(hash, &tried) else {
+            break;
+        };
+        tried.push(backend.addr);
+        let slot = match backend.gate.admit(spec.timeouts.queue).await {
+            Ok(s) => s,
+            Err(_) => {
+                last = UpstreamError::Full(backend.addr);
+                req = Some(out);
+                continue;
+            }
+        };
+        let active = backend.begin();
+        match send(&backend, out, ctx).await {
+            Ok((resp, sender)) => {
+                if resp.status().is_server_error() {
+                    backend.counters.error();
+                    backend.outlier.record_failure(&spec.outlier, now_ms());
+                } else {
+                    backend.outlier.record_success();
+                }
+                let sender = if upgrade { None } else { Some(sender) };
+                let pool_tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
+                let in_flight = InFlight {
+                    active,
+                    slot,
+                    sender,
+                    pool_tag,
+                    outlier: spec.outlier.clone(),
+                };
+                return Ok((resp, in_flight));
+            }
+            Err((e, back)) => {
+                backend.counters.error();
+                backend.outlier.record_failure(&spec.outlier, now_ms());
+                tracing::debug!(backend = %backend.addr, error = %e, "attempt failed");
+                last = e;
+                req = back;
+            }
+        }
+    }
+    Err(last)
+}
+
+/// One attempt on one backend. On failure, the request comes back if it was never sent
+/// (so any request may be retried then).
+async fn send(
+    backend: &Arc<Backend>,
+    req: Request<UpBody>,
+    ctx: &ConnCtx,
+) -> Result<(Response<Incoming>, Sender), (UpstreamError, Option<Request<UpBody>>)> {
+    let t = &ctx.vip.spec.timeouts;
+    let tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
+    let mut req = req;
+    // Pooled connections may have been closed by the backend meanwhile; such a failure before
+    // the request was written costs nothing, so try the next one (bounded by the pool size),
+    // then a fresh connection.
+    loop {
+        let (mut sender, pooled) = match backend.pool.take(tag) {
+            Some(s) => (s, true),
+            None => match open_http(backend.addr, t.connect, ctx.proxy_header.as_deref()).await {
+                Ok(s) => (s, false),
+                Err(e) => return Err((e, Some(req))),
+            },
+        };
+        if sender.ready().await.is_err() {
+            if pooled {
+                continue;
+            }
+            return Err((UpstreamError::Connect(backend.addr, closed()), Some(req)));
+        }
+        match tokio::time::timeout(t.backend_header, sender.try_send_request(req)).await {
+            Ok(Ok(resp)) => return Ok((resp, sender)),
+            Ok(Err(mut e)) => match e.take_message() {
+                Some(back) if pooled => req = back,
+                back => return Err((UpstreamError::Http(backend.addr, e.into_error()), back)),
+            },
+            Err(_) => return Err((UpstreamError::HeaderTimeout(backend.addr), None)),
+        }
+    }
+}
+
+fn closed() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "connection closed before use",
+    )
+}
+
+fn finish_response(
+    mut resp: Response<Incoming>,
+    in_flight: InFlight,
+    client_upgrade: Option<OnUpgrade>,
+    ctx: &ConnCtx,
+) -> Response<ProxyBody> {
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(client_upgrade) = client_upgrade
+    {
+        let backend_upgrade = hyper::upgrade::on(&mut resp);
+        upgrade::spawn_tunnel(client_upgrade, backend_upgrade, in_flight, ctx);
+        let (mut parts, _) = resp.into_parts();
+        headers::prepare_response(&mut parts, true);
+        return Response::from_parts(parts, ProxyBody::empty());
+    }
+    let (mut parts, body) = resp.into_parts();
+    headers::prepare_response(&mut parts, false);
+    Response::from_parts(
+        parts,
+        ProxyBody::Upstream(UpstreamBody::new(body, in_flight)),
+    )
+}

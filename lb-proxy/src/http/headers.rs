@@ -1,0 +1,298 @@
+//! Header rewriting between client and backend: hop-by-hop headers removed (RFC 9110 §7.6.1),
+//! client information added (X-Forwarded-*, RFC 7239 `Forwarded`), h2 requests turned into
+//! HTTP/1.1 ones.
+use std::net::{IpAddr, SocketAddr};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Uri, Version, request, response};
+
+use crate::config::ForwardedHeaders;
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Whether an HTTP/1.1 request asks to switch protocols (WebSocket and the like).
+pub(crate) fn is_upgrade(version: Version, headers: &HeaderMap) -> bool {
+    version == Version::HTTP_11
+        && headers.contains_key(header::UPGRADE)
+        && connection_has(headers, "upgrade")
+}
+
+fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+    headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    })
+}
+
+/// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
+/// `Connection: upgrade` and `Upgrade`: they are what the backend must see.
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|s| s.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !(upgrade && *n == header::UPGRADE))
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for n in [
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+    ] {
+        headers.remove(n);
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+/// Turns a client request head into the one sent to a backend (always HTTP/1.1, origin-form).
+pub(crate) fn prepare_request(
+    parts: &mut request::Parts,
+    client: SocketAddr,
+    opts: &ForwardedHeaders,
+    upgrade: bool,
+) {
+    // h2 carries the host in :authority; an HTTP/1.1 backend needs a Host header.
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(v) = parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    {
+        parts.headers.insert(header::HOST, v);
+    }
+    if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = Uri::try_from(pq).unwrap_or_else(|_| Uri::from_static("/"));
+    }
+    parts.version = Version::HTTP_11;
+    remove_hop_by_hop(&mut parts.headers, upgrade);
+    add_forwarded(&mut parts.headers, client.ip(), opts);
+}
+
+fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeaders) {
+    if !opts.trust_incoming {
+        for n in [
+            X_FORWARDED_FOR,
+            X_FORWARDED_PROTO,
+            X_FORWARDED_HOST,
+            header::FORWARDED,
+        ] {
+            headers.remove(n);
+        }
+    }
+    let host = headers.get(header::HOST).cloned();
+    if opts.x_forwarded {
+        let ip = client.to_string();
+        let xff = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            Some(prev) => format!("{prev}, {ip}"),
+            None => ip,
+        };
+        if let Ok(v) = HeaderValue::from_str(&xff) {
+            headers.insert(X_FORWARDED_FOR, v);
+        }
+        if !headers.contains_key(X_FORWARDED_PROTO) {
+            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        }
+        if let (false, Some(h)) = (headers.contains_key(X_FORWARDED_HOST), &host) {
+            headers.insert(X_FORWARDED_HOST, h.clone());
+        }
+    }
+    if opts.forwarded {
+        let mut elem = match client {
+            IpAddr::V4(v4) => format!("for={v4}"),
+            // IPv6 nodes are bracketed and quoted (RFC 7239 §6).
+            IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+        };
+        if let Some(h) = host.as_ref().and_then(|h| h.to_str().ok()) {
+            if h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+            {
+                elem.push_str(";host=");
+                elem.push_str(h);
+            } else {
+                elem.push_str(&format!(";host={h:?}"));
+            }
+        }
+        elem.push_str(";proto=http");
+        let value = match headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
+            Some(prev) => format!("{prev}, {elem}"),
+            None => elem,
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(header::FORWARDED, v);
+        }
+    }
+}
+
+/// Turns a backend response head into the one sent to the client.
+pub(crate) fn prepare_response(parts: &mut response::Parts, upgrade: bool) {
+    remove_hop_by_hop(&mut parts.headers, upgrade);
+}
+
+/// The value of cookie `name` in the request's Cookie headers.
+pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|s| s.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(req: http::Request<()>) -> request::Parts {
+        req.into_parts().0
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_are_removed() {
+        let mut p = parts(
+            http::Request::get("/x")
+                .header("connection", "keep-alive, x-secret")
+                .header("keep-alive", "timeout=5")
+                .header("x-secret", "1")
+                .header("te", "trailers")
+                .header("proxy-authorization", "Basic x")
+                .header("upgrade", "h2c")
+                .header("x-kept", "yes")
+                .body(())
+                .unwrap(),
+        );
+        prepare_request(
+            &mut p,
+            "192.0.2.7:9".parse().unwrap(),
+            &ForwardedHeaders::default(),
+            false,
+        );
+        for gone in [
+            "connection",
+            "keep-alive",
+            "x-secret",
+            "te",
+            "proxy-authorization",
+            "upgrade",
+        ] {
+            assert!(!p.headers.contains_key(gone), "{gone} must be removed");
+        }
+        assert_eq!(p.headers["x-kept"], "yes");
+    }
+
+    #[test]
+    fn upgrade_keeps_its_headers() {
+        let mut p = parts(
+            http::Request::get("/ws")
+                .header("connection", "Upgrade")
+                .header("upgrade", "websocket")
+                .body(())
+                .unwrap(),
+        );
+        assert!(is_upgrade(p.version, &p.headers));
+        prepare_request(
+            &mut p,
+            "192.0.2.7:9".parse().unwrap(),
+            &ForwardedHeaders::default(),
+            true,
+        );
+        assert_eq!(p.headers["upgrade"], "websocket");
+        assert_eq!(p.headers["connection"], "upgrade");
+    }
+
+    #[test]
+    fn forwarded_headers_replace_client_copies_by_default() {
+        let mut p = parts(
+            http::Request::get("/")
+                .header("host", "example.org")
+                .header("x-forwarded-for", "6.6.6.6")
+                .header("forwarded", "for=6.6.6.6")
+                .body(())
+                .unwrap(),
+        );
+        let opts = ForwardedHeaders {
+            x_forwarded: true,
+            forwarded: true,
+            trust_incoming: false,
+        };
+        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false);
+        assert_eq!(p.headers["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(p.headers["x-forwarded-proto"], "http");
+        assert_eq!(p.headers["x-forwarded-host"], "example.org");
+        assert_eq!(
+            p.headers["forwarded"],
+            "for=192.0.2.7;host=example.org;proto=http"
+        );
+    }
+
+    #[test]
+    fn trusted_incoming_headers_are_appended_and_ipv6_quoted() {
+        let mut p = parts(
+            http::Request::get("/")
+                .header("host", "example.org")
+                .header("x-forwarded-for", "198.51.100.1")
+                .header("forwarded", "for=198.51.100.1")
+                .body(())
+                .unwrap(),
+        );
+        let opts = ForwardedHeaders {
+            x_forwarded: true,
+            forwarded: true,
+            trust_incoming: true,
+        };
+        prepare_request(&mut p, "[2001:db8::5]:9".parse().unwrap(), &opts, false);
+        assert_eq!(p.headers["x-forwarded-for"], "198.51.100.1, 2001:db8::5");
+        assert_eq!(
+            p.headers["forwarded"],
+            "for=198.51.100.1, for=\"[2001:db8::5]\";host=example.org;proto=http"
+        );
+    }
+
+    #[test]
+    fn h2_request_gets_host_and_origin_form() {
+        let mut p = parts(
+            http::Request::get("http://example.org:8080/a?b=1")
+                .version(Version::HTTP_2)
+                .body(())
+                .unwrap(),
+        );
+        let opts = ForwardedHeaders {
+            x_forwarded: false,
+            ..Default::default()
+        };
+        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false);
+        assert_eq!(p.headers["host"], "example.org:8080");
+        assert_eq!(p.uri, "/a?b=1");
+        assert_eq!(p.version, Version::HTTP_11);
+        assert!(!p.headers.contains_key("x-forwarded-for"));
+    }
+
+    #[test]
+    fn cookie_lookup() {
+        let mut h = HeaderMap::new();
+        h.append("cookie", HeaderValue::from_static("a=1; session=abc"));
+        h.append("cookie", HeaderValue::from_static("z=9"));
+        assert_eq!(cookie(&h, "session"), Some("abc"));
+        assert_eq!(cookie(&h, "z"), Some("9"));
+        assert_eq!(cookie(&h, "nope"), None);
+    }
+}

@@ -1,0 +1,152 @@
+//! Accepting and serving client connections of an HTTP VIP.
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use super::forward::{ConnCtx, handle};
+use super::respond::BUSY_RESPONSE;
+use super::sniff::{Conflicts, Sniffer};
+use crate::balance::ip_bytes;
+use crate::proxy_protocol;
+use crate::shutdown::Tasks;
+use crate::vip::Vip;
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Accepts until `stop`, serving each connection in its own tracked task.
+pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks) {
+    let mut stop = tasks.stop.clone();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let (stream, client) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                tracing::warn!(vip = %vip.spec.name, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Some(permit) = vip.conn_limit.try_admit() else {
+            vip.counters.rejected.fetch_add(1, Relaxed);
+            tasks.tracker.spawn(refuse_busy(stream));
+            continue;
+        };
+        let vip = vip.clone();
+        let conn_tasks = tasks.clone();
+        tasks.tracker.spawn(async move {
+            vip.counters.client_connections.fetch_add(1, Relaxed);
+            serve_connection(stream, client, &vip, conn_tasks).await;
+            vip.counters.client_connections.fetch_sub(1, Relaxed);
+            drop(permit);
+        });
+    }
+}
+
+async fn refuse_busy(mut stream: TcpStream) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY_RESPONSE)).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks) {
+    let _ = stream.set_nodelay(true);
+    let spec = &vip.spec;
+    let h2 =
+        match tokio::time::timeout(spec.timeouts.client_header, starts_with_h2_preface(&stream))
+            .await
+        {
+            Ok(Ok(h2)) => h2,
+            // Silent or gone before sending anything.
+            _ => return,
+        };
+    let conflicts = Conflicts::new();
+    let ctx = Arc::new(ConnCtx {
+        vip: vip.clone(),
+        client,
+        client_hash: lb_common::hash::client_hash(&ip_bytes(client.ip()), 0),
+        proxy_header: proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr),
+        conflicts: conflicts.clone(),
+        requests: AtomicU64::new(0),
+        tasks: tasks.clone(),
+    });
+    let svc = service_fn(move |req| {
+        let ctx = ctx.clone();
+        async move { Ok::<_, Infallible>(handle(req, &ctx).await) }
+    });
+    let mut stop = tasks.stop.clone();
+    let mut force = tasks.force.clone();
+    // Serves until done; on stop, finishes in-flight requests (graceful), on force, drops.
+    macro_rules! drive {
+        ($conn:expr) => {{
+            let conn = $conn;
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => { log_end(r); return; }
+                _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+            }
+            tokio::select! {
+                r = conn.as_mut() => log_end(r),
+                _ = force.wait_for(|f| *f) => {}
+            }
+        }};
+    }
+    if h2 {
+        let mut b = http2::Builder::new(TokioExecutor::new());
+        b.timer(TokioTimer::new())
+            .max_concurrent_streams(spec.limits.h2_max_streams)
+            .max_header_list_size(spec.limits.max_header_bytes.min(u32::MAX as usize) as u32)
+            // A silent peer is found by pings; one that stays silent is dropped.
+            .keep_alive_interval(spec.timeouts.idle)
+            .keep_alive_timeout(spec.timeouts.client_header);
+        drive!(b.serve_connection(TokioIo::new(stream), svc));
+    } else {
+        let mut b = http1::Builder::new();
+        b.timer(TokioTimer::new())
+            .keep_alive(true)
+            .header_read_timeout(spec.timeouts.client_header)
+            .max_headers(spec.limits.max_headers)
+            .max_header_size(spec.limits.max_header_bytes)
+            // hyper's read buffer must hold a whole head; 8 KiB is its floor.
+            .max_buf_size(spec.limits.max_header_bytes.max(8192));
+        let io = TokioIo::new(Sniffer::new(
+            stream,
+            spec.limits.max_header_bytes,
+            conflicts,
+        ));
+        drive!(b.serve_connection(io, svc).with_upgrades());
+    }
+}
+
+fn log_end(r: Result<(), hyper::Error>) {
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "client connection ended with an error");
+    }
+}
+
+/// Whether the client opens with the HTTP/2 preface (h2c prior knowledge). Peeks, so hyper
+/// still reads every byte.
+async fn starts_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
+    let mut buf = [0u8; 24];
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        if n == 0 || buf[..n] != H2_PREFACE[..n] {
+            return Ok(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Ok(true);
+        }
+        // A partial preface: wait for the rest (bounded by the caller's header timeout).
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}

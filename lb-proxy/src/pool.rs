@@ -1,0 +1,115 @@
+//! Backend connections: dialing (connect timeout, PROXY header) and the per-backend pool of idle
+//! HTTP/1.1 keep-alive connections.
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::error::UpstreamError;
+
+/// Request bodies sent upstream: the client's streamed body, or empty on a retry.
+pub(crate) type UpBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type Sender = http1::SendRequest<UpBody>;
+
+/// Opens a TCP connection to `addr` within `timeout` and writes the PROXY header, if any.
+pub(crate) async fn dial(
+    addr: SocketAddr,
+    timeout: Duration,
+    proxy_header: Option<&[u8]>,
+) -> Result<TcpStream, UpstreamError> {
+    let mut stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(UpstreamError::Connect(addr, e)),
+        Err(_) => return Err(UpstreamError::ConnectTimeout(addr)),
+    };
+    // Requests and small responses must not wait for Nagle.
+    let _ = stream.set_nodelay(true);
+    if let Some(h) = proxy_header {
+        stream
+            .write_all(h)
+            .await
+            .map_err(|e| UpstreamError::Connect(addr, e))?;
+    }
+    Ok(stream)
+}
+
+/// Dials and runs the HTTP/1.1 client handshake; the connection's driver runs as its own task
+/// (with upgrades, so a pooled connection can also carry a WebSocket).
+pub(crate) async fn open_http(
+    addr: SocketAddr,
+    timeout: Duration,
+    proxy_header: Option<&[u8]>,
+) -> Result<Sender, UpstreamError> {
+    let stream = dial(addr, timeout, proxy_header).await?;
+    let (sender, conn) = http1::Builder::new()
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| UpstreamError::Http(addr, e))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(backend = %addr, error = %e, "backend connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// Idle keep-alive connections of one backend, newest last (taken first: it is the least
+/// likely to have been closed by the backend's own idle timeout).
+#[derive(Debug)]
+pub(crate) struct Pool {
+    idle: Mutex<Vec<Idle>>,
+    max_idle: usize,
+    idle_timeout: Duration,
+}
+
+#[derive(Debug)]
+struct Idle {
+    sender: Sender,
+    /// The client address a PROXY header announced on this connection; such connections only
+    /// serve that client again. None without PROXY protocol.
+    tag: Option<SocketAddr>,
+    since: Instant,
+}
+
+impl Pool {
+    pub(crate) fn new(max_idle: usize, idle_timeout: Duration) -> Self {
+        Pool {
+            idle: Mutex::new(Vec::new()),
+            max_idle,
+            idle_timeout,
+        }
+    }
+
+    pub(crate) fn take(&self, tag: Option<SocketAddr>) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let pos = idle.iter().rposition(|c| c.tag == tag)?;
+            let c = idle.swap_remove(pos);
+            // Expired or closed connections are dropped on the way.
+            if !c.sender.is_closed() && c.since.elapsed() < self.idle_timeout {
+                return Some(c.sender);
+            }
+        }
+    }
+
+    pub(crate) fn put(&self, sender: Sender, tag: Option<SocketAddr>) {
+        if sender.is_closed() || self.max_idle == 0 {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() >= self.max_idle {
+            idle.remove(0);
+        }
+        idle.push(Idle {
+            sender,
+            tag,
+            since: Instant::now(),
+        });
+    }
+}

@@ -1,0 +1,218 @@
+//! The entry points: start serving VIPs, and the handle the daemon keeps to steer them.
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::config::{BackendSpec, Balance, HashKey, Mode, ProxyVipSpec};
+use crate::error::ProxyError;
+use crate::shutdown::Stopper;
+use crate::stats::VipStats;
+use crate::vip::Vip;
+
+/// Starts proxies. Needs a running tokio runtime (the daemon's).
+pub struct Proxy;
+
+impl Proxy {
+    /// Binds every spec's `listen` address and serves them all.
+    pub async fn start(specs: Vec<ProxyVipSpec>) -> Result<ProxyHandle, ProxyError> {
+        let mut bound = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let listener = bind(&spec).await?;
+            bound.push((spec, listener));
+        }
+        Proxy::start_with_listeners(bound)
+    }
+
+    /// Serves already bound listeners (tests bind port 0; the daemon may pass sockets it
+    /// bound before dropping privileges). `spec.listen` is ignored.
+    pub fn start_with_listeners(
+        vips: Vec<(ProxyVipSpec, TcpListener)>,
+    ) -> Result<ProxyHandle, ProxyError> {
+        let handle = ProxyHandle {
+            inner: Arc::new(Inner {
+                vips: Mutex::new(HashMap::new()),
+            }),
+        };
+        for (spec, listener) in vips {
+            handle.add_vip_with_listener(spec, listener)?;
+        }
+        Ok(handle)
+    }
+}
+
+/// Serves one VIP on `listener` until `shutdown` resolves, then drains for up to `grace`.
+pub async fn serve(
+    listener: TcpListener,
+    spec: ProxyVipSpec,
+    shutdown: impl std::future::Future<Output = ()>,
+    grace: Duration,
+) -> Result<(), ProxyError> {
+    let handle = Proxy::start_with_listeners(vec![(spec, listener)])?;
+    shutdown.await;
+    handle.shutdown(grace).await;
+    Ok(())
+}
+
+async fn bind(spec: &ProxyVipSpec) -> Result<TcpListener, ProxyError> {
+    TcpListener::bind(spec.listen)
+        .await
+        .map_err(|source| ProxyError::Bind {
+            vip: spec.name.clone(),
+            addr: spec.listen,
+            source,
+        })
+}
+
+/// Controls running VIPs. Cheap to clone; every method may be called from any task.
+#[derive(Clone, Debug)]
+pub struct ProxyHandle {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Only the control path (API, health checker, stats) takes this lock; requests use their
+    /// VIP's `Arc` and the lock-free backend set.
+    vips: Mutex<HashMap<String, Running>>,
+}
+
+#[derive(Debug)]
+struct Running {
+    vip: Arc<Vip>,
+    stopper: Arc<Stopper>,
+}
+
+impl ProxyHandle {
+    /// Binds `spec.listen` and starts serving a new VIP (config reload).
+    pub async fn add_vip(&self, spec: ProxyVipSpec) -> Result<SocketAddr, ProxyError> {
+        let listener = bind(&spec).await?;
+        self.add_vip_with_listener(spec, listener)
+    }
+
+    /// Starts serving a new VIP on an already bound listener; returns its address.
+    pub fn add_vip_with_listener(
+        &self,
+        spec: ProxyVipSpec,
+        listener: TcpListener,
+    ) -> Result<SocketAddr, ProxyError> {
+        validate(&spec)?;
+        let local = listener.local_addr().map_err(|source| ProxyError::Bind {
+            vip: spec.name.clone(),
+            addr: spec.listen,
+            source,
+        })?;
+        let mut vips = self.lock();
+        if vips.contains_key(&spec.name) {
+            return Err(ProxyError::DuplicateVip(spec.name));
+        }
+        let name = spec.name.clone();
+        let mode = spec.mode;
+        let vip = Arc::new(Vip::new(spec, local));
+        let (stopper, tasks) = Stopper::new();
+        let served = vip.clone();
+        let accept_tasks = tasks.clone();
+        tasks.tracker.spawn(async move {
+            match mode {
+                Mode::Http => crate::http::serve(listener, served, accept_tasks).await,
+                Mode::Tcp => crate::tcp::serve(listener, served, accept_tasks).await,
+            }
+        });
+        tracing::info!(vip = %name, addr = %local, ?mode, "proxy VIP serving");
+        vips.insert(
+            name,
+            Running {
+                vip,
+                stopper: Arc::new(stopper),
+            },
+        );
+        Ok(local)
+    }
+
+    /// Stops a VIP: no new connections, in-flight requests get up to `grace`.
+    pub async fn remove_vip(&self, name: &str, grace: Duration) -> Result<(), ProxyError> {
+        let running = self
+            .lock()
+            .remove(name)
+            .ok_or_else(|| ProxyError::UnknownVip(name.into()))?;
+        running.stopper.shutdown(grace).await;
+        Ok(())
+    }
+
+    /// The address a VIP listens on (with port 0 resolved).
+    pub fn local_addr(&self, vip: &str) -> Option<SocketAddr> {
+        self.lock().get(vip).map(|r| r.vip.local_addr)
+    }
+
+    /// Replaces a VIP's backends (atomically: each request sees the old or the new set).
+    /// Weight 0 drains a backend; removed backends finish their in-flight requests.
+    pub fn set_backends(&self, vip: &str, backends: Vec<BackendSpec>) -> Result<(), ProxyError> {
+        self.vip(vip)?.backends.set_backends(&backends);
+        Ok(())
+    }
+
+    /// The health checker's verdict on a backend: down backends get no new requests.
+    pub fn set_backend_health(
+        &self,
+        vip: &str,
+        addr: SocketAddr,
+        up: bool,
+    ) -> Result<(), ProxyError> {
+        if self.vip(vip)?.backends.set_health(addr, up) {
+            Ok(())
+        } else {
+            Err(ProxyError::UnknownBackend {
+                vip: vip.into(),
+                addr,
+            })
+        }
+    }
+
+    /// Per-VIP, per-backend counters, VIPs sorted by name.
+    pub fn stats(&self) -> Vec<VipStats> {
+        let mut out: Vec<VipStats> = self.lock().values().map(|r| r.vip.stats()).collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Graceful shutdown of every VIP: stop accepting, let in-flight requests finish within
+    /// `grace`, then close what is left.
+    pub async fn shutdown(&self, grace: Duration) {
+        let stoppers: Vec<Arc<Stopper>> = self.lock().drain().map(|(_, r)| r.stopper).collect();
+        let all = stoppers.iter().map(|s| s.shutdown(grace));
+        for f in all {
+            f.await;
+        }
+    }
+
+    fn vip(&self, name: &str) -> Result<Arc<Vip>, ProxyError> {
+        self.lock()
+            .get(name)
+            .map(|r| r.vip.clone())
+            .ok_or_else(|| ProxyError::UnknownVip(name.into()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        self.inner.vips.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn validate(spec: &ProxyVipSpec) -> Result<(), ProxyError> {
+    let invalid = |reason: &str| ProxyError::InvalidSpec {
+        vip: spec.name.clone(),
+        reason: reason.into(),
+    };
+    if spec.mode == Mode::Tcp
+        && let Balance::ConsistentHash {
+            key: HashKey::Header(_) | HashKey::Cookie(_),
+        } = spec.balance
+    {
+        return Err(invalid("a TCP VIP can only hash on the client address"));
+    }
+    if spec.limits.max_connections == 0 {
+        return Err(invalid("limits.max_connections must be at least 1"));
+    }
+    Ok(())
+}

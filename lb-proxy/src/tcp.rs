@@ -1,0 +1,91 @@
+//! TCP VIPs: each client connection is relayed to one backend, chosen like HTTP requests are,
+//! with connect timeout and retry on another backend.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::balance::ip_bytes;
+use crate::error::UpstreamError;
+use crate::outlier::now_ms;
+use crate::pool::dial;
+use crate::proxy_protocol;
+use crate::relay::relay;
+use crate::shutdown::Tasks;
+use crate::vip::Vip;
+
+pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks) {
+    let mut stop = tasks.stop.clone();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let (stream, client) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(vip = %vip.spec.name, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Some(permit) = vip.conn_limit.try_admit() else {
+            // Over the limit: closing at once is the TCP way to say "busy".
+            vip.counters.rejected.fetch_add(1, Relaxed);
+            continue;
+        };
+        let vip = vip.clone();
+        let mut force = tasks.force.clone();
+        tasks.tracker.spawn(async move {
+            vip.counters.client_connections.fetch_add(1, Relaxed);
+            // In-flight relays get the grace period; then they are cut.
+            tokio::select! {
+                _ = handle(stream, client, &vip) => {}
+                _ = force.wait_for(|f| *f) => {}
+            }
+            vip.counters.client_connections.fetch_sub(1, Relaxed);
+            drop(permit);
+        });
+    }
+}
+
+async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
+    let _ = client_stream.set_nodelay(true);
+    let spec = &vip.spec;
+    let hash = lb_common::hash::client_hash(&ip_bytes(client.ip()), 0);
+    let header = proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr);
+    let mut tried = Vec::new();
+    for _ in 0..=spec.retries.max {
+        let Some(backend) = vip.pick(hash, &tried) else {
+            break;
+        };
+        tried.push(backend.addr);
+        let Ok(slot) = backend.gate.admit(spec.timeouts.queue).await else {
+            continue;
+        };
+        let active = backend.begin();
+        match dial(backend.addr, spec.timeouts.connect, header.as_deref()).await {
+            Ok(upstream) => {
+                backend.outlier.record_success();
+                if let Err(e) = relay(client_stream, upstream, spec.timeouts.idle).await {
+                    tracing::debug!(backend = %backend.addr, error = %e, "relay ended with an error");
+                }
+                drop((active, slot));
+                return;
+            }
+            Err(e) => {
+                log_failure(&e);
+                backend.counters.error();
+                backend.outlier.record_failure(&spec.outlier, now_ms());
+            }
+        }
+    }
+    // No backend could be reached: the client sees its connection closed.
+    vip.counters.rejected.fetch_add(1, Relaxed);
+}
+
+fn log_failure(e: &UpstreamError) {
+    tracing::debug!(error = %e, "TCP backend attempt failed");
+}

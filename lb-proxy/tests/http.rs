@@ -1,0 +1,296 @@
+//! HTTP forwarding: bodies, headers, keep-alive pooling, h2c, upgrades.
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::Request;
+use hyper::body::Frame;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use lb_proxy::{ForwardedHeaders, ProxyProtocol};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
+
+#[tokio::test]
+async fn forwards_and_streams_bodies_byte_exact() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let mut c = Client::connect(p.addr).await;
+    for len in [0usize, 1, 1024, 300 * 1024, 3 * 1024 * 1024] {
+        let g = c.get(&format!("/bytes/{len}")).await.unwrap();
+        assert_eq!(g.status, 200);
+        assert_eq!(g.body.len(), len);
+        assert!(
+            g.body[..] == pattern(len)[..],
+            "body of {len} bytes differs"
+        );
+    }
+    // A chunked response (no length) of 2 MiB, streamed through.
+    let g = c.get("/chunked/2048").await.unwrap();
+    assert_eq!(g.body.len(), 2048 * 1024);
+    assert!(g.body[..] == pattern(2048 * 1024)[..]);
+}
+
+#[tokio::test]
+async fn streams_a_large_chunked_upload() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let stream = TcpStream::connect(p.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    // 4 MiB in 64 KiB frames with no Content-Length: sent chunked, must arrive intact.
+    let data = pattern(4 * 1024 * 1024);
+    let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = data
+        .chunks(64 * 1024)
+        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+        .collect();
+    let body = StreamBody::new(futures_util::stream::iter(frames));
+    let req = Request::post("/echo")
+        .header("host", "t")
+        .body(body)
+        .unwrap();
+    let resp = tokio::time::timeout(LIMIT, sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let got = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(got.len(), data.len());
+    assert!(got[..] == data[..]);
+}
+
+#[tokio::test]
+async fn keep_alive_on_both_sides_reuses_backend_connections() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let mut c = Client::connect(p.addr).await;
+    for _ in 0..50 {
+        assert_eq!(c.get("/bytes/10").await.unwrap().status, 200);
+    }
+    // Sequential requests ride one pooled backend connection.
+    assert_eq!(b[0].hits(), 50);
+    assert_eq!(
+        b[0].conns.load(Relaxed),
+        1,
+        "backend connections must be pooled"
+    );
+}
+
+#[tokio::test]
+async fn adds_forwarded_headers_and_removes_hop_by_hop() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.forwarded = ForwardedHeaders {
+        x_forwarded: true,
+        forwarded: true,
+        trust_incoming: false,
+    };
+    let p = proxy(spec).await;
+    let req = Request::get("/headers")
+        .header("host", "example.org")
+        .header("x-forwarded-for", "6.6.6.6")
+        .header("connection", "x-private")
+        .header("x-private", "secret")
+        .header("keep-alive", "timeout=9")
+        .header("x-end-to-end", "kept")
+        .body(Full::default())
+        .unwrap();
+    let g = Client::connect(p.addr).await.send(req).await.unwrap();
+    let text = g.text();
+    assert!(text.starts_with("GET /headers HTTP/1.1"), "{text}");
+    assert!(
+        text.contains("x-forwarded-for: 127.0.0.1\n"),
+        "spoofed XFF must be replaced: {text}"
+    );
+    assert!(text.contains("x-forwarded-proto: http\n"), "{text}");
+    assert!(text.contains("x-forwarded-host: example.org\n"), "{text}");
+    assert!(
+        text.contains("forwarded: for=127.0.0.1;host=example.org;proto=http\n"),
+        "{text}"
+    );
+    assert!(text.contains("x-end-to-end: kept\n"), "{text}");
+    assert!(
+        !text.contains("x-private"),
+        "Connection-named header leaked: {text}"
+    );
+    assert!(!text.contains("keep-alive"), "{text}");
+}
+
+#[tokio::test]
+async fn h2c_prior_knowledge_clients_are_served() {
+    let b = backends(2).await;
+    let p = proxy(http_spec(&b)).await;
+    let stream = TcpStream::connect(p.addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // Concurrent streams on one h2 connection, each byte-exact.
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..20usize {
+        let mut s = sender.clone();
+        set.spawn(async move {
+            let len = 1000 + i * 7919;
+            let req = Request::get(format!("http://test.local/bytes/{len}"))
+                .body(Full::<Bytes>::default())
+                .unwrap();
+            let resp = s.send_request(req).await.unwrap();
+            assert_eq!(resp.version(), hyper::Version::HTTP_2);
+            assert_eq!(resp.status(), 200);
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            assert!(body[..] == pattern(len)[..]);
+        });
+    }
+    let all = async {
+        while let Some(r) = set.join_next().await {
+            r.unwrap()
+        }
+    };
+    tokio::time::timeout(LIMIT, all).await.unwrap();
+    // The backend saw HTTP/1.1 with a Host header taken from :authority.
+    let mut s = sender.clone();
+    let req = Request::get("http://test.local/headers")
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let text = String::from_utf8(
+        s.send_request(req)
+            .await
+            .unwrap()
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(text.starts_with("GET /headers HTTP/1.1"), "{text}");
+    assert!(text.contains("host: test.local\n"), "{text}");
+}
+
+#[tokio::test]
+async fn websocket_echo_through_the_proxy() {
+    // A WebSocket echo backend.
+    let listener = TcpListener::bind(loopback()).await.unwrap();
+    let ws_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut ws = tokio_tungstenite::accept_async(s).await.unwrap();
+                while let Some(Ok(m)) = ws.next().await {
+                    if m.is_close() {
+                        break;
+                    }
+                    if ws.send(m).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let mut spec = http_spec(&[]);
+    spec.backends = vec![lb_proxy::BackendSpec::new(ws_addr)];
+    let p = proxy(spec).await;
+    let stream = TcpStream::connect(p.addr).await.unwrap();
+    let (mut ws, resp) = tokio::time::timeout(
+        LIMIT,
+        tokio_tungstenite::client_async("ws://test.local/chat", stream),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(resp.status(), 101);
+    for i in 0..10 {
+        let msg = format!("hello {i}");
+        ws.send(Message::text(msg.clone())).await.unwrap();
+        let back = tokio::time::timeout(LIMIT, ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, Message::text(msg));
+    }
+    let big = pattern(200_000);
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    let back = tokio::time::timeout(LIMIT, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.into_data().to_vec(), big);
+    ws.close(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn proxy_protocol_v1_and_v2_reach_the_backend() {
+    for (kind, expect) in [
+        (ProxyProtocol::V1, &b"PROXY TCP4 127.0.0.1 127.0.0.1 "[..]),
+        (
+            ProxyProtocol::V2,
+            &b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c"[..],
+        ),
+    ] {
+        // A backend that records the first bytes of its connection, then answers.
+        let listener = TcpListener::bind(loopback()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") || got.len() < 60 {
+                let n = s.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                if got.windows(4).filter(|w| *w == b"\r\n\r\n").count() >= 2
+                    || got.starts_with(b"PROXY") && got.windows(4).any(|w| w == b"\r\n\r\n")
+                {
+                    break;
+                }
+            }
+            tx.send(got).await.unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+        });
+        let mut spec = http_spec(&[]);
+        spec.backends = vec![lb_proxy::BackendSpec::new(addr)];
+        spec.proxy_protocol = kind;
+        let p = proxy(spec).await;
+        let mut c = Client::connect(p.addr).await;
+        let g = c.get("/").await.unwrap();
+        assert_eq!(g.status, 200);
+        let got = tokio::time::timeout(LIMIT, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            got.starts_with(expect),
+            "{kind:?}: got {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        let client_port = c_port(&got, kind);
+        assert!(client_port > 0);
+    }
+}
+
+/// The client port announced by the PROXY header.
+fn c_port(got: &[u8], kind: ProxyProtocol) -> u16 {
+    match kind {
+        ProxyProtocol::V1 => {
+            let line =
+                String::from_utf8_lossy(got.split(|b| *b == b'\r').next().unwrap()).into_owned();
+            line.split(' ').nth(4).unwrap().parse().unwrap()
+        }
+        _ => u16::from_be_bytes([got[24], got[25]]),
+    }
+}

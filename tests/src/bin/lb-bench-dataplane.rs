@@ -1,0 +1,141 @@
+//! Data-plane benchmark (`cargo xtask bench dataplane`, root): ns per packet of each path of
+//! lb_ingress and the extra over a bare XDP_PASS program measured in the same run.
+//!
+//! Method: kernel run-time statistics on (BPF_ENABLE_STATS), many single BPF_PROG_TEST_RUN calls
+//! alternating the bare program and ours call by call, each one's run_time_ns / run_cnt per
+//! round, medians over rounds. Single runs, because with repeat > 1 the kernel does not reset
+//! the packet and a rewriting path would time its own output. For the new-flow path the flow
+//! is deleted between calls, outside the timed region.
+use aya::maps::HashMap as BpfHashMap;
+use aya::programs::Xdp;
+use aya::sys::{Stats, enable_stats};
+use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
+use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
+use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
+use lb_ctl::dataplane::maps::AyaDataplane;
+use lb_tests::fixture::{CLIENT, RING, configure, lab, vips};
+use lb_tests::netns::ifindex;
+use lb_tests::packets::{Frame, L4};
+use lb_tests::testrun::{action_name, run_xdp};
+
+const ROUNDS: usize = 31;
+const CALLS_PER_ROUND: usize = 2000;
+
+struct Path {
+    name: &'static str,
+    frame: Vec<u8>,
+    action: u32,
+    /// Flow to delete before each call (new-flow path): its FLOWS key and its reply's
+    /// REVERSE_FLOWS key.
+    forget: Option<(FlowKey, FlowKey)>,
+    target: Option<f64>,
+    katran: Option<f64>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn ns_per_run(prog: &Xdp, before: &mut (u64, u64)) -> f64 {
+    let info = prog.info().expect("program info");
+    let now = (info.run_time().as_nanos() as u64, info.run_count());
+    let per = (now.0 - before.0) as f64 / (now.1 - before.1).max(1) as f64;
+    *before = now;
+    per
+}
+
+fn main() -> anyhow::Result<()> {
+    anyhow::ensure!(unsafe { libc::geteuid() } == 0, "the data-plane benchmark needs root");
+    let ns = lab();
+    let _inside = ns.enter();
+    let g0 = ifindex("g0");
+    let mut dp = AyaDataplane::new(
+        load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 65536 })?,
+        RING,
+    );
+    let vips = vips();
+    configure(&mut dp, &vips);
+    let mut flows: BpfHashMap<_, FlowKey, FlowEntry> =
+        BpfHashMap::try_from(dp.ebpf_mut().take_map(map_names::FLOWS).expect("FLOWS"))?;
+    let mut reverse: BpfHashMap<_, FlowKey, ReverseEntry> =
+        BpfHashMap::try_from(dp.ebpf_mut().take_map(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS"))?;
+    let mut decap = load_decap()?;
+    let bare: &Xdp = program(&mut decap, program_names::PASS)?;
+    let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
+
+    let web = vips[0].addr;
+    let syn = Frame::tcp(CLIENT, 45001, web, 80);
+    let new_flow_key = FlowKey {
+        src: ipv4_bytes(CLIENT),
+        dst: ipv4_bytes(web),
+        src_port: 45001u16.to_be(),
+        dst_port: 80u16.to_be(),
+        protocol: ip_proto::TCP,
+        family: family::IPV4,
+        _pad: [0; 2],
+    };
+    // The reply's key names the backend the SYN is given; the ring alternates backends by slot.
+    let b = lb_tests::fixture::by_hash(&vips[0], lb_common::hash::client_hash(&ipv4_bytes(CLIENT), lb_tests::fixture::SEED));
+    let reply_key = FlowKey {
+        src: ipv4_bytes(b.0),
+        dst: ipv4_bytes(CLIENT),
+        src_port: b.1.to_be(),
+        dst_port: 45001u16.to_be(),
+        ..new_flow_key
+    };
+    let established = |f: Frame| f.with(|f| { f.l4 = L4::TcpAck; f.payload = vec![b'x'; 64] }).bytes();
+    let paths = [
+        Path { name: "non-VIP pass", frame: Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(), action: 2, forget: None, target: Some(20.0), katran: Some(60.0) },
+        Path { name: "established TCP (NAT)", frame: established(Frame::tcp(CLIENT, 45000, web, 80)), action: 3, forget: None, target: Some(100.0), katran: Some(153.0) },
+        Path { name: "new TCP flow (SYN, NAT)", frame: syn.bytes(), action: 3, forget: Some((new_flow_key, reply_key)), target: Some(250.0), katran: Some(387.0) },
+        Path { name: "established UDP (NAT)", frame: Frame::udp(CLIENT, 5000, web, 53).bytes(), action: 3, forget: None, target: None, katran: Some(199.0) },
+        Path { name: "IPIP encapsulation (DSR)", frame: established(Frame::tcp(CLIENT, 46000, vips[2].addr, 80)), action: 3, forget: None, target: None, katran: None },
+    ];
+    // Warm up: establish the flows, and check each path takes the branch it is named after.
+    for path in &paths {
+        for _ in 0..2 {
+            if let Some((key, reply)) = &path.forget {
+                let _ = flows.remove(key);
+                let _ = reverse.remove(reply);
+            }
+            let r = run_xdp(ours, &path.frame, g0);
+            anyhow::ensure!(r.action == path.action, "{}: verdict {} (expected {})", path.name, action_name(r.action), action_name(path.action));
+        }
+    }
+
+    let _stats = enable_stats(Stats::RunTime)?;
+    println!("lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, medians");
+    println!("{:<28} {:>9} {:>9} {:>12} {:>10} {:>14}", "path", "ours ns", "bare ns", "extra ns", "target", "Katran extra");
+    for path in &paths {
+        let (mut b_state, mut o_state) = ((0, 0), (0, 0));
+        ns_per_run(bare, &mut b_state);
+        ns_per_run(ours, &mut o_state);
+        let (mut b_all, mut o_all, mut extra) = (vec![], vec![], vec![]);
+        for _ in 0..ROUNDS {
+            for _ in 0..CALLS_PER_ROUND {
+                run_xdp(bare, &path.frame, g0);
+                if let Some((key, reply)) = &path.forget {
+                    let _ = flows.remove(key);
+                    let _ = reverse.remove(reply);
+                }
+                run_xdp(ours, &path.frame, g0);
+            }
+            let b = ns_per_run(bare, &mut b_state);
+            let o = ns_per_run(ours, &mut o_state);
+            b_all.push(b);
+            o_all.push(o);
+            extra.push(o - b);
+        }
+        println!(
+            "{:<28} {:>9.1} {:>9.1} {:>12.1} {:>10} {:>14}",
+            path.name,
+            median(o_all),
+            median(b_all),
+            median(extra),
+            path.target.map_or("-".to_string(), |t| format!("<= {t:.0}")),
+            path.katran.map_or("-".to_string(), |k| format!("{k:.0}"))
+        );
+    }
+    Ok(())
+}
