@@ -1,1 +1,457 @@
-fn main() {}
+//! `lb-ctl`: the daemon (`attach`) and the commands that talk to it over its control socket.
+//!
+//! Exit codes: 0 success; 1 the daemon refused the request (unknown VIP, duplicate backend,
+//! malformed address, weight out of range, reload with mistakes...) or the command failed;
+//! 2 bad command line; 3 the daemon could not be reached.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lb_ctl::api::client::{Client, ClientError};
+use lb_ctl::api::types::{BackendRequest, ExplainRequest};
+use lb_ctl::cli::render;
+use lb_ctl::config::{Config, default_api_socket};
+use lb_ctl::daemon::{self, Daemon, Request};
+use lb_ctl::dataplane::Dataplane;
+use lb_ctl::dataplane::load::AttachMode;
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "lb-ctl", version, about = "XDP load balancer: daemon and control commands")]
+struct Cli {
+    /// Control socket of the daemon to talk to (or $LB_CTL_SOCKET).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+    /// Interface whose daemon to talk to (its socket is /run/lb-ctl/IFACE.sock). Without this
+    /// or --socket, the only daemon running is used.
+    #[arg(long = "iface", short = 'i', global = true, value_name = "IFACE")]
+    daemon_iface: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the balancer on IFACE in the foreground until SIGTERM/SIGINT (SIGHUP reloads).
+    Attach(AttachArgs),
+    /// Check a configuration file and print its mistakes (file:line), without touching anything.
+    Validate {
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+    },
+    /// Re-read the configuration and apply only the difference; a file with mistakes changes
+    /// nothing.
+    Reload,
+    /// Remove what attach left on IFACE for a restart (pinned maps, connection table, saved
+    /// ids). The daemon must be stopped first.
+    Detach {
+        iface: String,
+        /// bpffs directory of the maps (default /sys/fs/bpf/lb-ctl/IFACE).
+        #[arg(long)]
+        pin_dir: Option<PathBuf>,
+    },
+    /// Backends of the VIPs.
+    #[command(subcommand)]
+    Backends(BackendsCommand),
+    /// The VIPs.
+    #[command(subcommand)]
+    Vips(VipsCommand),
+    /// The daemon's state at a glance.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counters of the data plane, per VIP and per backend.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which backend a flow from CLIENT would get, and why (connection table or ring slot).
+    Explain {
+        /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
+        vip: String,
+        /// ADDR, or ADDR:PORT (the port is needed to check the connection table and for
+        /// hash = "flow" VIPs).
+        client: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The DSR decapsulator for backends.
+    #[command(subcommand)]
+    Decap(DecapCommand),
+    /// Run the userspace proxy for the proxy VIPs of a configuration.
+    Proxy {
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct AttachArgs {
+    /// Network interface to balance on (the one VIP traffic arrives on).
+    iface: String,
+    /// lb.toml (see lb.toml.example): checked whole before anything is attached.
+    #[arg(long, short = 'c')]
+    config: PathBuf,
+    /// native (driver), skb (generic), or auto: native, else skb with a warning saying why.
+    #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+    xdp_mode: XdpMode,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// A tracing filter: error, warn, info, debug, trace, or per module (lb_ctl=debug).
+    #[arg(long, default_value = "info")]
+    log_level: String,
+    /// bpffs directory to pin the maps in (default /sys/fs/bpf/lb-ctl/IFACE).
+    #[arg(long)]
+    pin_dir: Option<PathBuf>,
+    /// Directory of the saved ids (default /run/lb-ctl).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Test only: keep the maps in memory instead of loading the XDP program.
+    #[arg(long, hide = true)]
+    fake_dataplane: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum XdpMode {
+    /// Driver mode only.
+    Native,
+    /// Generic mode only.
+    Skb,
+    /// Native, falling back to skb with a warning.
+    Auto,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum BackendsCommand {
+    /// Add a backend (it takes traffic once healthy).
+    Add {
+        vip: String,
+        /// ADDR:PORT, or ADDR for the VIP's port.
+        address: String,
+        /// Relative weight, 0-65535 (default 100).
+        #[arg(long)]
+        weight: Option<u64>,
+    },
+    /// Remove a backend: its flows move to other backends.
+    Remove { vip: String, address: String },
+    /// Drain a backend: no new flows, established ones stay.
+    Drain { vip: String, address: String },
+    /// Backends with weight, health, state, traffic and active flows.
+    List {
+        vip: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum VipsCommand {
+    /// The VIPs with their forwarding, health summary and traffic.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum DecapCommand {
+    /// Attach the IPIP decapsulator to IFACE (on a DSR backend).
+    Attach { iface: String },
+    /// Detach it.
+    Detach { iface: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Attach(args) => attach(args).map(|()| ExitCode::SUCCESS),
+        Command::Validate { config } => validate(&config),
+        Command::Detach { iface, pin_dir } => detach(&iface, pin_dir).map(|()| ExitCode::SUCCESS),
+        Command::Decap(_) | Command::Proxy { .. } => not_yet(),
+        command => return client_command(cli.socket, cli.daemon_iface, command),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("lb-ctl: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn not_yet() -> anyhow::Result<ExitCode> {
+    // ---- Calls into lb_ctl::dataplane (decap) and lb-proxy go here once they exist.
+    bail!("this command is not available in this build yet")
+}
+
+fn validate(path: &Path) -> anyhow::Result<ExitCode> {
+    match Config::load(path) {
+        Ok(c) => {
+            let backends: usize = c.vips.iter().map(|v| v.backends.len()).sum();
+            println!("{}: ok ({} VIPs, {backends} backends)", path.display(), c.vips.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+fn attach(args: AttachArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format, &args.log_level)?;
+    // The whole file is checked before anything is touched.
+    let config = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => bail!("{} has mistakes, nothing was attached:\n{e}", args.config.display()),
+    };
+    let iface = args.iface.clone();
+    let pin_dir = args.pin_dir.clone().unwrap_or_else(|| lb_ctl::attach::pin_dir(&iface));
+    let ids_file = match &args.state_dir {
+        Some(dir) => dir.join(format!("{iface}.ids.json")),
+        None => lb_ctl::attach::ids_file(&iface),
+    };
+    check_pinned_ring_size(&pin_dir, &ids_file, &config, &iface)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async move {
+        let socket = config.api_socket(&iface);
+        let unix = lb_ctl::api::server::bind_unix(&socket)
+            .with_context(|| format!("binding the control socket {}", socket.display()))?;
+        let tcp = match config.daemon.api_tcp {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding the admin TCP port {addr}"))?,
+            ),
+            None => None,
+        };
+        if let Some(dir) = ids_file.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let (dataplane, mode): (Box<dyn Dataplane>, Option<String>) = if args.fake_dataplane {
+            tracing::warn!("test mode: in-memory maps, no XDP program");
+            (Box::new(lb_ctl::dataplane::fake::FakeDataplane::default()), None)
+        } else {
+            let options = lb_ctl::attach::OpenOptions {
+                mode: match args.xdp_mode {
+                    XdpMode::Native => AttachMode::Native,
+                    XdpMode::Skb => AttachMode::Skb,
+                    XdpMode::Auto => AttachMode::Auto,
+                },
+                pin_dir: pin_dir.clone(),
+                ring_size: config.daemon.ring_size,
+                flow_table_size: config.daemon.flow_table_size,
+            };
+            let opened = lb_ctl::attach::open(&iface, &options)
+                .with_context(|| format!("attaching the balancer to {iface}"))?;
+            (opened.dataplane, Some(opened.mode.to_string()))
+        };
+        tracing::info!(
+            interface = %iface,
+            xdp_mode = mode.as_deref().unwrap_or("none"),
+            config = %config.source.display(),
+            socket = %socket.display(),
+            "attached"
+        );
+        let options = daemon::Options { interface: iface.clone(), xdp_mode: mode, ids_file: Some(ids_file) };
+        let daemon = Daemon::start(config, dataplane, options).context("writing the initial map contents")?;
+        let handle = daemon.handle();
+        let reloads = tokio::spawn(async move {
+            let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+                return;
+            };
+            while hup.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading");
+                // The writer logs the outcome.
+                let _ = handle.call(Request::Reload).await;
+            }
+        });
+        lb_ctl::api::server::serve(daemon.handle(), unix, tcp, shutdown_signal()).await;
+        reloads.abort();
+        daemon.stop().await;
+        tracing::info!(interface = %iface, "stopped; maps stay pinned for the next start (`lb-ctl detach` removes them)");
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    let which = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!("{which}: stopping");
+}
+
+/// Pinned maps are sized for one ring size: a daemon with another cannot reuse them.
+fn check_pinned_ring_size(
+    pin_dir: &Path,
+    ids_file: &Path,
+    config: &Config,
+    iface: &str,
+) -> anyhow::Result<()> {
+    if !pin_dir.join(lb_common::map_names::RINGS).exists() {
+        return Ok(());
+    }
+    let Ok(text) = std::fs::read_to_string(ids_file) else { return Ok(()) };
+    let Ok(ids) = serde_json::from_str::<lb_ctl::state::IdSnapshot>(&text) else { return Ok(()) };
+    match ids.ring_size {
+        Some(pinned) if pinned != config.daemon.ring_size => bail!(
+            "the maps pinned in {} were written with ring_size {pinned}, the configuration asks for {}; \
+             keep {pinned}, or run `lb-ctl detach {iface}` first (established flows are then lost)",
+            pin_dir.display(),
+            config.daemon.ring_size
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn detach(iface: &str, pin_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let socket = default_api_socket(iface);
+    if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+        bail!(
+            "the daemon on {iface} is running ({}); stop it first (systemctl stop lb-ctl@{iface})",
+            socket.display()
+        );
+    }
+    match pin_dir {
+        Some(dir) => lb_ctl::dataplane::load::remove_pins(&dir)
+            .with_context(|| format!("removing the pinned maps in {}", dir.display()))?,
+        None => lb_ctl::attach::detach(iface).with_context(|| format!("detaching from {iface}"))?,
+    }
+    println!("{iface}: pinned maps and saved ids removed");
+    Ok(())
+}
+
+/// The socket to talk to: --socket, $LB_CTL_SOCKET, --iface, or the only one in /run/lb-ctl.
+fn find_socket(socket: Option<PathBuf>, iface: Option<String>) -> Result<PathBuf, String> {
+    if let Some(s) = socket.or_else(|| std::env::var_os("LB_CTL_SOCKET").map(PathBuf::from)) {
+        return Ok(s);
+    }
+    if let Some(i) = iface {
+        return Ok(default_api_socket(&i));
+    }
+    let dir = Path::new("/run/lb-ctl");
+    let sockets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                .collect()
+        })
+        .unwrap_or_default();
+    match sockets.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!(
+            "no daemon socket in {} (is `lb-ctl attach` running? or give --iface / --socket)",
+            dir.display()
+        )),
+        _ => Err(format!(
+            "several daemons run ({} sockets in {}): pick one with --iface",
+            sockets.len(),
+            dir.display()
+        )),
+    }
+}
+
+fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: Command) -> ExitCode {
+    let socket = match find_socket(socket, iface) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lb-ctl: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let client = Client::new(socket);
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("lb-ctl: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run_client(&client, command)) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e @ ClientError::Connect { .. }) => {
+            eprintln!("lb-ctl: {e} (is the daemon running? are you root?)");
+            ExitCode::from(3)
+        }
+        Err(e) => {
+            eprintln!("lb-ctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn json(value: &impl Serialize) -> String {
+    serde_json::to_string_pretty(value).expect("API answers serialize") + "\n"
+}
+
+async fn run_client(c: &Client, command: Command) -> Result<String, ClientError> {
+    let req = |vip: String, address: String, weight: Option<u64>| BackendRequest { vip, address, weight };
+    Ok(match command {
+        Command::Reload => format!("reloaded: {}\n", c.reload().await?.message),
+        Command::Backends(BackendsCommand::Add { vip, address, weight }) => {
+            c.add_backend(&req(vip, address, weight)).await?.message + "\n"
+        }
+        Command::Backends(BackendsCommand::Remove { vip, address }) => {
+            c.remove_backend(&req(vip, address, None)).await?.message + "\n"
+        }
+        Command::Backends(BackendsCommand::Drain { vip, address }) => {
+            c.drain_backend(&req(vip, address, None)).await?.message + "\n"
+        }
+        Command::Backends(BackendsCommand::List { vip, json: as_json }) => {
+            let list = c.backends(vip.as_deref()).await?;
+            if as_json { json(&list) } else { render::backends(&list) }
+        }
+        Command::Vips(VipsCommand::List { json: as_json }) => {
+            let list = c.vips().await?;
+            if as_json { json(&list) } else { render::vips(&list) }
+        }
+        Command::Status { json: as_json } => {
+            let s = c.status().await?;
+            if as_json { json(&s) } else { render::status(&s) }
+        }
+        Command::Stats { json: as_json } => {
+            let s = c.stats().await?;
+            if as_json { json(&s) } else { render::stats(&s) }
+        }
+        Command::Explain { vip, client, json: as_json } => {
+            let e = c.explain(&ExplainRequest { vip, client }).await?;
+            if as_json { json(&e) } else { render::explain(&e) }
+        }
+        Command::Attach(_)
+        | Command::Validate { .. }
+        | Command::Detach { .. }
+        | Command::Decap(_)
+        | Command::Proxy { .. } => unreachable!("handled without the daemon"),
+    })
+}

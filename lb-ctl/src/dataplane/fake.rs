@@ -97,10 +97,6 @@ impl Dataplane for FakeDataplane {
         Ok(self.flows.get(key).copied())
     }
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {
-        Ok(self
-            .rings
-            .get(&vip_id)
-            .and_then(|r| r.get(slot as usize).copied())
-            .unwrap_or(BACKEND_NONE))
+        Ok(self.rings.get(&vip_id).and_then(|r| r.get(slot as usize).copied()).unwrap_or(BACKEND_NONE))
     }
 }

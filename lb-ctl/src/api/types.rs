@@ -1,0 +1,165 @@
+//! What goes over the control API (`/v1/...`), shared by the server and the client.
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{Health, Origin};
+
+/// The version prefix of every path.
+pub const PREFIX: &str = "/v1";
+
+/// `POST /v1/backends` (add), `/v1/backends/remove`, `/v1/backends/drain`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendRequest {
+    /// VIP name, `ADDR:PORT[/PROTOCOL]`, or `ADDR`.
+    pub vip: String,
+    /// `ADDR:PORT`, or `ADDR` for the VIP's port.
+    pub address: String,
+    /// Add only; default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u64>,
+}
+
+/// `POST /v1/explain`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainRequest {
+    pub vip: String,
+    /// `ADDR` or `ADDR:PORT`.
+    pub client: String,
+}
+
+/// Answer to add/remove/drain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changed {
+    pub vip: String,
+    pub backend: SocketAddr,
+    pub backend_id: u32,
+    /// What was done, in words.
+    pub message: String,
+}
+
+/// `GET /v1/vips`: one VIP.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VipView {
+    pub id: u32,
+    pub name: Option<String>,
+    pub address: IpAddr,
+    pub port: u16,
+    pub protocol: String,
+    pub forwarding: String,
+    pub hash: String,
+    /// The all-down policy.
+    pub all_down_policy: String,
+    /// Whether no backend is healthy right now (the policy applies).
+    pub all_down: bool,
+    pub backends: usize,
+    /// Backends in the ring (healthy, not drained).
+    pub healthy: usize,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// `GET /v1/backends`: one backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendView {
+    /// The VIP's label (name, or `ADDR:PORT/PROTOCOL`).
+    pub vip: String,
+    pub id: u32,
+    pub address: SocketAddr,
+    pub weight: u32,
+    pub health: Health,
+    /// `active` or `draining`.
+    pub state: String,
+    pub origin: Origin,
+    /// Whether the backend holds ring slots (it may while down, when the VIP fails open).
+    pub in_ring: bool,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Connection-table entries pinned to it.
+    pub active_flows: u64,
+}
+
+/// One named counter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterView {
+    pub name: String,
+    pub value: u64,
+}
+
+/// Traffic of one VIP or backend.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrafficView {
+    pub name: String,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// `GET /v1/stats`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsView {
+    pub counters: Vec<CounterView>,
+    pub vips: Vec<TrafficView>,
+    pub backends: Vec<TrafficView>,
+}
+
+/// `GET /v1/status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    pub version: String,
+    pub interface: String,
+    pub xdp_mode: Option<String>,
+    pub config: String,
+    pub uptime_secs: u64,
+    pub vips: usize,
+    pub backends: usize,
+    pub backends_up: usize,
+    pub backends_down: usize,
+    pub backends_draining: usize,
+    pub health_checkers: usize,
+    pub ring_size: u32,
+    pub last_reload: Option<ReloadView>,
+}
+
+/// `POST /v1/reload`, and the last reload in the status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadView {
+    /// Seconds since the Unix epoch.
+    pub at_unix: u64,
+    pub ok: bool,
+    /// What changed, or why nothing did.
+    pub message: String,
+}
+
+/// How `explain` decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decision {
+    /// The connection table pins the flow to a backend.
+    Conntrack,
+    /// A new flow: the ring slot of its hash.
+    Ring,
+}
+
+/// `POST /v1/explain`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExplainView {
+    pub vip: String,
+    pub client: String,
+    pub decision: Decision,
+    /// `None` when the slot is empty (no usable backend).
+    pub backend: Option<SocketAddr>,
+    pub backend_id: Option<u32>,
+    pub hash: Option<u32>,
+    pub slot: Option<u32>,
+    pub ring_size: u32,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// The body of every error answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}

@@ -1,0 +1,320 @@
+//! `lb.toml`: the model of the file, its parsing and its validation.
+//!
+//! [`Config::load`] reads and checks the whole file before anything uses it: every mistake is
+//! reported as `FILE:LINE: what is wrong`, all of them at once, and a file with any mistake
+//! yields no [`Config`]. Every key is documented in `lb-ctl/lb.toml.example`.
+mod raw;
+mod validate;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use validate::parse_duration;
+
+/// Default path of the control socket of interface `iface`.
+pub fn default_api_socket(iface: &str) -> PathBuf {
+    PathBuf::from(format!("/run/lb-ctl/{iface}.sock"))
+}
+
+/// Highest accepted backend weight. Weights are relative: a backend of weight 200 gets twice
+/// the ring slots of one of weight 100. Weight 0 means drained (no new flows).
+pub const MAX_WEIGHT: u32 = 65_535;
+/// Weight of a backend that names none.
+pub const DEFAULT_WEIGHT: u32 = 100;
+/// Largest accepted ring size (RINGS holds `MAX_VIPS` rings of this many 4-byte slots).
+pub const MAX_RING_SIZE: u32 = 1 << 20;
+/// Largest accepted connection-table size.
+pub const MAX_FLOW_TABLE_SIZE: u32 = 1 << 24;
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The file it was read from, for reloads and messages.
+    pub source: PathBuf,
+    pub daemon: DaemonSettings,
+    /// VIPs in file order.
+    pub vips: Vec<VipConfig>,
+}
+
+/// `[daemon]`: settings of the whole balancer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DaemonSettings {
+    /// Control socket; `None` means [`default_api_socket`] of the interface.
+    pub api_socket: Option<PathBuf>,
+    /// Optional TCP admin listener (same API, no authentication): loopback unless
+    /// `api_tcp_allow_remote = true`.
+    pub api_tcp: Option<SocketAddr>,
+    /// Maglev slots per VIP (a prime). Fixed for the life of the maps: a reload cannot change it.
+    pub ring_size: u32,
+    /// Connection-table entries. Fixed for the life of the maps.
+    pub flow_table_size: u32,
+    /// Seed of the flow hash. Changing it re-places every flow that is not in the connection table.
+    pub hash_seed: u32,
+    /// How long the data plane reuses a next-hop (route + neighbour) lookup, in ms; 0 looks
+    /// up every packet.
+    pub nexthop_ttl_ms: u32,
+    /// What a VIP does when none of its backends is healthy (a VIP may override it).
+    pub all_down: AllDownPolicy,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        DaemonSettings {
+            api_socket: None,
+            api_tcp: None,
+            ring_size: lb_common::limits::DEFAULT_RING_SIZE,
+            flow_table_size: lb_common::limits::DEFAULT_FLOWS,
+            hash_seed: 0,
+            nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
+            all_down: AllDownPolicy::Forward,
+        }
+    }
+}
+
+/// `[[vip]]`: one virtual service.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VipConfig {
+    /// Optional name, usable wherever a VIP is referred to.
+    pub name: Option<String>,
+    pub address: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub forwarding: Forwarding,
+    pub hash: HashMode,
+    /// Outer source address of IPIP packets (`forwarding = "dsr-ipip"` only, required there).
+    pub encap_source: Option<IpAddr>,
+    pub all_down: AllDownPolicy,
+    /// The VIP's own health table (with defaults): what backends added at run time get.
+    pub health: Option<HealthSpec>,
+    pub backends: Vec<BackendConfig>,
+    /// `[vip.proxy]`: settings for the userspace proxy, kept raw (proxy VIPs only).
+    pub proxy: Option<toml::Table>,
+    /// Line of the VIP's `address` key, for messages.
+    pub line: usize,
+}
+
+impl VipConfig {
+    /// How the VIP is named in messages: its name, or `ADDR:PORT/PROTOCOL`.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => format!("{}/{}", SocketAddr::new(self.address, self.port), self.protocol.as_str()),
+        }
+    }
+}
+
+/// One backend of a VIP.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendConfig {
+    pub address: SocketAddr,
+    pub weight: u32,
+    /// The check that applies to this backend (the VIP's, with this backend's overrides);
+    /// `None`: not checked, always considered healthy.
+    pub health: Option<HealthSpec>,
+}
+
+/// A health check, as it applies to one backend.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HealthSpec {
+    pub check: CheckKind,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Successes in a row that bring a backend up.
+    pub rise: u32,
+    /// Failures in a row that take a backend down.
+    pub fall: u32,
+}
+
+/// What a health check does.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CheckKind {
+    /// A TCP connect.
+    Tcp,
+    /// An HTTP/1.1 `GET path` that must answer `status`.
+    Http { path: String, status: u16 },
+}
+
+/// Health-check defaults, applied to keys a `health` table leaves out.
+pub mod health_defaults {
+    use std::time::Duration;
+    pub const INTERVAL: Duration = Duration::from_secs(2);
+    pub const TIMEOUT: Duration = Duration::from_secs(1);
+    pub const RISE: u32 = 2;
+    pub const FALL: u32 = 3;
+    pub const HTTP_PATH: &str = "/";
+    pub const HTTP_STATUS: u16 = 200;
+}
+
+/// `protocol`: what a VIP carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    /// HTTP, served by the userspace proxy (L7).
+    Http,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Http => "http",
+        }
+    }
+    /// The IP protocol on the wire (HTTP runs over TCP).
+    pub fn ip_proto(self) -> u8 {
+        match self {
+            Protocol::Udp => lb_common::ip_proto::UDP,
+            Protocol::Tcp | Protocol::Http => lb_common::ip_proto::TCP,
+        }
+    }
+}
+
+/// `forwarding`: how packets reach backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Forwarding {
+    /// XDP rewrites the destination; replies come back through the balancer.
+    Nat,
+    /// XDP encapsulates in IPIP; backends answer clients directly.
+    DsrIpip,
+    /// The userspace proxy terminates the connection.
+    Proxy,
+}
+
+impl Forwarding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Forwarding::Nat => "nat",
+            Forwarding::DsrIpip => "dsr-ipip",
+            Forwarding::Proxy => "proxy",
+        }
+    }
+    /// Whether the XDP data plane serves this VIP (as opposed to the userspace proxy).
+    pub fn is_xdp(self) -> bool {
+        !matches!(self, Forwarding::Proxy)
+    }
+}
+
+/// `hash`: what picks the ring slot of a new flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HashMode {
+    /// The client address: a client sticks to one backend.
+    Ip,
+    /// The 5-tuple: every connection is placed on its own.
+    Flow,
+}
+
+impl HashMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HashMode::Ip => "ip",
+            HashMode::Flow => "flow",
+        }
+    }
+}
+
+/// `all_down`: what a VIP does when none of its backends is healthy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllDownPolicy {
+    /// Fail open: spread new flows over all backends, as if all were healthy.
+    Forward,
+    /// Drop new flows (established ones keep their backend while it exists).
+    Drop,
+}
+
+impl AllDownPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AllDownPolicy::Forward => "forward",
+            AllDownPolicy::Drop => "drop",
+        }
+    }
+}
+
+/// `health.kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HealthKind {
+    Tcp,
+    Http,
+    /// No check: the backend is always considered healthy (to switch a VIP's check off for
+    /// one backend).
+    None,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file has mistakes; each names its line.
+    #[error("{}", list(.0))]
+    Invalid(Vec<Problem>),
+}
+
+impl ConfigError {
+    /// The individual problems (one for a read error).
+    pub fn problems(&self) -> Vec<String> {
+        match self {
+            ConfigError::Read { .. } => vec![self.to_string()],
+            ConfigError::Invalid(problems) => problems.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+}
+
+fn list(problems: &[Problem]) -> String {
+    problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n")
+}
+
+/// One mistake in a configuration file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.file, line, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Config::parse(&text, path)
+    }
+
+    /// Validates `text`, read from `path` (used in messages and kept for reloads).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        validate::parse(text, path)
+    }
+
+    /// The control socket path for interface `iface`.
+    pub fn api_socket(&self, iface: &str) -> PathBuf {
+        self.daemon.api_socket.clone().unwrap_or_else(|| default_api_socket(iface))
+    }
+}
+
+#[cfg(test)]
+mod tests;

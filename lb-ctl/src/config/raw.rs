@@ -1,0 +1,65 @@
+//! The file as written: serde structs with the source span of every value, so validation can
+//! name the line of each mistake. Unknown keys are rejected everywhere.
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{AllDownPolicy, Forwarding, HashMode, HealthKind, Protocol};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFile {
+    pub daemon: Option<Spanned<RawDaemon>>,
+    #[serde(default)]
+    pub vip: Vec<Spanned<RawVip>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDaemon {
+    pub api_socket: Option<Spanned<String>>,
+    pub api_tcp: Option<Spanned<String>>,
+    pub api_tcp_allow_remote: Option<Spanned<bool>>,
+    pub ring_size: Option<Spanned<i64>>,
+    pub flow_table_size: Option<Spanned<i64>>,
+    pub hash_seed: Option<Spanned<i64>>,
+    pub nexthop_ttl: Option<Spanned<String>>,
+    pub all_down: Option<Spanned<AllDownPolicy>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVip {
+    pub name: Option<Spanned<String>>,
+    pub address: Spanned<String>,
+    pub port: Spanned<i64>,
+    pub protocol: Option<Spanned<Protocol>>,
+    pub forwarding: Option<Spanned<Forwarding>>,
+    pub hash: Option<Spanned<HashMode>>,
+    pub encap_source: Option<Spanned<String>>,
+    pub all_down: Option<Spanned<AllDownPolicy>>,
+    pub health: Option<Spanned<RawHealth>>,
+    #[serde(default)]
+    pub backends: Vec<Spanned<RawBackend>>,
+    pub proxy: Option<Spanned<toml::Table>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackend {
+    pub address: Spanned<String>,
+    pub port: Option<Spanned<i64>>,
+    pub weight: Option<Spanned<i64>>,
+    pub health: Option<Spanned<RawHealth>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHealth {
+    pub kind: Option<Spanned<HealthKind>>,
+    pub path: Option<Spanned<String>>,
+    pub status: Option<Spanned<i64>>,
+    pub interval: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub rise: Option<Spanned<i64>>,
+    pub fall: Option<Spanned<i64>>,
+}

@@ -1,0 +1,291 @@
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("lb.toml"))
+}
+
+fn errors(text: &str) -> Vec<String> {
+    match parse(text) {
+        Ok(c) => panic!("expected errors, got {c:#?}"),
+        Err(e) => e.problems(),
+    }
+}
+
+#[test]
+fn example_file_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example");
+    let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.vips.len(), 3);
+    assert_eq!(c.daemon.nexthop_ttl_ms, 1000);
+    let web = &c.vips[0];
+    assert_eq!(web.name.as_deref(), Some("web"));
+    assert_eq!(web.backends.len(), 3);
+    assert_eq!(web.backends[1].weight, DEFAULT_WEIGHT);
+    // Backend health overrides the VIP's key by key.
+    let h = web.backends[2].health.as_ref().unwrap();
+    assert_eq!(h.check, CheckKind::Http { path: "/ready".into(), status: 200 });
+    assert_eq!(h.fall, 3);
+    // Backend port defaults to the VIP's.
+    assert_eq!(c.vips[1].backends[0].address, "198.51.100.21:53".parse::<SocketAddr>().unwrap());
+    assert!(c.vips[1].backends[0].health.is_none());
+    assert_eq!(c.vips[2].forwarding, Forwarding::Proxy);
+    assert!(c.vips[2].proxy.is_some());
+}
+
+#[test]
+fn defaults() {
+    let c = parse("[[vip]]\naddress = \"203.0.113.10\"\nport = 80\n").unwrap();
+    assert_eq!(c.daemon, DaemonSettings::default());
+    let v = &c.vips[0];
+    assert_eq!((v.protocol, v.forwarding, v.hash), (Protocol::Tcp, Forwarding::Nat, HashMode::Ip));
+    assert_eq!(v.all_down, AllDownPolicy::Forward);
+    assert_eq!(v.label(), "203.0.113.10:80/tcp");
+    assert_eq!(v.line, 2);
+    assert_eq!(c.api_socket("eth0"), Path::new("/run/lb-ctl/eth0.sock"));
+}
+
+#[test]
+fn health_defaults_and_overrides() {
+    let c = parse(
+        r#"
+[[vip]]
+address = "203.0.113.10"
+port = 80
+health = { kind = "tcp", interval = "500ms" }
+backends = [ { address = "198.51.100.1" }, { address = "198.51.100.2", health = { kind = "none" } } ]
+"#,
+    )
+    .unwrap();
+    let h = c.vips[0].backends[0].health.clone().unwrap();
+    assert_eq!(
+        h,
+        HealthSpec {
+            check: CheckKind::Tcp,
+            interval: Duration::from_millis(500),
+            timeout: Duration::from_millis(500),
+            rise: 2,
+            fall: 3
+        }
+    );
+    assert!(c.vips[0].backends[1].health.is_none());
+}
+
+const VIP: &str = "[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\n";
+
+/// A table of bad files and the exact messages they must produce.
+#[test]
+fn bad_files_give_exact_messages() {
+    let cases: &[(&str, String, &[&str])] = &[
+        ("syntax error", "[[vip]\n".into(), &["lb.toml:1: invalid table header: expected `.`, `]]`"]),
+        (
+            "unknown key in a backend",
+            format!("{VIP}backends = [ {{ address = \"198.51.100.1\", wieght = 3 }} ]\n"),
+            &["lb.toml:5: unknown field `wieght`, expected one of `address`, `port`, `weight`, `health`"],
+        ),
+        (
+            "unknown top-level key",
+            "listen = 1\n".into(),
+            &["lb.toml:1: unknown field `listen`, expected `daemon` or `vip`"],
+        ),
+        (
+            "unknown enum value",
+            format!("{VIP}protocol = \"sctp\"\n"),
+            &["lb.toml:5: unknown variant `sctp`, expected one of `tcp`, `udp`, `http`"],
+        ),
+        (
+            "missing port",
+            "[[vip]]\naddress = \"203.0.113.10\"\n".into(),
+            &["lb.toml:1: missing field `port`"],
+        ),
+        (
+            "backend port out of range",
+            format!("{VIP}backends = [ {{ address = \"198.51.100.1\", port = 70000 }} ]\n"),
+            &["lb.toml:5: vip \"web\": backend port must be 1-65535, got 70000"],
+        ),
+        (
+            "weight out of range",
+            format!(
+                "{VIP}backends = [\n  {{ address = \"198.51.100.1\", weight = 70000 }},\n  {{ address = \"198.51.100.2\", weight = -1 }},\n]\n"
+            ),
+            &[
+                "lb.toml:6: vip \"web\": backend weight must be 0-65535, got 70000",
+                "lb.toml:7: vip \"web\": backend weight must be 0-65535, got -1",
+            ],
+        ),
+        (
+            "malformed addresses",
+            "[[vip]]\naddress = \"203.0.113.300\"\nport = 80\nbackends = [ { address = \"backend-1\" } ]\n"
+                .into(),
+            &[
+                "lb.toml:2: vip \"203.0.113.300:80/tcp\": address \"203.0.113.300\" is not an IP address",
+                "lb.toml:4: vip \"203.0.113.300:80/tcp\": backend address \"backend-1\" is not an IP address",
+            ],
+        ),
+        (
+            "duplicate backend",
+            format!(
+                "{VIP}backends = [\n  {{ address = \"198.51.100.1\", port = 8080 }},\n  {{ address = \"198.51.100.1\", port = 8080 }},\n]\n"
+            ),
+            &["lb.toml:7: vip \"web\": duplicate backend 198.51.100.1:8080"],
+        ),
+        (
+            "duplicate VIP and name",
+            format!("{VIP}\n{VIP}"),
+            &[
+                "lb.toml:7: duplicate vip name \"web\"",
+                "lb.toml:8: vip \"web\": duplicate VIP 203.0.113.10:80/tcp",
+            ],
+        ),
+        (
+            "http and tcp VIPs on the same address and port",
+            format!("{VIP}\n[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nprotocol = \"http\"\n"),
+            &["lb.toml:7: vip \"203.0.113.10:80/http\": duplicate VIP 203.0.113.10:80/tcp"],
+        ),
+        (
+            "ring size not prime",
+            "[daemon]\nring_size = 65536\n".into(),
+            &["lb.toml:2: daemon: ring_size must be a prime number (Maglev), got 65536; e.g. 65537"],
+        ),
+        (
+            "ring size too large",
+            "[daemon]\nring_size = 2000003\n".into(),
+            &["lb.toml:2: daemon: ring_size must be 2-1048576, got 2000003"],
+        ),
+        (
+            "more backends than ring slots",
+            format!(
+                "[daemon]\nring_size = 2\n{VIP}backends = [ {{ address = \"198.51.100.1\" }}, {{ address = \"198.51.100.2\" }}, {{ address = \"198.51.100.3\" }} ]\n"
+            ),
+            &["lb.toml:5: vip \"web\": 3 backends do not fit a ring of 2 slots (raise daemon.ring_size)"],
+        ),
+        (
+            "dsr without encap_source",
+            format!("{VIP}forwarding = \"dsr-ipip\"\n"),
+            &[
+                "lb.toml:5: vip \"web\": forwarding \"dsr-ipip\" needs encap_source (the outer source address)",
+            ],
+        ),
+        (
+            "encap_source without dsr",
+            format!("{VIP}encap_source = \"198.51.100.1\"\n"),
+            &["lb.toml:5: vip \"web\": encap_source only applies to forwarding = \"dsr-ipip\""],
+        ),
+        (
+            "IPv6 XDP VIP",
+            "[[vip]]\naddress = \"2001:db8::1\"\nport = 80\n".into(),
+            &[
+                "lb.toml:2: vip \"[2001:db8::1]:80/tcp\": IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")",
+            ],
+        ),
+        (
+            "IPv6 backend of an XDP VIP",
+            format!("{VIP}backends = [ {{ address = \"2001:db8::2\" }} ]\n"),
+            &[
+                "lb.toml:5: vip \"web\": backend 2001:db8::2: IPv6 backends are not supported by the XDP data plane yet",
+            ],
+        ),
+        (
+            "http with nat",
+            format!("{VIP}protocol = \"http\"\nforwarding = \"nat\"\n"),
+            &[
+                "lb.toml:6: vip \"web\": protocol \"http\" is served by the userspace proxy: forwarding must be \"proxy\"",
+            ],
+        ),
+        (
+            "udp proxy",
+            format!("{VIP}protocol = \"udp\"\nforwarding = \"proxy\"\n"),
+            &[
+                "lb.toml:6: vip \"web\": forwarding \"proxy\" supports protocol \"tcp\" and \"http\", not \"udp\"",
+            ],
+        ),
+        (
+            "proxy table on an XDP VIP",
+            format!("{VIP}[vip.proxy]\nbalance = \"random\"\n"),
+            &["lb.toml:5: vip \"web\": [vip.proxy] only applies to forwarding = \"proxy\" VIPs"],
+        ),
+        (
+            "bad health values",
+            format!(
+                "{VIP}health = {{ kind = \"http\", interval = \"1s\", timeout = \"2s\", rise = 0, status = 42 }}\nbackends = [ {{ address = \"198.51.100.1\" }} ]\n"
+            ),
+            &[
+                "lb.toml:5: vip \"web\": health timeout (2s) must not exceed interval (1s)",
+                "lb.toml:5: vip \"web\": health rise must be 1-100, got 0",
+                "lb.toml:5: vip \"web\": health status must be 100-599, got 42",
+            ],
+        ),
+        (
+            "bad duration",
+            format!("{VIP}health = {{ interval = \"soon\" }}\n"),
+            &[
+                "lb.toml:5: vip \"web\": health interval \"soon\": expected number at 0 (write e.g. \"2s\" or \"500ms\")",
+            ],
+        ),
+        (
+            "path on a tcp check",
+            format!("{VIP}health = {{ kind = \"tcp\", path = \"/x\" }}\n"),
+            &["lb.toml:5: vip \"web\": health path and status only apply to kind = \"http\""],
+        ),
+        (
+            "bad name",
+            "[[vip]]\nname = \"203.0.113.10\"\naddress = \"203.0.113.10\"\nport = 80\n".into(),
+            &[
+                "lb.toml:2: vip \"203.0.113.10\": name must start with a letter and use only letters, digits, '-', '_' and '.'",
+            ],
+        ),
+        (
+            "public TCP admin port",
+            "[daemon]\napi_tcp = \"0.0.0.0:9180\"\n".into(),
+            &[
+                "lb.toml:2: daemon: api_tcp 0.0.0.0:9180 is not a loopback address; the API has no authentication, set api_tcp_allow_remote = true to expose it anyway",
+            ],
+        ),
+        (
+            "next-hop cache too long",
+            "[daemon]\nnexthop_ttl = \"2h\"\n".into(),
+            &["lb.toml:2: daemon: nexthop_ttl must be at most 1h"],
+        ),
+        (
+            "relative socket path",
+            "[daemon]\napi_socket = \"lb.sock\"\n".into(),
+            &["lb.toml:2: daemon: api_socket must be an absolute path, got \"lb.sock\""],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, text, want) in cases {
+        let got = errors(text);
+        if got != *want {
+            failures.push(format!("{what}:\n  want {want:?}\n  got  {got:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn too_many_vips_and_backends() {
+    let mut text = String::new();
+    for i in 0..=lb_common::limits::MAX_VIPS {
+        text.push_str(&format!("[[vip]]\naddress = \"203.0.113.{}\"\nport = {}\n", i % 250, 1000 + i));
+    }
+    let got = errors(&text);
+    assert_eq!(got, vec![format!("lb.toml:{}: too many VIPs: 65 (at most 64)", 64 * 3 + 2)]);
+
+    let backends: Vec<String> = (0..=lb_common::limits::MAX_BACKENDS)
+        .map(|i| format!("{{ address = \"198.51.100.{}\", port = {} }}", i % 250, 1000 + i))
+        .collect();
+    let text = format!("{VIP}backends = [ {} ]\n", backends.join(", "));
+    assert_eq!(
+        errors(&text),
+        vec!["lb.toml: too many backends: 4097 over all VIPs (at most 4096)".to_string()]
+    );
+}
+
+#[test]
+fn read_error_names_the_file() {
+    let e = Config::load(Path::new("/nonexistent/lb.toml")).unwrap_err();
+    assert!(e.to_string().starts_with("/nonexistent/lb.toml: "), "{e}");
+}

@@ -1,0 +1,463 @@
+//! From [`raw`](super::raw) to [`Config`]: every check, each mistake tied to its line.
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
+use lb_common::maglev::is_prime;
+use toml::Spanned;
+
+use super::raw::{RawBackend, RawDaemon, RawFile, RawHealth, RawVip};
+use super::{
+    BackendConfig, CheckKind, Config, ConfigError, DEFAULT_WEIGHT, DaemonSettings, Forwarding, HashMode,
+    HealthKind, HealthSpec, MAX_FLOW_TABLE_SIZE, MAX_RING_SIZE, MAX_WEIGHT, Problem, Protocol, VipConfig,
+    health_defaults,
+};
+
+/// Parses a duration such as `2s`, `500ms` or `1m 30s`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. \"2s\" or \"500ms\")"))
+}
+
+struct Checker<'a> {
+    file: String,
+    text: &'a str,
+    problems: Vec<Problem>,
+}
+
+impl Checker<'_> {
+    fn line_of(&self, span: Range<usize>) -> usize {
+        let end = span.start.min(self.text.len());
+        self.text[..end].bytes().filter(|b| *b == b'\n').count() + 1
+    }
+
+    fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
+        let line = Some(self.line_of(span));
+        self.problems.push(Problem { file: self.file.clone(), line, message: message.into() });
+    }
+
+    /// An integer in `range`, or a problem saying `what` must be in it.
+    fn int(&mut self, value: &Spanned<i64>, range: std::ops::RangeInclusive<i64>, what: &str) -> Option<i64> {
+        let v = *value.get_ref();
+        if range.contains(&v) {
+            Some(v)
+        } else {
+            self.error(value.span(), format!("{what} must be {}-{}, got {v}", range.start(), range.end()));
+            None
+        }
+    }
+
+    fn ip(&mut self, value: &Spanned<String>, what: &str) -> Option<IpAddr> {
+        match value.get_ref().parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                self.error(value.span(), format!("{what} {:?} is not an IP address", value.get_ref()));
+                None
+            }
+        }
+    }
+}
+
+pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let file = path.display().to_string();
+    let raw: RawFile = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            let mut c = Checker { file, text, problems: Vec::new() };
+            let message = e.message().trim_end().replace('\n', ": ");
+            match e.span() {
+                Some(span) => c.error(span, message),
+                None => c.problems.push(Problem { file: c.file.clone(), line: None, message }),
+            }
+            return Err(ConfigError::Invalid(c.problems));
+        }
+    };
+    let mut c = Checker { file, text, problems: Vec::new() };
+    let daemon = match &raw.daemon {
+        Some(d) => daemon(&mut c, d.get_ref()),
+        None => DaemonSettings::default(),
+    };
+    let mut vips = Vec::new();
+    for v in &raw.vip {
+        if let Some(vip) = vip(&mut c, v, &daemon) {
+            vips.push(vip);
+        }
+    }
+    across_vips(&mut c, &raw.vip, &vips);
+    // A VIP's health table is checked once per backend: report each mistake once.
+    let mut seen = HashSet::new();
+    c.problems.retain(|p| seen.insert((p.line, p.message.clone())));
+    if c.problems.is_empty() {
+        Ok(Config { source: path.to_path_buf(), daemon, vips })
+    } else {
+        Err(ConfigError::Invalid(c.problems))
+    }
+}
+
+fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
+    let mut out = DaemonSettings::default();
+    if let Some(s) = &d.api_socket {
+        if Path::new(s.get_ref()).is_absolute() {
+            out.api_socket = Some(s.get_ref().into());
+        } else {
+            c.error(s.span(), format!("daemon: api_socket must be an absolute path, got {:?}", s.get_ref()));
+        }
+    }
+    if let Some(s) = &d.api_tcp {
+        let text = s.get_ref();
+        let addr = match text.parse::<u16>() {
+            Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+            Err(_) => text.parse::<SocketAddr>(),
+        };
+        match addr {
+            Ok(addr) => {
+                let allow_remote = d.api_tcp_allow_remote.as_ref().is_some_and(|b| *b.get_ref());
+                if !addr.ip().is_loopback() && !allow_remote {
+                    c.error(
+                        s.span(),
+                        format!(
+                            "daemon: api_tcp {addr} is not a loopback address; the API has no \
+                             authentication, set api_tcp_allow_remote = true to expose it anyway"
+                        ),
+                    );
+                } else {
+                    out.api_tcp = Some(addr);
+                }
+            }
+            Err(_) => c.error(s.span(), format!("daemon: api_tcp must be PORT or ADDR:PORT, got {text:?}")),
+        }
+    }
+    if let Some(s) = &d.ring_size
+        && let Some(v) = c.int(s, 2..=MAX_RING_SIZE as i64, "daemon: ring_size")
+    {
+        if is_prime(v as u32) {
+            out.ring_size = v as u32;
+        } else {
+            c.error(
+                s.span(),
+                format!("daemon: ring_size must be a prime number (Maglev), got {v}; e.g. 65537"),
+            );
+        }
+    }
+    if let Some(s) = &d.flow_table_size
+        && let Some(v) = c.int(s, 1..=MAX_FLOW_TABLE_SIZE as i64, "daemon: flow_table_size")
+    {
+        out.flow_table_size = v as u32;
+    }
+    if let Some(s) = &d.hash_seed
+        && let Some(v) = c.int(s, 0..=u32::MAX as i64, "daemon: hash_seed")
+    {
+        out.hash_seed = v as u32;
+    }
+    if let Some(s) = &d.nexthop_ttl {
+        match parse_duration(s.get_ref()) {
+            Ok(ttl) if ttl <= Duration::from_secs(3600) => out.nexthop_ttl_ms = ttl.as_millis() as u32,
+            Ok(_) => c.error(s.span(), "daemon: nexthop_ttl must be at most 1h"),
+            Err(e) => c.error(s.span(), format!("daemon: nexthop_ttl {:?}: {e}", s.get_ref())),
+        }
+    }
+    if let Some(s) = &d.all_down {
+        out.all_down = *s.get_ref();
+    }
+    out
+}
+
+fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) -> Option<VipConfig> {
+    let v = spanned.get_ref();
+    let before = c.problems.len();
+    let line = c.line_of(v.address.span());
+    // The label used in this VIP's messages.
+    let protocol = v.protocol.as_ref().map(|p| *p.get_ref()).unwrap_or(Protocol::Tcp);
+    let label = match &v.name {
+        Some(n) => n.get_ref().clone(),
+        None => match v.address.get_ref().parse::<std::net::Ipv6Addr>() {
+            Ok(_) => format!("[{}]:{}/{}", v.address.get_ref(), v.port.get_ref(), protocol.as_str()),
+            Err(_) => format!("{}:{}/{}", v.address.get_ref(), v.port.get_ref(), protocol.as_str()),
+        },
+    };
+    let at = format!("vip {label:?}");
+
+    if let Some(n) = &v.name {
+        let name = n.get_ref();
+        let valid_chars = name.chars().all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
+        if name.is_empty() || !valid_chars || !name.starts_with(|ch: char| ch.is_ascii_alphabetic()) {
+            c.error(
+                n.span(),
+                format!("{at}: name must start with a letter and use only letters, digits, '-', '_' and '.'"),
+            );
+        }
+    }
+    let address = c.ip(&v.address, &format!("{at}: address"));
+    let port = c.int(&v.port, 1..=65535, &format!("{at}: port")).map(|p| p as u16);
+    let forwarding = match (&v.forwarding, protocol) {
+        (Some(f), _) => *f.get_ref(),
+        (None, Protocol::Http) => Forwarding::Proxy,
+        (None, _) => Forwarding::Nat,
+    };
+    let forwarding_span = v.forwarding.as_ref().map(|f| f.span()).unwrap_or(v.address.span());
+    match (protocol, forwarding) {
+        (Protocol::Http, Forwarding::Nat | Forwarding::DsrIpip) => c.error(
+            forwarding_span.clone(),
+            format!("{at}: protocol \"http\" is served by the userspace proxy: forwarding must be \"proxy\""),
+        ),
+        (Protocol::Udp, Forwarding::Proxy) => c.error(
+            forwarding_span.clone(),
+            format!("{at}: forwarding \"proxy\" supports protocol \"tcp\" and \"http\", not \"udp\""),
+        ),
+        _ => {}
+    }
+    if forwarding.is_xdp()
+        && let Some(IpAddr::V6(_)) = address
+    {
+        c.error(
+            v.address.span(),
+            format!(
+                "{at}: IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")"
+            ),
+        );
+    }
+    let hash = v.hash.as_ref().map(|h| *h.get_ref()).unwrap_or(HashMode::Ip);
+    let encap_source = match (&v.encap_source, forwarding) {
+        (Some(s), Forwarding::DsrIpip) => match c.ip(s, &format!("{at}: encap_source")) {
+            Some(ip @ IpAddr::V4(_)) => Some(ip),
+            Some(IpAddr::V6(_)) => {
+                c.error(s.span(), format!("{at}: encap_source must be an IPv4 address"));
+                None
+            }
+            None => None,
+        },
+        (Some(s), _) => {
+            c.error(s.span(), format!("{at}: encap_source only applies to forwarding = \"dsr-ipip\""));
+            None
+        }
+        (None, Forwarding::DsrIpip) => {
+            c.error(
+                forwarding_span,
+                format!("{at}: forwarding \"dsr-ipip\" needs encap_source (the outer source address)"),
+            );
+            None
+        }
+        (None, _) => None,
+    };
+    if let Some(p) = &v.proxy
+        && forwarding.is_xdp()
+    {
+        c.error(p.span(), format!("{at}: [vip.proxy] only applies to forwarding = \"proxy\" VIPs"));
+    }
+    let all_down = v.all_down.as_ref().map(|a| *a.get_ref()).unwrap_or(daemon.all_down);
+    let vip_health = v.health.as_ref();
+
+    let mut backends = Vec::new();
+    let mut seen = HashSet::new();
+    for b in &v.backends {
+        let Some(backend) = backend(c, &at, b.get_ref(), port, forwarding, vip_health) else {
+            continue;
+        };
+        if !seen.insert(backend.address) {
+            c.error(b.get_ref().address.span(), format!("{at}: duplicate backend {}", backend.address));
+            continue;
+        }
+        backends.push(backend);
+    }
+    if backends.len() as u64 > daemon.ring_size as u64 {
+        c.error(
+            v.address.span(),
+            format!(
+                "{at}: {} backends do not fit a ring of {} slots (raise daemon.ring_size)",
+                backends.len(),
+                daemon.ring_size
+            ),
+        );
+    }
+    // The VIP's own check (its mistakes are reported once: problems are deduplicated).
+    let own_health = vip_health.and_then(|h| health(c, &at, &[h]));
+
+    if c.problems.len() > before {
+        return None;
+    }
+    Some(VipConfig {
+        name: v.name.as_ref().map(|n| n.get_ref().clone()),
+        address: address?,
+        port: port?,
+        protocol,
+        forwarding,
+        hash,
+        encap_source,
+        all_down,
+        health: own_health,
+        backends,
+        proxy: v.proxy.as_ref().map(|p| p.get_ref().clone()),
+        line,
+    })
+}
+
+fn backend(
+    c: &mut Checker<'_>,
+    at: &str,
+    b: &RawBackend,
+    vip_port: Option<u16>,
+    forwarding: Forwarding,
+    vip_health: Option<&Spanned<RawHealth>>,
+) -> Option<BackendConfig> {
+    let before = c.problems.len();
+    let ip = c.ip(&b.address, &format!("{at}: backend address"));
+    if forwarding.is_xdp()
+        && let Some(IpAddr::V6(_)) = ip
+    {
+        c.error(
+            b.address.span(),
+            format!(
+                "{at}: backend {}: IPv6 backends are not supported by the XDP data plane yet",
+                b.address.get_ref()
+            ),
+        );
+    }
+    let port = match &b.port {
+        Some(p) => c.int(p, 1..=65535, &format!("{at}: backend port")).map(|p| p as u16),
+        None => vip_port,
+    };
+    let weight = match &b.weight {
+        Some(w) => c.int(w, 0..=MAX_WEIGHT as i64, &format!("{at}: backend weight")).map(|w| w as u32),
+        None => Some(DEFAULT_WEIGHT),
+    };
+    let layers: Vec<&Spanned<RawHealth>> = vip_health.into_iter().chain(b.health.as_ref()).collect();
+    let health = health(c, at, &layers);
+    if c.problems.len() > before {
+        return None;
+    }
+    Some(BackendConfig { address: SocketAddr::new(ip?, port?), weight: weight?, health })
+}
+
+/// The check made of `layers` (the VIP's table, then the backend's overrides), key by key.
+fn health(c: &mut Checker<'_>, at: &str, layers: &[&Spanned<RawHealth>]) -> Option<HealthSpec> {
+    if layers.is_empty() {
+        return None;
+    }
+    // The last layer that sets a key wins.
+    macro_rules! pick {
+        ($field:ident) => {
+            layers.iter().rev().find_map(|l| l.get_ref().$field.as_ref())
+        };
+    }
+    let kind = pick!(kind).map(|k| *k.get_ref()).unwrap_or(HealthKind::Tcp);
+    let at_line = layers.last().map(|l| l.span()).unwrap_or(0..0);
+    let duration = |c: &mut Checker<'_>, s: Option<&Spanned<String>>, what: &str, default: Duration| match s {
+        None => Some(default),
+        Some(s) => match parse_duration(s.get_ref()) {
+            Ok(d) if d.is_zero() => {
+                c.error(s.span(), format!("{at}: health {what} must be more than zero"));
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                c.error(s.span(), format!("{at}: health {what} {:?}: {e}", s.get_ref()));
+                None
+            }
+        },
+    };
+    let interval = duration(c, pick!(interval), "interval", health_defaults::INTERVAL);
+    // An unset timeout is the default one, or the interval if that is shorter.
+    let default_timeout = interval.map_or(health_defaults::TIMEOUT, |i| i.min(health_defaults::TIMEOUT));
+    let timeout = duration(c, pick!(timeout), "timeout", default_timeout);
+    if let (Some(i), Some(t)) = (interval, timeout)
+        && t > i
+    {
+        let span = pick!(timeout).map(|s| s.span()).unwrap_or(at_line.clone());
+        c.error(
+            span,
+            format!(
+                "{at}: health timeout ({}) must not exceed interval ({})",
+                fmt_duration(t),
+                fmt_duration(i)
+            ),
+        );
+    }
+    let count = |c: &mut Checker<'_>, s: Option<&Spanned<i64>>, what: &str, default: u32| match s {
+        None => Some(default),
+        Some(s) => c.int(s, 1..=100, &format!("{at}: health {what}")).map(|v| v as u32),
+    };
+    let rise = count(c, pick!(rise), "rise", health_defaults::RISE);
+    let fall = count(c, pick!(fall), "fall", health_defaults::FALL);
+    let path = pick!(path);
+    let status = pick!(status);
+    let check = match kind {
+        HealthKind::None => return None,
+        HealthKind::Tcp => {
+            for s in [path.map(|p| p.span()), status.map(|s| s.span())].into_iter().flatten() {
+                c.error(s, format!("{at}: health path and status only apply to kind = \"http\""));
+            }
+            CheckKind::Tcp
+        }
+        HealthKind::Http => {
+            let p = path.map(|p| p.get_ref().clone()).unwrap_or_else(|| health_defaults::HTTP_PATH.into());
+            if let Some(s) = path
+                && (!p.starts_with('/') || p.chars().any(|ch| ch.is_whitespace() || ch.is_control()))
+            {
+                c.error(
+                    s.span(),
+                    format!("{at}: health path must start with '/' and contain no spaces, got {p:?}"),
+                );
+            }
+            let st = match status {
+                Some(s) => c.int(s, 100..=599, &format!("{at}: health status")).map(|v| v as u16),
+                None => Some(health_defaults::HTTP_STATUS),
+            };
+            CheckKind::Http { path: p, status: st.unwrap_or(health_defaults::HTTP_STATUS) }
+        }
+    };
+    Some(HealthSpec { check, interval: interval?, timeout: timeout?, rise: rise?, fall: fall? })
+}
+
+fn fmt_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// Checks that need every VIP: duplicates and limits.
+fn across_vips(c: &mut Checker<'_>, raw: &[Spanned<RawVip>], vips: &[VipConfig]) {
+    let mut names = HashSet::new();
+    for v in raw {
+        if let Some(n) = &v.get_ref().name
+            && !names.insert(n.get_ref().clone())
+        {
+            c.error(n.span(), format!("duplicate vip name {:?}", n.get_ref()));
+        }
+    }
+    let mut keys = HashSet::new();
+    for v in vips {
+        let key = (v.address, v.port, v.protocol.ip_proto());
+        if !keys.insert(key) {
+            let span = line_span(c.text, v.line);
+            c.error(
+                span,
+                format!("vip {:?}: duplicate VIP {}:{}/{}", v.label(), v.address, v.port, wire(v.protocol)),
+            );
+        }
+    }
+    if raw.len() > MAX_VIPS as usize {
+        let span = raw[MAX_VIPS as usize].get_ref().address.span();
+        c.error(span, format!("too many VIPs: {} (at most {MAX_VIPS})", raw.len()));
+    }
+    let total: usize = raw.iter().map(|v| v.get_ref().backends.len()).sum();
+    if total > MAX_BACKENDS as usize {
+        c.problems.push(Problem {
+            file: c.file.clone(),
+            line: None,
+            message: format!("too many backends: {total} over all VIPs (at most {MAX_BACKENDS})"),
+        });
+    }
+}
+
+fn wire(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Udp => "udp",
+        Protocol::Tcp | Protocol::Http => "tcp",
+    }
+}
+
+/// A span that starts on `line` (1-based), to report a problem found on an already-built VIP.
+fn line_span(text: &str, line: usize) -> Range<usize> {
+    let start = text.split_inclusive('\n').take(line - 1).map(str::len).sum();
+    start..start
+}

@@ -1,0 +1,281 @@
+//! From [`State`] to map contents, and applying only the difference to a [`Dataplane`].
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+
+use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend};
+use lb_common::config::{DataplaneConfig, port_flags};
+use lb_common::maglev::{RingMember, build_ring};
+use lb_common::vip::{VipInfo, VipKey, forwarding, hash_mode};
+use lb_common::{IpBytes, family, ip_proto};
+
+use super::{BackendState, State, VipState};
+use crate::config::{AllDownPolicy, Forwarding, HashMode};
+use crate::dataplane::{Dataplane, Result};
+
+/// An address in the maps' 16-byte form, with its family.
+pub fn ip_bytes(ip: IpAddr) -> (IpBytes, u8) {
+    match ip {
+        IpAddr::V4(v4) => (lb_common::ipv4_bytes(v4.octets()), family::IPV4),
+        IpAddr::V6(v6) => (v6.octets(), family::IPV6),
+    }
+}
+
+/// The bytes that place a backend on a Maglev ring: its 16-byte address then its port (big
+/// endian). The userspace proxy must use the same key to build the same ring.
+pub fn ring_key(address: SocketAddr) -> Vec<u8> {
+    let (bytes, _) = ip_bytes(address.ip());
+    let mut key = bytes.to_vec();
+    key.extend_from_slice(&address.port().to_be_bytes());
+    key
+}
+
+/// The VIPS key of a VIP.
+pub fn vip_key(v: &VipState) -> VipKey {
+    let (addr, family) = ip_bytes(v.address);
+    VipKey { addr, port: v.port.to_be(), protocol: v.protocol.ip_proto(), family }
+}
+
+/// What a VIP's ring is built from: `(backend id, weight, ring key)` in a fixed order.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RingInput {
+    pub members: Vec<(u32, u32, Vec<u8>)>,
+}
+
+impl RingInput {
+    pub fn build(&self, size: u32) -> Vec<u32> {
+        let members: Vec<RingMember<'_>> = self
+            .members
+            .iter()
+            .map(|(id, weight, key)| RingMember { id: *id, weight: *weight, key })
+            .collect();
+        build_ring(&members, size)
+    }
+}
+
+/// Everything the maps should hold (rings as their inputs, built only when those change).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct MapContents {
+    pub config: DataplaneConfig,
+    pub vips: HashMap<VipKey, VipInfo>,
+    pub backends: BTreeMap<u32, Backend>,
+    pub rings: BTreeMap<u32, RingInput>,
+    pub port_flags: BTreeMap<u16, u32>,
+}
+
+/// The ring members of a VIP: healthy backends with their weight (0 while drained). With no
+/// healthy backend of positive weight, the all-down policy decides: `forward` puts every
+/// backend in with its weight (fail-open), `drop` leaves the ring empty.
+pub fn ring_input(v: &VipState) -> RingInput {
+    let member = |b: &BackendState| (b.id, b.effective_weight(), ring_key(b.address));
+    if !all_down(v) {
+        return RingInput {
+            members: v.backends.iter().filter(|b| b.health.is_usable()).map(member).collect(),
+        };
+    }
+    match v.all_down {
+        AllDownPolicy::Forward => RingInput { members: v.backends.iter().map(member).collect() },
+        AllDownPolicy::Drop => RingInput::default(),
+    }
+}
+
+/// Whether none of the VIP's backends may take new flows by health and weight (the all-down
+/// policy applies).
+pub fn all_down(v: &VipState) -> bool {
+    !v.backends.iter().any(|b| b.health.is_usable() && b.effective_weight() > 0)
+}
+
+impl MapContents {
+    /// The map contents of `state`. VIPs served by the userspace proxy have none.
+    pub fn of(state: &State) -> MapContents {
+        let mut out = MapContents {
+            config: DataplaneConfig {
+                ring_size: state.ring_size,
+                hash_seed: state.hash_seed,
+                nexthop_ttl_ms: state.nexthop_ttl_ms,
+            },
+            ..MapContents::default()
+        };
+        for v in state.vips.iter().filter(|v| v.forwarding.is_xdp()) {
+            let (encap_source, _) = v.encap_source.map(ip_bytes).unwrap_or_default();
+            let info = VipInfo {
+                id: v.id,
+                forwarding: match v.forwarding {
+                    Forwarding::DsrIpip => forwarding::DSR_IPIP,
+                    Forwarding::Nat | Forwarding::Proxy => forwarding::NAT,
+                },
+                hash: match v.hash {
+                    HashMode::Ip => hash_mode::CLIENT_IP,
+                    HashMode::Flow => hash_mode::FLOW,
+                },
+                _pad: [0; 2],
+                encap_source,
+            };
+            out.vips.insert(vip_key(v), info);
+            let udp = v.protocol.ip_proto() == ip_proto::UDP;
+            *out.port_flags.entry(v.port).or_default() |=
+                if udp { port_flags::VIP_UDP } else { port_flags::VIP_TCP };
+            for b in &v.backends {
+                let (addr, family) = ip_bytes(b.address.ip());
+                out.backends.insert(
+                    b.id,
+                    Backend { addr, port: b.address.port().to_be(), family, flags: BACKEND_ACTIVE },
+                );
+                if v.forwarding == Forwarding::Nat {
+                    *out.port_flags.entry(b.address.port()).or_default() |=
+                        if udp { port_flags::NAT_BACKEND_UDP } else { port_flags::NAT_BACKEND_TCP };
+                }
+            }
+            out.rings.insert(v.id, ring_input(v));
+        }
+        out
+    }
+}
+
+/// Counts of map operations an apply made (for logs and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub config: usize,
+    pub vips_upserted: usize,
+    pub vips_removed: usize,
+    pub backends_upserted: usize,
+    pub backends_removed: usize,
+    pub rings_written: usize,
+    pub port_flags: usize,
+}
+
+impl ApplyReport {
+    pub fn is_empty(&self) -> bool {
+        *self == ApplyReport::default()
+    }
+}
+
+/// Tracks what has been written and writes only the difference.
+///
+/// Order of operations, so that the data plane never sees a ring slot naming a missing
+/// backend, nor a VIP without its ring: config; new/changed backends; rings; VIPs; port
+/// flags that gain bits; then removed VIPs (and their rings cleared); removed backends; port
+/// flags that lose bits. What was written is recorded operation by operation, so after a
+/// failed syscall the next apply redoes exactly what is still missing.
+#[derive(Debug, Default)]
+pub struct Applier {
+    applied: MapContents,
+    /// Built rings, with what they were built from.
+    rings: BTreeMap<u32, (RingInput, Vec<u32>)>,
+}
+
+impl Applier {
+    /// An applier that assumes the maps already hold `contents` except the rings (written on
+    /// the first apply). Used after a restart on pinned maps, so entries of the previous run
+    /// that the new state lacks are removed.
+    pub fn assuming(mut contents: MapContents) -> Applier {
+        contents.rings.clear();
+        Applier { applied: contents, rings: BTreeMap::new() }
+    }
+
+    /// What the maps hold as far as this applier knows.
+    pub fn applied(&self) -> &MapContents {
+        &self.applied
+    }
+
+    /// The ring last written for VIP `vip_id`.
+    pub fn ring(&self, vip_id: u32) -> Option<&[u32]> {
+        self.rings.get(&vip_id).map(|(_, r)| r.as_slice())
+    }
+
+    pub fn apply(&mut self, dp: &mut dyn Dataplane, want: &MapContents) -> Result<ApplyReport> {
+        let mut report = ApplyReport::default();
+        let size = want.config.ring_size;
+        if self.applied.config != want.config {
+            dp.set_config(want.config)?;
+            self.applied.config = want.config;
+            report.config += 1;
+            // Rings of another size must all be rebuilt.
+            self.rings.retain(|_, (_, ring)| ring.len() == size as usize);
+        }
+        for (id, b) in &want.backends {
+            if self.applied.backends.get(id) != Some(b) {
+                dp.upsert_backend(*id, *b)?;
+                self.applied.backends.insert(*id, *b);
+                report.backends_upserted += 1;
+            }
+        }
+        for (vip_id, input) in &want.rings {
+            if self.applied.rings.get(vip_id) == Some(input) && self.rings.contains_key(vip_id) {
+                continue;
+            }
+            let ring = input.build(size);
+            let unchanged = self.rings.get(vip_id).is_some_and(|(_, old)| *old == ring);
+            if !unchanged {
+                dp.write_ring(*vip_id, &ring)?;
+                report.rings_written += 1;
+            }
+            self.rings.insert(*vip_id, (input.clone(), ring));
+            self.applied.rings.insert(*vip_id, input.clone());
+        }
+        for (key, info) in &want.vips {
+            if self.applied.vips.get(key) != Some(info) {
+                dp.upsert_vip(*key, *info)?;
+                self.applied.vips.insert(*key, *info);
+                report.vips_upserted += 1;
+            }
+        }
+        for (port, flags) in &want.port_flags {
+            let old = self.applied.port_flags.get(port).copied().unwrap_or(0);
+            if old != *flags && flags & !old != 0 {
+                // Gains bits (it may lose others at the same time: one write does both).
+                dp.set_port_flags(*port, *flags)?;
+                self.applied.port_flags.insert(*port, *flags);
+                report.port_flags += 1;
+            }
+        }
+        let gone: Vec<(VipKey, VipInfo)> = self
+            .applied
+            .vips
+            .iter()
+            .filter(|(k, _)| !want.vips.contains_key(*k))
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        for (key, info) in gone {
+            dp.remove_vip(&key)?;
+            self.applied.vips.remove(&key);
+            report.vips_removed += 1;
+            if !want.rings.contains_key(&info.id) {
+                dp.write_ring(info.id, &vec![BACKEND_NONE; size as usize])?;
+                self.rings.remove(&info.id);
+                self.applied.rings.remove(&info.id);
+                report.rings_written += 1;
+            }
+        }
+        // Rings of VIP ids no longer used (also covers rings assumed from a previous run).
+        let stale: Vec<u32> =
+            self.applied.rings.keys().filter(|id| !want.rings.contains_key(id)).copied().collect();
+        for id in stale {
+            dp.write_ring(id, &vec![BACKEND_NONE; size as usize])?;
+            self.rings.remove(&id);
+            self.applied.rings.remove(&id);
+            report.rings_written += 1;
+        }
+        let gone: Vec<u32> =
+            self.applied.backends.keys().filter(|id| !want.backends.contains_key(id)).copied().collect();
+        for id in gone {
+            dp.remove_backend(id)?;
+            self.applied.backends.remove(&id);
+            report.backends_removed += 1;
+        }
+        let ports: Vec<u16> = self.applied.port_flags.keys().chain(want.port_flags.keys()).copied().collect();
+        for port in ports {
+            let old = self.applied.port_flags.get(&port).copied().unwrap_or(0);
+            let new = want.port_flags.get(&port).copied().unwrap_or(0);
+            if old != new {
+                dp.set_port_flags(port, new)?;
+                if new == 0 {
+                    self.applied.port_flags.remove(&port);
+                } else {
+                    self.applied.port_flags.insert(port, new);
+                }
+                report.port_flags += 1;
+            }
+        }
+        Ok(report)
+    }
+}

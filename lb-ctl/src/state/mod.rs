@@ -1,0 +1,500 @@
+//! The desired state of the balancer — VIPs, their backends with weight, drain and health —
+//! and how it becomes map contents ([`maps`]).
+//!
+//! The state is built from the configuration ([`State::from_config`]) and then changed by API
+//! calls and health transitions. Every change is checked before it is made: a refused change
+//! leaves the state as it was. Only the daemon's writer task holds a `State`.
+pub mod ids;
+pub mod maps;
+
+use std::net::{IpAddr, SocketAddr};
+
+use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{AllDownPolicy, Config, Forwarding, HashMode, HealthSpec, MAX_WEIGHT, Protocol};
+use ids::IdAllocator;
+
+/// A refused change, or a reference to something that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// No VIP has this name or address.
+    #[error("unknown VIP {0:?}")]
+    UnknownVip(String),
+    /// An address matches more than one VIP.
+    #[error("VIP {reference:?} is ambiguous: it matches {candidates}; name one with ADDR:PORT/PROTOCOL")]
+    AmbiguousVip { reference: String, candidates: String },
+    /// The VIP has no such backend.
+    #[error("VIP {vip:?} has no backend {backend}")]
+    UnknownBackend { vip: String, backend: SocketAddr },
+    /// The VIP already has this backend.
+    #[error("VIP {vip:?} already has backend {backend}")]
+    DuplicateBackend { vip: String, backend: SocketAddr },
+    /// A weight outside `0..=MAX_WEIGHT`.
+    #[error("weight {0} is out of range (0-{MAX_WEIGHT})")]
+    WeightOutOfRange(u64),
+    /// An address that does not parse.
+    #[error("malformed address {0:?}: expected {1}")]
+    MalformedAddress(String, &'static str),
+    /// A backend the data plane cannot reach (IPv6 behind an XDP VIP).
+    #[error("VIP {vip:?} is served by XDP, which supports IPv4 backends only, not {backend}")]
+    UnsupportedFamily { vip: String, backend: SocketAddr },
+    /// Every id is taken.
+    #[error("no free {0} id (at most {1})")]
+    NoFreeId(&'static str, u32),
+    /// More backends than the VIP's ring has slots.
+    #[error("VIP {vip:?} cannot have more backends than ring slots ({ring_size})")]
+    RingFull { vip: String, ring_size: u32 },
+    /// The request does not apply to this VIP.
+    #[error("{0}")]
+    NotApplicable(String),
+}
+
+/// A backend's health as last decided by its checker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Health {
+    /// No health check configured: always counts as healthy.
+    Unchecked,
+    /// Checked, but not yet `rise` successes in a row since it was added: out of the ring.
+    Pending,
+    Up,
+    Down,
+}
+
+impl Health {
+    /// Whether the backend may be in the ring.
+    pub fn is_usable(self) -> bool {
+        matches!(self, Health::Unchecked | Health::Up)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Unchecked => "unchecked",
+            Health::Pending => "pending",
+            Health::Up => "up",
+            Health::Down => "down",
+        }
+    }
+}
+
+/// Where a backend comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    Config,
+    /// Added through the API: lasts until the next reload or restart.
+    Api,
+}
+
+/// One backend of a VIP.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendState {
+    /// Index in BACKENDS and BACKEND_STATS; unique over all VIPs.
+    pub id: u32,
+    pub address: SocketAddr,
+    /// Configured weight (the ring uses 0 while drained).
+    pub weight: u32,
+    /// Drained through the API: no new flows, established ones stay.
+    pub drained: bool,
+    pub health: Health,
+    pub check: Option<HealthSpec>,
+    pub origin: Origin,
+}
+
+impl BackendState {
+    /// The weight the ring gets if the backend is healthy.
+    pub fn effective_weight(&self) -> u32 {
+        if self.drained { 0 } else { self.weight }
+    }
+    /// `active`, or `draining` (drained through the API, or configured with weight 0).
+    pub fn admin_state(&self) -> &'static str {
+        if self.effective_weight() == 0 { "draining" } else { "active" }
+    }
+}
+
+/// One VIP.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VipState {
+    /// Index of the VIP's ring in RINGS and of its counters in VIP_STATS.
+    pub id: u32,
+    pub name: Option<String>,
+    pub address: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub forwarding: Forwarding,
+    pub hash: HashMode,
+    pub encap_source: Option<IpAddr>,
+    pub all_down: AllDownPolicy,
+    /// The check given to backends added at run time.
+    pub health: Option<HealthSpec>,
+    pub proxy: Option<toml::Table>,
+    pub backends: Vec<BackendState>,
+}
+
+/// What identifies a VIP across reloads and restarts: address, port, wire protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct VipIdentity {
+    pub address: IpAddr,
+    pub port: u16,
+    pub ip_proto: u8,
+}
+
+impl VipState {
+    pub fn identity(&self) -> VipIdentity {
+        VipIdentity { address: self.address, port: self.port, ip_proto: self.protocol.ip_proto() }
+    }
+    /// `name`, or `ADDR:PORT/PROTOCOL`.
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.address_label())
+    }
+    /// `ADDR:PORT/PROTOCOL`.
+    pub fn address_label(&self) -> String {
+        format!("{}/{}", SocketAddr::new(self.address, self.port), self.protocol.as_str())
+    }
+    pub fn backend(&self, address: SocketAddr) -> Option<&BackendState> {
+        self.backends.iter().find(|b| b.address == address)
+    }
+}
+
+/// The whole desired state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct State {
+    pub ring_size: u32,
+    pub hash_seed: u32,
+    pub nexthop_ttl_ms: u32,
+    pub vips: Vec<VipState>,
+    vip_ids: IdAllocator,
+    backend_ids: IdAllocator,
+}
+
+/// Ids given to VIPs and backends, saved so that a restarted daemon gives every backend the
+/// id it had: connection-table entries name backends by id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IdSnapshot {
+    /// Ring size the maps were written with (a restart with another one cannot reuse them).
+    #[serde(default)]
+    pub ring_size: Option<u32>,
+    pub vips: Vec<SavedVip>,
+    pub vip_ids: IdAllocator,
+    pub backend_ids: IdAllocator,
+}
+
+/// One VIP's ids in an [`IdSnapshot`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SavedVip {
+    pub identity: VipIdentity,
+    pub id: u32,
+    /// `(address, backend id)`.
+    pub backends: Vec<(SocketAddr, u32)>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            ring_size: lb_common::limits::DEFAULT_RING_SIZE,
+            hash_seed: 0,
+            nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
+            vips: Vec::new(),
+            vip_ids: IdAllocator::new(MAX_VIPS),
+            backend_ids: IdAllocator::new(MAX_BACKENDS),
+        }
+    }
+}
+
+impl State {
+    /// The state `config` describes. VIPs and backends that `previous` already has keep their
+    /// ids, and backends their health and health history; new ones get fresh ids.
+    pub fn from_config(config: &Config, previous: &State) -> Result<State, StateError> {
+        let mut vip_ids = previous.vip_ids.clone();
+        let mut backend_ids = previous.backend_ids.clone();
+        // Free what disappears first, so its ids count as used-then-freed for round-robin.
+        let identities: Vec<VipIdentity> = config
+            .vips
+            .iter()
+            .map(|v| VipIdentity { address: v.address, port: v.port, ip_proto: v.protocol.ip_proto() })
+            .collect();
+        for old in &previous.vips {
+            let new = config.vips.iter().zip(&identities).find(|(_, id)| **id == old.identity());
+            match new {
+                None => {
+                    vip_ids.free(old.id);
+                    old.backends.iter().for_each(|b| backend_ids.free(b.id));
+                }
+                Some((new, _)) => {
+                    for b in &old.backends {
+                        if !new.backends.iter().any(|nb| nb.address == b.address) {
+                            backend_ids.free(b.id);
+                        }
+                    }
+                }
+            }
+        }
+        let mut vips = Vec::new();
+        for (v, identity) in config.vips.iter().zip(identities) {
+            let old = previous.vips.iter().find(|o| o.identity() == identity);
+            let id = match old {
+                Some(o) => o.id,
+                None => vip_ids.alloc().ok_or(StateError::NoFreeId("VIP", MAX_VIPS))?,
+            };
+            let mut backends = Vec::new();
+            for b in &v.backends {
+                let old_b = old.and_then(|o| o.backend(b.address));
+                let (bid, health) = match old_b {
+                    Some(ob) => (ob.id, carried_health(ob.health, b.health.is_some())),
+                    None => (
+                        backend_ids.alloc().ok_or(StateError::NoFreeId("backend", MAX_BACKENDS))?,
+                        initial_health(b.health.is_some()),
+                    ),
+                };
+                backends.push(BackendState {
+                    id: bid,
+                    address: b.address,
+                    weight: b.weight,
+                    drained: false,
+                    health,
+                    check: b.health.clone(),
+                    origin: Origin::Config,
+                });
+            }
+            vips.push(VipState {
+                id,
+                name: v.name.clone(),
+                address: v.address,
+                port: v.port,
+                protocol: v.protocol,
+                forwarding: v.forwarding,
+                hash: v.hash,
+                encap_source: v.encap_source,
+                all_down: v.all_down,
+                health: v.health.clone(),
+                proxy: v.proxy.clone(),
+                backends,
+            });
+        }
+        Ok(State {
+            ring_size: config.daemon.ring_size,
+            hash_seed: config.daemon.hash_seed,
+            nexthop_ttl_ms: config.daemon.nexthop_ttl_ms,
+            vips,
+            vip_ids,
+            backend_ids,
+        })
+    }
+
+    /// The ids in use, to save.
+    pub fn id_snapshot(&self) -> IdSnapshot {
+        IdSnapshot {
+            ring_size: Some(self.ring_size),
+            vips: self
+                .vips
+                .iter()
+                .map(|v| SavedVip {
+                    identity: v.identity(),
+                    id: v.id,
+                    backends: v.backends.iter().map(|b| (b.address, b.id)).collect(),
+                })
+                .collect(),
+            vip_ids: self.vip_ids.clone(),
+            backend_ids: self.backend_ids.clone(),
+        }
+    }
+
+    /// A skeleton state holding only the ids of a previous run, to pass to
+    /// [`State::from_config`] as `previous`. Its VIPs carry no settings.
+    pub fn from_id_snapshot(snapshot: &IdSnapshot) -> State {
+        let vips = snapshot
+            .vips
+            .iter()
+            .map(|SavedVip { identity, id, backends }| VipState {
+                id: *id,
+                name: None,
+                address: identity.address,
+                port: identity.port,
+                protocol: if identity.ip_proto == lb_common::ip_proto::UDP {
+                    Protocol::Udp
+                } else {
+                    Protocol::Tcp
+                },
+                forwarding: Forwarding::Nat,
+                hash: HashMode::Ip,
+                encap_source: None,
+                all_down: AllDownPolicy::Forward,
+                health: None,
+                proxy: None,
+                backends: backends
+                    .iter()
+                    .map(|(address, id)| BackendState {
+                        id: *id,
+                        address: *address,
+                        weight: 0,
+                        drained: false,
+                        // Unknown after a restart: checked backends start over.
+                        health: Health::Pending,
+                        check: None,
+                        origin: Origin::Config,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut vip_ids = snapshot.vip_ids.clone();
+        let mut backend_ids = snapshot.backend_ids.clone();
+        for v in &snapshot.vips {
+            vip_ids.reserve(v.id);
+            v.backends.iter().for_each(|(_, b)| backend_ids.reserve(*b));
+        }
+        State { vips, vip_ids, backend_ids, ..State::default() }
+    }
+
+    /// The VIP `reference` names: its name, `ADDR:PORT/PROTOCOL`, `ADDR:PORT`, or `ADDR`
+    /// when only one VIP has that address.
+    pub fn find_vip(&self, reference: &str) -> Result<&VipState, StateError> {
+        let i = self.vip_index(reference)?;
+        Ok(&self.vips[i])
+    }
+
+    fn vip_index(&self, reference: &str) -> Result<usize, StateError> {
+        if let Some(i) = self.vips.iter().position(|v| v.name.as_deref() == Some(reference)) {
+            return Ok(i);
+        }
+        let (addr_part, proto) = match reference.rsplit_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (reference, None),
+        };
+        let matches: Vec<usize> = if let Ok(sa) = addr_part.parse::<SocketAddr>() {
+            self.positions(|v| v.address == sa.ip() && v.port == sa.port())
+        } else if let Ok(ip) = addr_part.trim_matches(['[', ']']).parse::<IpAddr>() {
+            self.positions(|v| v.address == ip)
+        } else {
+            return Err(StateError::UnknownVip(reference.into()));
+        };
+        let matches: Vec<usize> = matches
+            .into_iter()
+            .filter(|&i| proto.is_none_or(|p| self.vips[i].protocol.as_str() == p))
+            .collect();
+        match matches.as_slice() {
+            [] => Err(StateError::UnknownVip(reference.into())),
+            [one] => Ok(*one),
+            many => Err(StateError::AmbiguousVip {
+                reference: reference.into(),
+                candidates: many.iter().map(|&i| self.vips[i].address_label()).collect::<Vec<_>>().join(", "),
+            }),
+        }
+    }
+
+    fn positions(&self, pred: impl Fn(&VipState) -> bool) -> Vec<usize> {
+        self.vips.iter().enumerate().filter(|(_, v)| pred(v)).map(|(i, _)| i).collect()
+    }
+
+    /// Adds backend `address` to VIP `vip` with the VIP's health check. Returns its id.
+    pub fn add_backend(&mut self, vip: &str, address: &str, weight: Option<u64>) -> Result<u32, StateError> {
+        let i = self.vip_index(vip)?;
+        let v = &self.vips[i];
+        let address = parse_backend(address, v.port)?;
+        let weight = match weight {
+            None => crate::config::DEFAULT_WEIGHT,
+            Some(w) if w <= MAX_WEIGHT as u64 => w as u32,
+            Some(w) => return Err(StateError::WeightOutOfRange(w)),
+        };
+        if v.backend(address).is_some() {
+            return Err(StateError::DuplicateBackend { vip: v.label(), backend: address });
+        }
+        if v.forwarding.is_xdp() && address.is_ipv6() {
+            return Err(StateError::UnsupportedFamily { vip: v.label(), backend: address });
+        }
+        if v.backends.len() as u64 >= self.ring_size as u64 {
+            return Err(StateError::RingFull { vip: v.label(), ring_size: self.ring_size });
+        }
+        let id = self.backend_ids.alloc().ok_or(StateError::NoFreeId("backend", MAX_BACKENDS))?;
+        let v = &mut self.vips[i];
+        let check = v.health.clone();
+        v.backends.push(BackendState {
+            id,
+            address,
+            weight,
+            drained: false,
+            health: initial_health(check.is_some()),
+            check,
+            origin: Origin::Api,
+        });
+        Ok(id)
+    }
+
+    /// Removes a backend; returns its id (now free).
+    pub fn remove_backend(&mut self, vip: &str, address: &str) -> Result<u32, StateError> {
+        let (i, j) = self.backend_index(vip, address)?;
+        let b = self.vips[i].backends.remove(j);
+        self.backend_ids.free(b.id);
+        Ok(b.id)
+    }
+
+    /// Drains a backend: out of the ring, its established flows stay. Returns its id.
+    pub fn drain_backend(&mut self, vip: &str, address: &str) -> Result<u32, StateError> {
+        let (i, j) = self.backend_index(vip, address)?;
+        let b = &mut self.vips[i].backends[j];
+        b.drained = true;
+        Ok(b.id)
+    }
+
+    fn backend_index(&self, vip: &str, address: &str) -> Result<(usize, usize), StateError> {
+        let i = self.vip_index(vip)?;
+        let v = &self.vips[i];
+        let address = parse_backend(address, v.port)?;
+        let j = v
+            .backends
+            .iter()
+            .position(|b| b.address == address)
+            .ok_or(StateError::UnknownBackend { vip: v.label(), backend: address })?;
+        Ok((i, j))
+    }
+
+    /// Records a health transition of backend `id`; false if no backend has that id.
+    pub fn set_health(&mut self, id: u32, health: Health) -> bool {
+        match self.backend_by_id_mut(id) {
+            Some(b) => {
+                b.health = health;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The backend with id `id`, and its VIP.
+    pub fn backend_by_id(&self, id: u32) -> Option<(&VipState, &BackendState)> {
+        self.vips.iter().find_map(|v| v.backends.iter().find(|b| b.id == id).map(|b| (v, b)))
+    }
+
+    fn backend_by_id_mut(&mut self, id: u32) -> Option<&mut BackendState> {
+        self.vips.iter_mut().flat_map(|v| v.backends.iter_mut()).find(|b| b.id == id)
+    }
+}
+
+/// A backend address as given to the API: `ADDR:PORT`, or `ADDR` for the VIP's port.
+pub fn parse_backend(text: &str, default_port: u16) -> Result<SocketAddr, StateError> {
+    if let Ok(sa) = text.parse::<SocketAddr>() {
+        if sa.port() == 0 {
+            return Err(StateError::MalformedAddress(text.into(), "a port in 1-65535"));
+        }
+        return Ok(sa);
+    }
+    match text.trim_matches(['[', ']']).parse::<IpAddr>() {
+        Ok(ip) => Ok(SocketAddr::new(ip, default_port)),
+        Err(_) => Err(StateError::MalformedAddress(text.into(), "ADDR:PORT or ADDR (IPv6 as [ADDR]:PORT)")),
+    }
+}
+
+fn initial_health(checked: bool) -> Health {
+    if checked { Health::Pending } else { Health::Unchecked }
+}
+
+/// Health of a backend that stays across a reload: kept if still checked; a backend that was
+/// serving unchecked and gets a check starts `Up` (its check may take it down), not `Pending`.
+fn carried_health(old: Health, checked: bool) -> Health {
+    match (old, checked) {
+        (_, false) => Health::Unchecked,
+        (Health::Unchecked, true) => Health::Up,
+        (h, true) => h,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,245 @@
+//! The `lb-ctl` binary end to end, without root: `attach --fake-dataplane` keeps the maps in
+//! memory, everything else is the real daemon, socket and CLI.
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lb-ctl");
+
+fn config(socket: &Path, extra: &str) -> String {
+    format!(
+        r#"[daemon]
+api_socket = "{}"
+ring_size = 251
+
+[[vip]]
+name = "web"
+address = "203.0.113.10"
+port = 80
+backends = [ {{ address = "198.51.100.1", port = 8080 }}, {{ address = "198.51.100.2", port = 8080 }} ]
+{extra}"#,
+        socket.display()
+    )
+}
+
+/// A daemon process; killed (by pid) if the test fails before stopping it.
+struct Daemon {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("run").join("test0.sock");
+        std::fs::write(dir.path().join("lb.toml"), config(&socket, "")).unwrap();
+        let child = Command::new(BIN)
+            .args(["attach", "test0", "--fake-dataplane", "--log-level", "warn", "--config"])
+            .arg(dir.path().join("lb.toml"))
+            .arg("--state-dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let d = Daemon { child: Some(child), dir, socket };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !d.run(&["status"]).status.success() {
+            assert!(Instant::now() < deadline, "the daemon did not answer within 10 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        d
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("--socket").arg(&self.socket).args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs a command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs a command that must fail; its exit code and stderr.
+    fn fails(&self, args: &[&str]) -> (i32, String) {
+        let out = self.run(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        (out.status.code().unwrap(), String::from_utf8(out.stderr).unwrap())
+    }
+
+    fn signal(&self, sig: i32) {
+        let pid = self.child.as_ref().unwrap().id() as i32;
+        // SAFETY: kill(2) on the pid of a child this test started.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn commands_and_exit_codes() {
+    let d = Daemon::start();
+    let list = d.ok(&["backends", "list"]);
+    assert!(
+        list.starts_with(
+            "VIP  BACKEND            WEIGHT  HEALTH     STATE   PACKETS  BYTES  FLOWS  IN RING\n"
+        ),
+        "{list}"
+    );
+    assert!(
+        list.contains("web  198.51.100.2:8080     100  unchecked  active        0      0      0  yes"),
+        "{list}"
+    );
+
+    assert_eq!(
+        d.ok(&["backends", "add", "web", "198.51.100.3:8080", "--weight", "5"]),
+        "web: backend 198.51.100.3:8080 added\n"
+    );
+    assert_eq!(
+        d.fails(&["backends", "add", "web", "198.51.100.3:8080"]),
+        (1, "lb-ctl: VIP \"web\" already has backend 198.51.100.3:8080\n".into())
+    );
+    assert_eq!(
+        d.fails(&["backends", "add", "nope", "198.51.100.3:8080"]),
+        (1, "lb-ctl: unknown VIP \"nope\"\n".into())
+    );
+    assert_eq!(
+        d.fails(&["backends", "add", "web", "198.51.100.4:8080", "--weight", "70000"]),
+        (1, "lb-ctl: weight 70000 is out of range (0-65535)\n".into())
+    );
+    assert_eq!(d.fails(&["backends", "add", "web", "not-an-address"]).0, 1);
+    // A malformed command line is clap's: exit 2.
+    assert_eq!(d.fails(&["backends", "add", "web"]).0, 2);
+
+    assert_eq!(
+        d.ok(&["backends", "drain", "203.0.113.10:80", "198.51.100.1:8080"]),
+        "web: backend 198.51.100.1:8080 draining: no new flows, established ones stay\n"
+    );
+    assert_eq!(
+        d.ok(&["backends", "remove", "web", "198.51.100.3:8080"]),
+        "web: backend 198.51.100.3:8080 removed\n"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&d.ok(&["backends", "list", "web", "--json"])).unwrap();
+    let states: Vec<&str> = json.as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["draining", "active"]);
+
+    assert!(d.ok(&["vips", "list"]).contains("web   203.0.113.10:80/tcp  nat"));
+    assert!(d.ok(&["status"]).starts_with("lb-ctl "));
+    assert!(d.ok(&["stats"]).contains("flow_new"));
+    let explain = d.ok(&["explain", "web", "192.0.2.7"]);
+    assert!(
+        explain.starts_with("192.0.2.7 -> web: 198.51.100.2:8080\nby the Maglev ring: ring slot"),
+        "{explain}"
+    );
+
+    // Reload with a mistake: exit 1, file:line, nothing changes.
+    let before = d.ok(&["backends", "list", "--json"]);
+    let path = d.dir.path().join("lb.toml");
+    std::fs::write(&path, config(&d.socket, "[[vip]]\naddress = \"203.0.113.11\"\nport = 0\n")).unwrap();
+    let (code, err) = d.fails(&["reload"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!(
+            "lb-ctl: reload refused, nothing changed:\n{}:12: vip \"203.0.113.11:0/tcp\": port must be 1-65535, got 0\n",
+            path.display()
+        )
+    );
+    assert_eq!(d.ok(&["backends", "list", "--json"]), before);
+    // validate says the same without a daemon.
+    let out = Command::new(BIN).arg("validate").arg("--config").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("{}:12: vip \"203.0.113.11:0/tcp\": port must be 1-65535, got 0\n", path.display())
+    );
+
+    // SIGHUP reloads a good file (the reload replaces runtime changes: drain is gone).
+    std::fs::write(
+        &path,
+        config(&d.socket, "").replace(
+            "{ address = \"198.51.100.2\", port = 8080 }",
+            "{ address = \"198.51.100.2\", port = 8080 }, { address = \"198.51.100.9\" }",
+        ),
+    )
+    .unwrap();
+    d.signal(libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !d.ok(&["backends", "list"]).contains("198.51.100.9:80") {
+        assert!(Instant::now() < deadline, "SIGHUP did not reload");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // SIGTERM: a clean stop, exit 0, socket removed.
+    d.signal(libc::SIGTERM);
+    let mut d = d;
+    let status = d.child.take().unwrap().wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!d.socket.exists());
+    assert_eq!(d.fails(&["status"]).0, 3, "no daemon: exit 3");
+}
+
+#[test]
+fn attach_refuses_a_bad_config_before_touching_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("test0.sock");
+    let path = dir.path().join("lb.toml");
+    std::fs::write(&path, config(&socket, "[[vip]]\nadress = \"203.0.113.11\"\nport = 80\n")).unwrap();
+    let out = Command::new(BIN)
+        .args(["attach", "test0", "--fake-dataplane", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:11: unknown field `adress`", path.display())), "{err}");
+    assert!(!socket.exists(), "nothing was started");
+}
+
+/// Only root may use the control socket: the file is 0600, and the daemon also checks the
+/// peer's credentials. Needs root to switch to another user; prints SKIPPED otherwise.
+#[test]
+fn non_root_users_are_refused() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED (needs root): non_root_users_are_refused");
+        return;
+    }
+    let d = Daemon::start();
+    let nobody = 65534;
+    let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // Open the way to the socket file: the file mode alone refuses.
+    for dir in [d.dir.path(), d.socket.parent().unwrap()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = d.command(&["status"]).uid(nobody).gid(nobody).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    // Even with the file opened to everyone, the daemon hangs up on a non-root peer.
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = d.command(&["status"]).uid(nobody).gid(nobody).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty());
+    // Root still gets in.
+    d.ok(&["status"]);
+}
