@@ -16,6 +16,8 @@ fn main() {
     let vip = |name: &str, p: u16, mode: Mode| {
         let mut spec = ProxyVipSpec::new(name, SocketAddr::from(([127, 0, 0, 1], p)), mode);
         spec.backends = backends.clone();
+        // Like the nginx and HAProxy configs of the benchmark: no client-address headers.
+        spec.forwarded.x_forwarded = false;
         spec
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -102,9 +102,9 @@ async fn tcp_proxy_protocol_header_comes_first() {
     let text = String::from_utf8_lossy(&out).into_owned();
     // The backend reverses what it got: the PROXY line, then "xy".
     let got: String = text.splitn(3, ':').nth(2).unwrap().chars().rev().collect();
-    let want = format!("PROXY TCP4 127.0.0.1 127.0.0.1 ");
+    let want = "PROXY TCP4 127.0.0.1 127.0.0.1 ";
     assert!(
-        got.starts_with(&want) && got.ends_with(&format!(" {}\r\nxy", p.addr.port())),
+        got.starts_with(want) && got.ends_with(&format!(" {}\r\nxy", p.addr.port())),
         "{got:?}"
     );
 }

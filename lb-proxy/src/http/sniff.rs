@@ -122,6 +122,13 @@ impl<T> Sniffer<T> {
     }
 
     fn head(&mut self, mut buf: Vec<u8>, data: &[u8]) -> (State, usize) {
+        // Fast path: the whole head in this read (the usual case) is parsed in place.
+        if buf.is_empty()
+            && let Some(p) = data.windows(4).position(|w| w == b"\r\n\r\n")
+        {
+            let end = p + 4;
+            return (self.parsed_head(&data[..end]), end);
+        }
         let before = buf.len();
         buf.extend_from_slice(data);
         // Search from a little before the new bytes: the terminator may straddle reads.
@@ -136,13 +143,17 @@ impl<T> Sniffer<T> {
             }
             return (State::Head(buf), data.len());
         };
-        let used = end - before;
+        (self.parsed_head(&buf[..end]), end - before)
+    }
+
+    /// Records the head's framing; returns the state for what follows it.
+    fn parsed_head(&mut self, head: &[u8]) -> State {
         let index = self.heads;
         self.heads += 1;
         let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
         let mut req = httparse::Request::new(&mut fields);
-        if !matches!(req.parse(&buf[..end]), Ok(httparse::Status::Complete(_))) {
-            return (State::Off, used);
+        if !matches!(req.parse(head), Ok(httparse::Status::Complete(_))) {
+            return State::Off;
         }
         let mut length: Option<u64> = None;
         let (mut te, mut cl, mut upgrade) = (false, false, false);
@@ -164,9 +175,9 @@ impl<T> Sniffer<T> {
                 .conflicts
                 .0
                 .compare_exchange(u64::MAX, index, Relaxed, Relaxed);
-            return (State::Off, used);
+            return State::Off;
         }
-        let next = if upgrade {
+        if upgrade {
             State::Off
         } else if te {
             State::ChunkSize(Vec::new())
@@ -178,8 +189,7 @@ impl<T> Sniffer<T> {
             }
         } else {
             State::Head(Vec::new())
-        };
-        (next, used)
+        }
     }
 }
 
@@ -287,7 +297,7 @@ mod tests {
     fn finds_the_conflicting_request_after_bodies_of_both_kinds() {
         let (heads, at) = sniff(&[
             b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
-            b"POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nCONTENT-LENGTH: 1\r\n\r\n0\r\nX-T: 1\r\n\r\n",
+            b"POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n11;ext=1\r\nContent-Length: 1\r\n0\r\nX-T: 1\r\n\r\n",
             b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n",
             b"POST /d HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         ]);
