@@ -75,6 +75,8 @@ impl Response {
 enum Command {
     Call(Request, oneshot::Sender<Result<Response, ApiError>>),
     Health(health::Event),
+    /// Time to start a new next-hop cache generation (every `nexthop_ttl`).
+    RefreshNextHops,
     Stop,
 }
 
@@ -155,6 +157,20 @@ impl Daemon {
         let sink: health::Sink = Arc::new(move |event| {
             let _ = sink_tx.send(Command::Health(event));
         });
+        if config.daemon.nexthop_ttl_ms > 0 {
+            let period = std::time::Duration::from_millis(config.daemon.nexthop_ttl_ms as u64);
+            let tick_tx = tx.clone();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(period);
+                ticks.tick().await;
+                loop {
+                    ticks.tick().await;
+                    if tick_tx.send(Command::RefreshNextHops).is_err() {
+                        break; // the writer has stopped
+                    }
+                }
+            });
+        }
         let mut checkers = Checkers::new(tokio::runtime::Handle::current(), sink);
         checkers.sync(&state);
         let mut writer = Writer {
@@ -268,6 +284,11 @@ impl Writer {
                     let _ = reply.send(answer);
                 }
                 Command::Health(event) => self.on_health(event),
+                Command::RefreshNextHops => {
+                    if let Err(e) = self.dp.refresh_next_hops() {
+                        tracing::warn!(error = %e, "could not start a new next-hop cache generation");
+                    }
+                }
                 Command::Stop => break,
             }
         }

@@ -163,8 +163,13 @@ enum VipsCommand {
 
 #[derive(Subcommand)]
 enum DecapCommand {
-    /// Attach the IPIP decapsulator to IFACE (on a DSR backend).
-    Attach { iface: String },
+    /// Attach the IPIP decapsulator to IFACE (on a DSR backend). It stays attached after this
+    /// command exits (pinned under /sys/fs/bpf/lb-ctl/decap-IFACE).
+    Attach {
+        iface: String,
+        #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+        xdp_mode: XdpMode,
+    },
     /// Detach it.
     Detach { iface: String },
 }
@@ -175,7 +180,8 @@ fn main() -> ExitCode {
         Command::Attach(args) => attach(args).map(|()| ExitCode::SUCCESS),
         Command::Validate { config } => validate(&config),
         Command::Detach { iface, pin_dir } => detach(&iface, pin_dir).map(|()| ExitCode::SUCCESS),
-        Command::Decap(_) | Command::Proxy { .. } => not_yet(),
+        Command::Decap(command) => decap(command).map(|()| ExitCode::SUCCESS),
+        Command::Proxy { .. } => not_yet(),
         command => return client_command(cli.socket, cli.daemon_iface, command),
     };
     match result {
@@ -187,8 +193,37 @@ fn main() -> ExitCode {
     }
 }
 
+fn decap(command: DecapCommand) -> anyhow::Result<()> {
+    use lb_ctl::dataplane::attach::{attach_decap, detach_decap};
+    match command {
+        DecapCommand::Attach { iface, xdp_mode } => {
+            let (mode, native_refused) = attach_decap(&iface, xdp_mode.into())
+                .with_context(|| format!("attaching the decapsulator to {iface}"))?;
+            if let Some(why) = native_refused {
+                eprintln!("lb-ctl: warning: native XDP refused on {iface} ({why}); using skb mode");
+            }
+            println!("decapsulator attached to {iface} ({})", if mode == aya::programs::XdpMode::Skb { "skb" } else { "native" });
+        }
+        DecapCommand::Detach { iface } => {
+            detach_decap(&iface).with_context(|| format!("detaching the decapsulator from {iface}"))?;
+            println!("decapsulator detached from {iface}");
+        }
+    }
+    Ok(())
+}
+
+impl From<XdpMode> for AttachMode {
+    fn from(mode: XdpMode) -> AttachMode {
+        match mode {
+            XdpMode::Native => AttachMode::Native,
+            XdpMode::Skb => AttachMode::Skb,
+            XdpMode::Auto => AttachMode::Auto,
+        }
+    }
+}
+
 fn not_yet() -> anyhow::Result<ExitCode> {
-    // ---- Calls into lb_ctl::dataplane (decap) and lb-proxy go here once they exist.
+    // ---- The call into lb-proxy goes here once the proxy is wired to the config.
     bail!("this command is not available in this build yet")
 }
 
@@ -252,11 +287,7 @@ fn attach(args: AttachArgs) -> anyhow::Result<()> {
             (Box::new(lb_ctl::dataplane::fake::FakeDataplane::default()), None)
         } else {
             let options = lb_ctl::attach::OpenOptions {
-                mode: match args.xdp_mode {
-                    XdpMode::Native => AttachMode::Native,
-                    XdpMode::Skb => AttachMode::Skb,
-                    XdpMode::Auto => AttachMode::Auto,
-                },
+                mode: args.xdp_mode.into(),
                 pin_dir: pin_dir.clone(),
                 ring_size: config.daemon.ring_size,
                 flow_table_size: config.daemon.flow_table_size,

@@ -8,7 +8,7 @@ use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
-use super::{Dataplane, DataplaneError, Result, next_generation};
+use super::{Dataplane, DataplaneError, Result, keep_generation, next_generation};
 
 /// The maps' contents, kept in plain collections. Fields are public so tests can inspect them
 /// and plant flows or traffic.
@@ -35,11 +35,14 @@ fn check(what: &'static str, index: u32, limit: u32) -> Result<()> {
 
 impl Dataplane for FakeDataplane {
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {
-        self.config = config;
+        let generation = keep_generation(config.nexthop_generation, self.config.nexthop_generation);
+        self.config = DataplaneConfig { nexthop_generation: generation, ..config };
         Ok(())
     }
     fn refresh_next_hops(&mut self) -> Result<()> {
-        self.config.nexthop_generation = next_generation(self.config.nexthop_generation);
+        if self.config.nexthop_generation != 0 {
+            self.config.nexthop_generation = next_generation(self.config.nexthop_generation);
+        }
         Ok(())
     }
     fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()> {

@@ -10,7 +10,7 @@ use lb_common::map_names;
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
-use super::{Dataplane, DataplaneError, Result, next_generation};
+use super::{Dataplane, DataplaneError, Result, keep_generation, next_generation};
 
 /// The loaded balancer and what was last written to its rings (so rewrites touch only the
 /// slots that changed).
@@ -69,6 +69,8 @@ impl AyaDataplane {
 
 impl Dataplane for AyaDataplane {
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {
+        let generation = keep_generation(config.nexthop_generation, self.config.nexthop_generation);
+        let config = DataplaneConfig { nexthop_generation: generation, ..config };
         if config.ring_size != self.ring_size {
             return Err(DataplaneError::Load(format!(
                 "ring size {} differs from the loaded maps' {}",
@@ -83,8 +85,15 @@ impl Dataplane for AyaDataplane {
     }
 
     fn refresh_next_hops(&mut self) -> Result<()> {
+        if self.config.nexthop_generation == 0 {
+            return Ok(()); // caching is off
+        }
         let config = DataplaneConfig { nexthop_generation: next_generation(self.config.nexthop_generation), ..self.config };
-        self.set_config(config)
+        self.array_mut::<DataplaneConfig>(map_names::CONFIG)?
+            .set(0, config, 0)
+            .map_err(map_err(map_names::CONFIG))?;
+        self.config = config;
+        Ok(())
     }
 
     fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()> {

@@ -76,3 +76,14 @@ pub trait Dataplane: Send {
 pub fn next_generation(current: u32) -> u32 {
     current.wrapping_add(1).max(1)
 }
+
+/// The generation to write when the desired config asks for `requested` while `current` is in
+/// force: the data plane numbers generations itself, so rewriting the config never revives
+/// stale cache entries. A request of 0 turns the cache off.
+pub fn keep_generation(requested: u32, current: u32) -> u32 {
+    match (requested, current) {
+        (0, _) => 0,
+        (_, 0) => requested,
+        (_, current) => current,
+    }
+}

@@ -91,7 +91,8 @@ impl MapContents {
             config: DataplaneConfig {
                 ring_size: state.ring_size,
                 hash_seed: state.hash_seed,
-                nexthop_ttl_ms: state.nexthop_ttl_ms,
+                // Caching on (the data plane numbers the generations) unless the TTL is 0.
+                nexthop_generation: u32::from(state.nexthop_ttl_ms > 0),
             },
             ..MapContents::default()
         };
@@ -109,6 +110,7 @@ impl MapContents {
                 },
                 _pad: [0; 2],
                 encap_source,
+                key: vip_key(v),
             };
             out.vips.insert(vip_key(v), info);
             let udp = v.protocol.ip_proto() == ip_proto::UDP;
