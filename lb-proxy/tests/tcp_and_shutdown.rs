@@ -165,3 +165,18 @@ async fn shutdown_cuts_what_outlives_the_grace_period() {
         "the cut request fails instead of hanging: {r:?}"
     );
 }
+
+#[tokio::test]
+async fn idle_tcp_relay_is_closed() {
+    let (a, _) = tcp_backend(1).await;
+    let mut spec = tcp_spec(vec![a]);
+    spec.timeouts.idle = Duration::from_millis(300);
+    let p = proxy(spec).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"some bytes, then silence").await.unwrap();
+    // The backend waits for a FIN that never comes; the proxy ends the silent relay.
+    let mut buf = Vec::new();
+    let r = tokio::time::timeout(LIMIT, s.read_to_end(&mut buf)).await;
+    assert!(r.is_ok(), "an idle relay must be closed");
+    assert!(buf.is_empty());
+}
