@@ -67,6 +67,9 @@ impl Dataplane for SharedFake {
         g.ops.push(Op::Config);
         g.fake.set_config(config)
     }
+    fn refresh_next_hops(&mut self) -> Result<()> {
+        self.lock().fake.refresh_next_hops()
+    }
     fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()> {
         let mut g = self.lock();
         g.ops.push(Op::UpsertVip(info.id));

@@ -12,6 +12,8 @@ pub fn run() -> anyhow::Result<()> {
         "cargo",
         &["test", "-p", "lb-common", "-p", "lb-ctl", "-p", "lb-proxy", "-p", "xtask", "--features", "lb-common/user"],
     )?;
+    step("building the lb-ctl binary the end-to-end suites drive");
+    cmd("cargo", &["build", "-p", "lb-ctl"])?;
     step("root suites: golden packets through the real XDP programs, namespace end to end");
     cmd("cargo", &["test", "-p", "lb-tests", "--", "--test-threads=1"])?;
     println!("all suites passed");
