@@ -50,6 +50,9 @@ enum Command {
         /// bpffs directory of the maps (default /sys/fs/bpf/lb-ctl/IFACE).
         #[arg(long)]
         pin_dir: Option<PathBuf>,
+        /// Directory of the saved ids, as given to attach (default /run/lb-ctl).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
     /// Backends of the VIPs.
     #[command(subcommand)]
@@ -179,7 +182,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Attach(args) => attach(args).map(|()| ExitCode::SUCCESS),
         Command::Validate { config } => validate(&config),
-        Command::Detach { iface, pin_dir } => detach(&iface, pin_dir).map(|()| ExitCode::SUCCESS),
+        Command::Detach { iface, pin_dir, state_dir } => {
+            let socket = cli.socket.or_else(|| std::env::var_os("LB_CTL_SOCKET").map(PathBuf::from));
+            detach(&iface, pin_dir, state_dir, socket).map(|()| ExitCode::SUCCESS)
+        }
         Command::Decap(command) => decap(command).map(|()| ExitCode::SUCCESS),
         Command::Proxy { .. } => not_yet(),
         command => return client_command(cli.socket, cli.daemon_iface, command),
@@ -362,18 +368,38 @@ fn check_pinned_ring_size(
     }
 }
 
-fn detach(iface: &str, pin_dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let socket = default_api_socket(iface);
+/// Removes the pins and saved ids of a stopped daemon. `socket` is the daemon's control socket
+/// when it is not the default one (`--socket`): a daemon still answering there is not detached.
+fn detach(
+    iface: &str,
+    pin_dir: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    socket: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let socket = socket.unwrap_or_else(|| default_api_socket(iface));
     if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
         bail!(
             "the daemon on {iface} is running ({}); stop it first (systemctl stop lb-ctl@{iface})",
             socket.display()
         );
     }
-    match pin_dir {
-        Some(dir) => lb_ctl::dataplane::load::remove_pins(&dir)
-            .with_context(|| format!("removing the pinned maps in {}", dir.display()))?,
-        None => lb_ctl::attach::detach(iface).with_context(|| format!("detaching from {iface}"))?,
+    match (pin_dir, state_dir) {
+        (None, None) => lb_ctl::attach::detach(iface).with_context(|| format!("detaching from {iface}"))?,
+        (pin_dir, state_dir) => {
+            let dir = pin_dir.unwrap_or_else(|| lb_ctl::attach::pin_dir(iface));
+            lb_ctl::dataplane::attach::detach(&dir)
+                .with_context(|| format!("removing the pinned balancer in {}", dir.display()))?;
+            let ids = match state_dir {
+                Some(d) => d.join(format!("{iface}.ids.json")),
+                None => lb_ctl::attach::ids_file(iface),
+            };
+            match std::fs::remove_file(&ids) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("removing {}", ids.display()));
+                }
+                _ => {}
+            }
+        }
     }
     println!("{iface}: pinned maps and saved ids removed");
     Ok(())
