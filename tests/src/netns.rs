@@ -88,13 +88,19 @@ impl Netns {
 
     /// Moves the calling thread into the namespace until the guard is dropped.
     pub fn enter(&self) -> Entered {
-        let original = File::open("/proc/thread-self/ns/net").expect("open own netns");
-        let target = File::open(format!("/run/netns/{}", self.name)).expect("open netns");
-        // SAFETY: setns on valid namespace fds; affects only this thread.
-        let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {}: {}", self.name, std::io::Error::last_os_error());
-        Entered { original }
+        enter_named(&self.name)
     }
+}
+
+/// Moves the calling thread into the named namespace (`/run/netns/NAME`) until the guard is
+/// dropped. For threads that hold only the name of a [`Netns`] owned elsewhere.
+pub fn enter_named(name: &str) -> Entered {
+    let original = File::open("/proc/thread-self/ns/net").expect("open own netns");
+    let target = File::open(format!("/run/netns/{name}")).expect("open netns");
+    // SAFETY: setns on valid namespace fds; affects only this thread.
+    let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns {name}: {}", std::io::Error::last_os_error());
+    Entered { original }
 }
 
 impl Drop for Netns {

@@ -1,0 +1,706 @@
+//! End to end through the daemon: the real `lb-ctl attach` runs in the balancer namespace of a
+//! namespace lab (entered with `nsenter --net`, so its bpffs pins live in the host's mount), and
+//! the tests drive it with the real CLI over its control socket while HTTP flows from the
+//! client namespace through the XDP program to the backends. Needs root.
+//!
+//! Each test has its own lab, pin directory, state directory and socket (named
+//! `lbt-<pid>-<tag>`), and a guard that stops the daemon and runs `lb-ctl detach` even when the
+//! test panics.
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use lb_common::program_names;
+use lb_ctl::api::types::BackendView;
+use lb_ctl::dataplane::load::{AttachMode, attach, load_decap};
+use lb_ctl::state::Health;
+use lb_tests::lab::{Lab, backend_addr, client_addr, http_get, wait_for_listener};
+use lb_tests::netns::{enter_named, run_name};
+use lb_tests::privileges::require_root;
+
+const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+const CLIENTS: usize = 16;
+const INTERVAL_MS: u64 = 200;
+const TIMEOUT_MS: u64 = 100;
+const RISE: u64 = 2;
+const FALL: u64 = 3;
+
+fn vip() -> SocketAddrV4 {
+    SocketAddrV4::new(VIP, 80)
+}
+
+fn backend(i: usize) -> String {
+    format!("{}:8080", backend_addr(i))
+}
+
+fn backend_name(i: usize) -> String {
+    format!("backend-{i}")
+}
+
+/// lb.toml for the VIP `web` with backends `members` (index, weight); `extra` lines go into the
+/// VIP table (used to break the file on purpose).
+fn config_text(socket: &Path, members: &[(usize, u32)], extra: &str) -> String {
+    let backends: Vec<String> = members
+        .iter()
+        .map(|(i, w)| format!("  {{ address = \"{}\", port = 8080, weight = {w} }},", backend_addr(*i)))
+        .collect();
+    format!(
+        "[daemon]\n\
+         api_socket = \"{}\"\n\
+         flow_table_size = 65536\n\
+         \n\
+         [[vip]]\n\
+         name = \"web\"\n\
+         address = \"{VIP}\"\n\
+         port = 80\n\
+         health = {{ kind = \"http\", path = \"/health\", interval = \"{INTERVAL_MS}ms\", timeout = \"{TIMEOUT_MS}ms\", rise = {RISE}, fall = {FALL} }}\n\
+         {extra}\
+         backends = [\n{}\n]\n",
+        socket.display(),
+        backends.join("\n")
+    )
+}
+
+/// A lab with `backends` test backends on :8080 (named `backend-i`), `CLIENTS` client
+/// addresses, and the XDP_PASS program on the switch port facing the balancer (native XDP_TX
+/// on veth delivers only to a peer with an XDP program). Returns the lab, the pass program
+/// (detached when dropped) and the backends' pids.
+fn lab(tag: &str, backends: usize) -> (Lab, aya::Ebpf, Vec<u32>) {
+    let mut lab = Lab::new(tag, backends, CLIENTS);
+    let pids = (0..backends).map(|i| start_backend(&mut lab, i)).collect();
+    let mut pass = load_decap().expect("loading lb_pass");
+    {
+        let _in = lab.switch.enter();
+        attach(&mut pass, program_names::PASS, "p-lb", AttachMode::Native).expect("lb_pass on p-lb");
+    }
+    for i in 0..backends {
+        lab.lb.exec(&["ping", "-c1", "-W2", &backend_addr(i).to_string()]);
+    }
+    (lab, pass, pids)
+}
+
+fn start_backend(lab: &mut Lab, i: usize) -> u32 {
+    let ns = lab.backends[i].name.clone();
+    let pid = lab.spawn(&ns, &[env!("CARGO_BIN_EXE_lb-test-backend"), "0.0.0.0:8080", &backend_name(i)]);
+    let _in = lab.backends[i].enter();
+    wait_for_listener(SocketAddr::from((backend_addr(i), 8080)), Duration::from_secs(10));
+    pid
+}
+
+/// The daemon under test, with its per-run files. Dropping it stops the daemon (by pid) and
+/// runs `lb-ctl detach` on its pin directory, then removes its files.
+struct Daemon {
+    netns: String,
+    dir: PathBuf,
+    pins: PathBuf,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    fn new(lab: &Lab, tag: &str) -> Daemon {
+        let dir = std::env::temp_dir().join(run_name(tag));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Daemon {
+            netns: lab.lb.name.clone(),
+            dir,
+            pins: PathBuf::from("/sys/fs/bpf").join(run_name(tag)),
+            child: None,
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("ctl/lb.sock")
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.join("lb.toml")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("daemon.log")
+    }
+
+    fn write_config(&self, members: &[(usize, u32)], extra: &str) -> String {
+        let text = config_text(&self.socket(), members, extra);
+        std::fs::write(self.config(), &text).unwrap();
+        text
+    }
+
+    /// Starts `lb-ctl attach eth0` in the balancer namespace and waits for its socket.
+    fn start(&mut self) -> Duration {
+        assert!(self.child.is_none(), "the daemon is already running");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log()).unwrap();
+        let started = Instant::now();
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(lb_tests::lb_ctl_bin())
+            .args(["attach", "eth0", "--xdp-mode", "native", "--log-level", "info,lb_ctl=debug"])
+            .arg("--config")
+            .arg(self.config())
+            .arg("--pin-dir")
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting lb-ctl attach");
+        self.child = Some(child);
+        let deadline = started + Duration::from_secs(20);
+        loop {
+            if self.ctl(&["status"]).status.success() {
+                return started.elapsed();
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("lb-ctl attach exited with {status}:\n{}", self.log_text());
+            }
+            assert!(Instant::now() < deadline, "the daemon did not answer within 20 s:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then waits for the exit; returns the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("the daemon is running");
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the daemon did not stop within 10 s of SIGTERM:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's log so far, without terminal colour codes.
+    fn log_text(&self) -> String {
+        let raw = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let mut out = String::with_capacity(raw.len());
+        let mut chars = raw.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                // CSI: ESC [ parameters final-byte
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// `lb-ctl --socket SOCKET ARGS...`, as root.
+    fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(lb_tests::lb_ctl_bin()).arg("--socket").arg(self.socket()).args(args).output().unwrap()
+    }
+
+    /// Like [`Daemon::ctl`], asserting success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            out.status.success(),
+            "lb-ctl {args:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn backends(&self) -> Vec<BackendView> {
+        serde_json::from_str(&self.ok(&["backends", "list", "--json"])).unwrap()
+    }
+
+    fn backend(&self, i: usize) -> Option<BackendView> {
+        let address: SocketAddr = backend(i).parse().unwrap();
+        self.backends().into_iter().find(|b| b.address == address)
+    }
+
+    /// Polls the backend list until `pred` holds for backend `i`; returns the time it took.
+    fn wait_backend(&self, i: usize, within: Duration, what: &str, pred: impl Fn(&BackendView) -> bool) -> Duration {
+        let started = Instant::now();
+        loop {
+            if self.backend(i).as_ref().is_some_and(&pred) {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < within,
+                "backend {i} not {what} within {within:?}: {:?}\n{}",
+                self.backend(i),
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait_up(&self, i: usize, within: Duration) -> Duration {
+        self.wait_backend(i, within, "up and in the ring", |b| b.health == Health::Up && b.in_ring)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on the pid of our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let detached = Command::new(lb_tests::lb_ctl_bin())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["detach", "eth0", "--pin-dir"])
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .output();
+        if !detached.is_ok_and(|o| o.status.success()) {
+            let _ = lb_ctl::dataplane::attach::detach(&self.pins);
+        }
+        if std::thread::panicking() {
+            eprintln!("--- daemon log ({}) ---\n{}", self.log().display(), self.log_text());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Which backend answers each client (by name), from the client namespace.
+fn mapping(client_ns: &str) -> BTreeMap<Ipv4Addr, String> {
+    let _in = enter_named(client_ns);
+    (0..CLIENTS)
+        .map(|i| {
+            let src = client_addr(i);
+            let (status, body) = http_get(src, vip(), "/").unwrap_or_else(|e| panic!("{src} -> {}: {e}", vip()));
+            assert_eq!(status, 200, "{src}");
+            (src, String::from_utf8(body).unwrap().trim().to_string())
+        })
+        .collect()
+}
+
+fn spread(m: &BTreeMap<Ipv4Addr, String>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for name in m.values() {
+        *out.entry(name.clone()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Clients of `before` that were not on `except` and now answer from another backend.
+fn moved(before: &BTreeMap<Ipv4Addr, String>, after: &BTreeMap<Ipv4Addr, String>, except: &str) -> Vec<Ipv4Addr> {
+    before.iter().filter(|(c, b)| b.as_str() != except && after[*c] != **b).map(|(c, _)| *c).collect()
+}
+
+/// A client of backend `name` in `m`.
+fn client_of(m: &BTreeMap<Ipv4Addr, String>, name: &str) -> Ipv4Addr {
+    *m.iter().find(|(_, b)| *b == name).unwrap_or_else(|| panic!("no client reaches {name}: {m:?}")).0
+}
+
+/// A long-lived connection through the VIP: `GET /hold/SECS` answers one byte a second.
+struct Hold {
+    stream: TcpStream,
+    head: Vec<u8>,
+    secs: usize,
+}
+
+impl Hold {
+    /// Opens it from `src` (inside the client namespace) and reads the response head.
+    fn open(client_ns: &str, src: Ipv4Addr, secs: usize) -> Hold {
+        let _in = enter_named(client_ns);
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&SocketAddr::from((src, 0)).into()).unwrap();
+        socket.connect_timeout(&SocketAddr::V4(vip()).into(), Duration::from_secs(5)).unwrap();
+        let mut stream: TcpStream = socket.into();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(stream, "GET /hold/{secs} HTTP/1.1\r\nHost: vip\r\n\r\n").unwrap();
+        let mut head = vec![0u8; 256];
+        let n = stream.read(&mut head).unwrap();
+        head.truncate(n);
+        assert!(head.starts_with(b"HTTP/1.1 200"), "hold: {:?}", String::from_utf8_lossy(&head));
+        Hold { stream, head, secs }
+    }
+
+    fn local(&self) -> SocketAddr {
+        self.stream.local_addr().unwrap()
+    }
+
+    /// Reads to the end; panics unless the whole body (`secs` dots) arrived.
+    fn finish(mut self, what: &str) {
+        let mut rest = Vec::new();
+        let result = self.stream.read_to_end(&mut rest);
+        let all = [&self.head[..], &rest[..]].concat();
+        let split = all.windows(4).position(|w| w == b"\r\n\r\n").expect("end of headers") + 4;
+        let body = &all[split..];
+        assert!(
+            result.is_ok() && body == ".".repeat(self.secs).as_bytes(),
+            "{what}: the long-lived connection broke: {result:?}, body {:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
+/// Requests from every client in turn, in a thread, until stopped (at most 3000 requests or
+/// 40 s); counts answers per backend and keeps the failures.
+struct Load {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(BTreeMap<String, usize>, Vec<String>)>,
+}
+
+impl Load {
+    fn start(client_ns: &str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let ns = client_ns.to_string();
+        let thread = std::thread::spawn(move || {
+            let _in = enter_named(&ns);
+            let started = Instant::now();
+            let (mut answers, mut failures) = (BTreeMap::new(), Vec::new());
+            for n in 0..3000 {
+                if flag.load(Ordering::Relaxed) || started.elapsed() > Duration::from_secs(40) {
+                    break;
+                }
+                let src = client_addr(n % CLIENTS);
+                match http_get(src, vip(), "/") {
+                    Ok((200, body)) => {
+                        *answers.entry(String::from_utf8_lossy(&body).trim().to_string()).or_insert(0) += 1
+                    }
+                    Ok((status, _)) => failures.push(format!("{src}: status {status}")),
+                    Err(e) => failures.push(format!("{src}: {e}")),
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (answers, failures)
+        });
+        Load { stop, thread }
+    }
+
+    fn stop(self) -> (BTreeMap<String, usize>, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("load thread")
+    }
+}
+
+/// Adding, draining and removing backends through the CLI while requests flow: an added
+/// backend takes clients once up (and only clients move to it), a drained one keeps its
+/// established connection but gets no new flows, and removing a dead backend moves its
+/// clients while the others keep theirs.
+#[test]
+fn backends_change_while_traffic_flows() {
+    if !require_root("backends_change_while_traffic_flows") {
+        return;
+    }
+    let (mut lab, _pass, pids) = lab("a", 4);
+    let cns = lab.client.name.clone();
+    let mut d = Daemon::new(&lab, "a");
+    d.write_config(&[(0, 100), (1, 100), (2, 100)], "");
+    let took = d.start();
+    println!("daemon answering {} ms after start", took.as_millis());
+    for i in 0..3 {
+        d.wait_up(i, Duration::from_secs(5));
+    }
+    let m0 = mapping(&cns);
+    println!("3 backends: {:?}", spread(&m0));
+    assert!(spread(&m0).len() >= 2, "16 clients over 3 backends must reach at least 2: {m0:?}");
+
+    let load = Load::start(&cns);
+    // Add backend 3: pending until `rise` checks pass, then in the ring.
+    let out = d.ok(&["backends", "add", "web", &backend(3)]);
+    assert!(out.contains("added"), "{out}");
+    let pending = d.backend(3).expect("backend 3 listed after add");
+    assert_eq!(pending.origin, lb_ctl::state::Origin::Api);
+    let up = d.wait_up(3, Duration::from_secs(5));
+    println!("added backend 3 in the ring after {} ms (rise {RISE} x {INTERVAL_MS} ms)", up.as_millis());
+    let m1 = mapping(&cns);
+    println!("after add: {:?}", spread(&m1));
+    let b3 = backend_name(3);
+    assert!(m1.values().any(|b| *b == b3), "no client reaches the added backend: {m1:?}");
+    let moved_add = moved(&m0, &m1, "");
+    assert!(moved_add.iter().all(|c| m1[c] == b3), "clients moved between old backends on add: {m0:?} -> {m1:?}");
+    println!("add moved {} of {CLIENTS} clients, all to backend 3", moved_add.len());
+
+    // Drain backend 3 with a long-lived connection on it.
+    let holder = client_of(&m1, &b3);
+    let hold = Hold::open(&cns, holder, 3);
+    let out = d.ok(&["backends", "drain", "web", &backend(3)]);
+    assert!(out.contains("draining"), "{out}");
+    let b = d.backend(3).unwrap();
+    assert_eq!(b.state, "draining");
+    assert!(!b.in_ring, "a drained backend leaves the ring: {b:?}");
+    assert!(b.active_flows >= 1, "the held connection is in the connection table: {b:?}");
+    let explained = d.ok(&["explain", "web", &hold.local().to_string()]);
+    assert!(explained.contains("connection table") && explained.contains(&backend(3)), "{explained}");
+    let m2 = mapping(&cns);
+    println!("after drain: {:?}", spread(&m2));
+    assert!(m2.values().all(|b| *b != b3), "a drained backend got a new flow: {m2:?}");
+    let moved_drain = moved(&m1, &m2, &b3);
+    assert!(moved_drain.is_empty(), "draining backend 3 moved clients of other backends: {moved_drain:?}");
+    hold.finish("drain");
+    println!("drain: the held connection on backend 3 finished; no new flow went to it");
+    let (answers, failures) = load.stop();
+    println!("background requests during add and drain: {answers:?}, {} failed", failures.len());
+    assert!(failures.is_empty(), "requests failed while backends were added/drained: {failures:?}");
+    assert!(answers.values().sum::<usize>() > 50, "the background load barely ran: {answers:?}");
+
+    // A dead backend removed: its clients move, the others' clients keep theirs, and an
+    // established connection to a surviving backend carries on.
+    let survivor = if m2.values().any(|b| *b == backend_name(0)) { 0 } else { 2 };
+    let hold = Hold::open(&cns, client_of(&m2, &backend_name(survivor)), 2);
+    lab.kill(pids[1]);
+    let started = Instant::now();
+    let out = d.ok(&["backends", "remove", "web", &backend(1)]);
+    assert!(out.contains("removed"), "{out}");
+    assert!(d.backend(1).is_none(), "removed backend still listed");
+    let m3 = mapping(&cns);
+    println!("after removing dead backend 1 ({} ms): {:?}", started.elapsed().as_millis(), spread(&m3));
+    assert!(m3.values().all(|b| *b != backend_name(1) && *b != b3), "{m3:?}");
+    let moved_remove = moved(&m2, &m3, &backend_name(1));
+    assert!(moved_remove.is_empty(), "removing backend 1 moved clients of other backends: {moved_remove:?}");
+    let c = client_of(&m2, &backend_name(survivor));
+    let explained = d.ok(&["explain", "web", &c.to_string()]);
+    assert!(explained.contains(&backend(survivor)), "explain for {c}: {explained}");
+    hold.finish("remove");
+    println!("remove: clients of backend 1 moved, the others kept theirs, a held connection survived");
+}
+
+/// Health failover: a backend that stops answering (SIGSTOP: connections hang) leaves the ring
+/// within fall x interval + timeout; one whose server dies (connection refused) at once;
+/// traffic then reaches only healthy backends, and `rise` puts the backend back, as does a
+/// `backends add` after it was removed.
+#[test]
+fn health_failover_and_recovery() {
+    if !require_root("health_failover_and_recovery") {
+        return;
+    }
+    let (mut lab, _pass, pids) = lab("h", 3);
+    let cns = lab.client.name.clone();
+    let mut d = Daemon::new(&lab, "h");
+    d.write_config(&[(0, 100), (1, 100), (2, 100)], "");
+    d.start();
+    for i in 0..3 {
+        d.wait_up(i, Duration::from_secs(5));
+    }
+    let m0 = mapping(&cns);
+    println!("3 healthy backends: {:?}", spread(&m0));
+    // Pick a backend that has clients.
+    let victim = (0..3).find(|i| m0.values().any(|b| *b == backend_name(*i))).unwrap();
+    let bound = Duration::from_millis(FALL * INTERVAL_MS + TIMEOUT_MS);
+    let slack = Duration::from_millis(400);
+    let is_out = |b: &BackendView| b.health == Health::Down && !b.in_ring;
+
+    // 1. The server hangs: checks time out, `fall` of them in a row take it down.
+    // SAFETY: kill(2) on a backend process this test started.
+    unsafe { libc::kill(pids[victim] as i32, libc::SIGSTOP) };
+    let hung = d.wait_backend(victim, bound * 4, "down after hanging", is_out);
+    println!(
+        "hung backend {victim} out of the ring after {} ms (bound fall {FALL} x {INTERVAL_MS} ms + timeout {TIMEOUT_MS} ms = {} ms)",
+        hung.as_millis(),
+        bound.as_millis()
+    );
+    assert!(hung <= bound + slack, "detection took {hung:?}, more than {bound:?} + {slack:?}");
+    assert!(hung >= Duration::from_millis((FALL - 1) * INTERVAL_MS), "down after {hung:?}: fewer than {FALL} checks?");
+    let m1 = mapping(&cns);
+    println!("while backend {victim} hangs: {:?}", spread(&m1));
+    assert!(m1.values().all(|b| *b != backend_name(victim)), "traffic reached the down backend: {m1:?}");
+    assert!(moved(&m0, &m1, &backend_name(victim)).is_empty(), "healthy backends' clients moved: {m0:?} -> {m1:?}");
+    // SAFETY: as above.
+    unsafe { libc::kill(pids[victim] as i32, libc::SIGCONT) };
+    let back = d.wait_up(victim, Duration::from_secs(5));
+    println!("backend {victim} back in the ring {} ms after it answered again (rise {RISE})", back.as_millis());
+    assert_eq!(mapping(&cns), m0, "after recovery every client is back where it was");
+
+    // 2. The server dies: the refused connection takes it down at the next check.
+    lab.kill(pids[victim]);
+    let died = d.wait_backend(victim, bound * 4, "down after dying", is_out);
+    println!("dead backend {victim} out of the ring after {} ms (connection refused: at the next check)", died.as_millis());
+    assert!(died <= Duration::from_millis(INTERVAL_MS + TIMEOUT_MS) + slack, "refused detection took {died:?}");
+    let m2 = mapping(&cns);
+    assert!(m2.values().all(|b| *b != backend_name(victim)), "traffic reached the dead backend: {m2:?}");
+
+    // 3. Removed while dead, server back, added again: pending until `rise`, then as before.
+    d.ok(&["backends", "remove", "web", &backend(victim)]);
+    start_backend(&mut lab, victim);
+    d.ok(&["backends", "add", "web", &backend(victim)]);
+    let b = d.backend(victim).unwrap();
+    assert!(matches!(b.health, Health::Pending | Health::Up), "{b:?}");
+    let rejoined = d.wait_up(victim, Duration::from_secs(5));
+    println!("re-added backend {victim} in the ring after {} ms", rejoined.as_millis());
+    assert!(rejoined >= Duration::from_millis((RISE - 1) * INTERVAL_MS), "up after {rejoined:?}: fewer than {RISE} checks?");
+    assert_eq!(mapping(&cns), m0, "the ring after re-adding is the original one");
+}
+
+/// `lb-ctl reload` with a broken file changes nothing and says why (exit 1, FILE:LINE); a
+/// good file applies only its difference: unchanged backends keep id, health and their
+/// established connections.
+#[test]
+fn reload_refuses_mistakes_and_applies_differences() {
+    if !require_root("reload_refuses_mistakes_and_applies_differences") {
+        return;
+    }
+    let (lab, _pass, _pids) = lab("r", 3);
+    let cns = lab.client.name.clone();
+    let mut d = Daemon::new(&lab, "r");
+    d.write_config(&[(0, 100), (1, 100)], "");
+    d.start();
+    d.wait_up(0, Duration::from_secs(5));
+    d.wait_up(1, Duration::from_secs(5));
+    let before = d.backends();
+    let m0 = mapping(&cns);
+    println!("before reload: {:?}", spread(&m0));
+
+    // Broken files: an unknown key; a backend weight out of range.
+    let config = d.config().display().to_string();
+    for (members, extra, needle) in [
+        (&[(0, 100), (1, 100), (2, 100)][..], "colour = \"blue\"\n", "colour"),
+        (&[(0, 100), (1, 100), (2, 70000)][..], "", "70000"),
+    ] {
+        let text = d.write_config(members, extra);
+        let line = text.lines().position(|l| l.contains(needle)).unwrap() + 1;
+        let out = d.ctl(&["reload"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        println!("bad reload ({needle}): exit {:?}: {}", out.status.code(), stderr.trim());
+        assert_eq!(out.status.code(), Some(1), "a refused reload exits 1");
+        assert!(stderr.contains("nothing changed"), "{stderr}");
+        let at = format!("{config}:{line}:");
+        assert!(stderr.contains(&at), "the mistake on line {line} ({needle}) is not reported as {at}: {stderr}");
+    }
+    assert_eq!(d.backends().iter().map(|b| (b.id, b.address, b.weight, b.health)).collect::<Vec<_>>(),
+        before.iter().map(|b| (b.id, b.address, b.weight, b.health)).collect::<Vec<_>>(), "a refused reload changed the backends");
+    let status = d.ok(&["status"]);
+    assert!(status.contains("last reload REFUSED"), "{status}");
+    assert_eq!(mapping(&cns), m0, "a refused reload changed where clients go");
+
+    // A good file: backend 2 added, backend 1 reweighted, backend 0 as it was.
+    let client0 = client_of(&m0, &backend_name(0));
+    let hold = Hold::open(&cns, client0, 2);
+    d.write_config(&[(0, 100), (1, 50), (2, 100)], "");
+    let out = d.ok(&["reload"]);
+    println!("good reload: {}", out.trim());
+    let after = d.backends();
+    let find = |list: &[BackendView], i: usize| list.iter().find(|b| b.address == backend(i).parse().unwrap()).cloned();
+    let (b0, b0_before) = (find(&after, 0).unwrap(), find(&before, 0).unwrap());
+    assert_eq!((b0.id, b0.weight, b0.health), (b0_before.id, 100, Health::Up), "backend 0 must be untouched");
+    let (b1, b1_before) = (find(&after, 1).unwrap(), find(&before, 1).unwrap());
+    assert_eq!((b1.id, b1.weight, b1.health), (b1_before.id, 50, Health::Up), "backend 1: same id and health, new weight");
+    let b2 = find(&after, 2).expect("backend 2 added by the reload");
+    assert_eq!(b2.health, Health::Pending, "a new checked backend starts pending");
+    assert!(!before.iter().any(|b| b.id == b2.id), "backend 2 got a fresh id");
+    // Only the reweighted ring and the new backend are written: no VIP, no other backend.
+    assert!(out.contains("1 backends written") && out.contains("1 rings written"), "{out}");
+    assert!(!out.contains("VIPs") && !out.contains("removed"), "{out}");
+    d.wait_up(2, Duration::from_secs(5));
+    let m1 = mapping(&cns);
+    println!("after reload: {:?}", spread(&m1));
+    assert!(m1.values().any(|b| *b == backend_name(2)), "no client reaches the backend the reload added: {m1:?}");
+    hold.finish("reload");
+    // Reloading the same file again changes nothing.
+    let out = d.ok(&["reload"]);
+    assert!(out.contains("no change"), "{out}");
+}
+
+/// The daemon stops (SIGTERM) and starts again: the balancer forwards while it is down, and a
+/// long-lived connection established before the restart carries on through the pinned
+/// connection table after it.
+#[test]
+fn restart_keeps_established_connections() {
+    if !require_root("restart_keeps_established_connections") {
+        return;
+    }
+    let (lab, _pass, _pids) = lab("s", 2);
+    let cns = lab.client.name.clone();
+    let mut d = Daemon::new(&lab, "s");
+    d.write_config(&[(0, 100), (1, 100)], "");
+    d.start();
+    d.wait_up(0, Duration::from_secs(5));
+    d.wait_up(1, Duration::from_secs(5));
+    let m0 = mapping(&cns);
+    let ids: HashMap<SocketAddr, u32> = d.backends().iter().map(|b| (b.address, b.id)).collect();
+    let hold = Hold::open(&cns, client_addr(0), 4);
+    let local = hold.local();
+
+    let status = d.stop();
+    assert!(status.success(), "the daemon exits cleanly on SIGTERM: {status}");
+    assert!(!d.socket().exists(), "the stopped daemon removed its socket");
+    assert_eq!(mapping(&cns), m0, "with the daemon stopped the pinned balancer still forwards");
+    let restarted = d.start();
+    println!("daemon restarted in {} ms", restarted.as_millis());
+    assert!(d.log_text().contains("reused_maps=true"), "the restarted daemon did not reuse the pinned maps");
+    let after: HashMap<SocketAddr, u32> = d.backends().iter().map(|b| (b.address, b.id)).collect();
+    assert_eq!(after, ids, "backends keep their ids across the restart");
+    let explained = d.ok(&["explain", "web", &local.to_string()]);
+    assert!(explained.contains("connection table"), "the held flow is in the kept table: {explained}");
+    hold.finish("restart");
+    d.wait_up(0, Duration::from_secs(5));
+    assert_eq!(mapping(&cns), m0, "clients go where they went before the restart");
+    println!("a connection opened before the restart finished after it");
+}
+
+/// The control socket is for root: a non-root user's CLI is refused by the file mode, and even
+/// with the file opened up the daemon refuses the connection by its peer credentials.
+#[test]
+fn control_socket_refuses_non_root() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_root("control_socket_refuses_non_root") {
+        return;
+    }
+    let (lab, _pass, _pids) = lab("p", 1);
+    let mut d = Daemon::new(&lab, "p");
+    d.write_config(&[(0, 100)], "");
+    d.start();
+    let socket = d.socket();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&socket), 0o600, "socket mode");
+    assert_eq!(mode(socket.parent().unwrap()), 0o700, "socket directory mode");
+    // A copy of the CLI that user nobody can run (the build tree may not be readable).
+    let bin = d.dir.join("lb-ctl");
+    std::fs::copy(lb_tests::lb_ctl_bin(), &bin).unwrap();
+    std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .arg("--socket")
+            .arg(&socket)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for args in [&["status"][..], &["backends", "remove", "web", &backend(0)][..]] {
+        let out = as_nobody(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        println!("nobody: lb-ctl {args:?}: exit {:?}: {}", out.status.code(), stderr.trim());
+        assert_eq!(out.status.code(), Some(3), "refused at the socket: {stderr}");
+        assert!(stderr.contains("ermission denied"), "{stderr}");
+    }
+    // Past the file mode, the daemon checks the peer's uid.
+    std::fs::set_permissions(socket.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = as_nobody(&["backends", "remove", "web", &backend(0)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("nobody, socket opened up: exit {:?}: {}", out.status.code(), stderr.trim());
+    assert!(!out.status.success(), "a non-root peer was served");
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(d.backend(0).is_some(), "the refused remove must not have happened");
+    assert!(d.log_text().contains("refused a connection from a non-root user"), "{}", d.log_text());
+    // Root is still served.
+    d.ok(&["status"]);
+}
