@@ -1,0 +1,265 @@
+//! Control-plane benchmark (`cargo xtask bench control`, root). Prints figures, asserts nothing.
+//!
+//! 1. `lb-ctl backends remove` to the map change: the real daemon runs on `lo` of a namespace of
+//!    its own (skb mode; no traffic is involved), and a thread polls the pinned RINGS map at the
+//!    ring slot the removed backend's change reaches last (the daemon writes changed slots in
+//!    ascending order). Reported: how long the CLI call took, and when the slot changed relative
+//!    to the call returning (negative: already visible when it returned).
+//! 2. Maglev ring build (lb_common::maglev::build_ring) for 1000 backends, table 65537.
+//! 3. Daemon RSS at rest with 64 VIPs x 64 backends (MAX_VIPS is 64 and MAX_BACKENDS 4096 in
+//!    all, so 64 x 100 does not fit), unchecked backends, next to 1 VIP x 1 backend.
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aya::maps::{Array, Map, MapData};
+use lb_common::backend::BACKEND_NONE;
+use lb_common::maglev::{RingMember, build_ring};
+use lb_common::map_names;
+use lb_ctl::api::types::{BackendView, VipView};
+use lb_tests::netns::{Netns, run_name};
+use lb_tests::privileges::require_root;
+
+const RING: u32 = 65537;
+const ROUNDS: usize = 20;
+
+fn main() {
+    if !require_root("lb-bench-control") {
+        std::process::exit(1);
+    }
+    maglev();
+    let ns = Netns::new("bc");
+    remove_to_map(&ns);
+    rss(&ns);
+}
+
+fn percentiles(mut v: Vec<f64>) -> String {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    format!("median {:.2}  p90 {:.2}  min {:.2}  max {:.2}", at(0.5), at(0.9), v[0], v[v.len() - 1])
+}
+
+fn maglev() {
+    println!("== Maglev ring build (lb_common::maglev::build_ring), table {RING}");
+    for n in [100usize, 1000] {
+        let keys: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 51, 100, 0)) + i as u32);
+                [&addr.octets()[..], &8080u16.to_be_bytes()].concat()
+            })
+            .collect();
+        let members: Vec<RingMember> =
+            keys.iter().enumerate().map(|(i, key)| RingMember { id: i as u32, weight: 100, key }).collect();
+        let mut times = Vec::new();
+        for _ in 0..15 {
+            let t = Instant::now();
+            let ring = build_ring(&members, RING);
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            assert!(ring.iter().all(|&id| id != BACKEND_NONE), "ring has an empty slot");
+        }
+        println!("   {n:>4} backends, equal weights: ms {}   (target < 50 ms for 1000)", percentiles(times));
+    }
+}
+
+/// A daemon on `lo` of namespace `ns`, with its own files; stopped and detached on drop.
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+    pins: PathBuf,
+}
+
+impl Daemon {
+    fn start(ns: &Netns, tag: &str, vips_toml: &str) -> (Daemon, Duration) {
+        let dir = std::env::temp_dir().join(run_name(tag));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pins = PathBuf::from("/sys/fs/bpf").join(run_name(tag));
+        let config = format!(
+            "[daemon]\napi_socket = \"{}\"\nring_size = {RING}\nflow_table_size = 65536\nnexthop_ttl = \"0s\"\n\n{vips_toml}",
+            dir.join("ctl/lb.sock").display()
+        );
+        std::fs::write(dir.join("lb.toml"), config).unwrap();
+        let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
+        let started = Instant::now();
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", ns.name))
+            .arg(lb_tests::lb_ctl_bin())
+            .args(["attach", "lo", "--xdp-mode", "skb", "--log-level", "warn", "--config"])
+            .arg(dir.join("lb.toml"))
+            .arg("--pin-dir")
+            .arg(&pins)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("lb-ctl attach");
+        let mut d = Daemon { child, dir, pins };
+        loop {
+            if d.ctl(&["status"]).status.success() {
+                break;
+            }
+            if let Some(status) = d.child.try_wait().unwrap() {
+                panic!(
+                    "lb-ctl attach exited ({status}): {}",
+                    std::fs::read_to_string(d.dir.join("daemon.log")).unwrap_or_default()
+                );
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "the daemon did not answer within 60 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (d, started.elapsed())
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("ctl/lb.sock")
+    }
+
+    fn ctl(&self, args: &[&str]) -> std::process::Output {
+        Command::new(lb_tests::lb_ctl_bin()).arg("--socket").arg(self.socket()).args(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(out.status.success(), "lb-ctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new(lb_tests::lb_ctl_bin())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["detach", "lo", "--pin-dir"])
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .output();
+        if self.pins.exists() {
+            let _ = lb_ctl::dataplane::attach::detach(&self.pins);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn backend_line(addr: Ipv4Addr, port: u16) -> String {
+    format!("  {{ address = \"{addr}\", port = {port} }},")
+}
+
+fn remove_to_map(ns: &Netns) {
+    const N: usize = 10;
+    println!("== lb-ctl backends remove -> ring change visible in the pinned map (1 VIP, {N} backends, ring {RING}, {ROUNDS} rounds)");
+    let backends: Vec<String> = (0..N).map(|i| backend_line(Ipv4Addr::new(198, 51, 100, 11 + i as u8), 8080)).collect();
+    let vip = format!(
+        "[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nbackends = [\n{}\n]\n",
+        backends.join("\n")
+    );
+    let (d, _) = Daemon::start(ns, "bcr", &vip);
+    let vips: Vec<VipView> = serde_json::from_str(&d.ok(&["vips", "list", "--json"])).unwrap();
+    let base = vips[0].id * RING;
+    let rings = MapData::from_pin(d.pins.join(map_names::RINGS)).expect("pinned RINGS");
+    let rings: Array<MapData, u32> = Array::try_from(Map::Array(rings)).unwrap();
+    let victim = "198.51.100.11:8080";
+    let backend_id = || -> Option<u32> {
+        let list: Vec<BackendView> = serde_json::from_str(&d.ok(&["backends", "list", "--json"])).unwrap();
+        list.iter().find(|b| b.address.to_string() == victim).map(|b| b.id)
+    };
+    // The last slot (highest index) the victim holds: the ring write reaches it last.
+    let id = backend_id().unwrap();
+    let last = (0..RING).rev().find(|&s| rings.get(&(base + s), 0).unwrap() == id).expect("victim in the ring");
+    let changed_slots = (0..RING).filter(|&s| rings.get(&(base + s), 0).unwrap() == id).count();
+    println!("   the removed backend holds {changed_slots} slots; watching slot {last}");
+    let (mut calls, mut visible, mut adds) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let id = backend_id().unwrap();
+        assert_eq!(rings.get(&(base + last), 0).unwrap(), id);
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let path = d.pins.join(map_names::RINGS);
+        let poller = std::thread::spawn(move || {
+            let map = MapData::from_pin(path).unwrap();
+            let map: Array<MapData, u32> = Array::try_from(Map::Array(map)).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            seen_tx.send(()).unwrap();
+            while Instant::now() < deadline {
+                if map.get(&(base + last), 0).unwrap() != id {
+                    return Some(Instant::now());
+                }
+            }
+            None
+        });
+        seen_rx.recv().unwrap();
+        let t0 = Instant::now();
+        d.ok(&["backends", "remove", "web", victim]);
+        let returned = Instant::now();
+        let seen = poller.join().unwrap().expect("the ring slot never changed");
+        calls.push((returned - t0).as_secs_f64() * 1e3);
+        let after = if seen >= returned {
+            (seen - returned).as_secs_f64() * 1e3
+        } else {
+            -((returned - seen).as_secs_f64() * 1e3)
+        };
+        visible.push(after);
+        // Add it back (unchecked: straight into the ring) and wait for the slot to hold it.
+        let t0 = Instant::now();
+        d.ok(&["backends", "add", "web", victim]);
+        let new_id = backend_id().unwrap();
+        while rings.get(&(base + last), 0).unwrap() != new_id {
+            assert!(t0.elapsed() < Duration::from_secs(5), "re-added backend not back in slot {last}");
+        }
+        adds.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    println!("   lb-ctl backends remove, whole call (process start to exit), ms: {}", percentiles(calls));
+    println!(
+        "   slot changed relative to the call returning, ms (negative = before it returned): {}   (target < 10 ms)",
+        percentiles(visible)
+    );
+    println!("   lb-ctl backends add + lb-ctl backends list + slot back, ms: {}", percentiles(adds));
+}
+
+fn rss(ns: &Netns) {
+    println!("== daemon RSS at rest (no health checks; XDP in skb mode on lo of a private namespace)");
+    let one = "[[vip]]\nname = \"one\"\naddress = \"203.0.113.1\"\nport = 80\nbackends = [ { address = \"198.51.100.11\", port = 8080 } ]\n";
+    let mut many = String::new();
+    let (vips, per_vip) = (lb_common::limits::MAX_VIPS as usize, lb_common::limits::MAX_BACKENDS as usize / 64);
+    for v in 0..vips {
+        let backends: Vec<String> = (0..per_vip)
+            .map(|b| backend_line(Ipv4Addr::new(198, 51, 100, 1 + b as u8), 8000 + v as u16))
+            .collect();
+        many.push_str(&format!(
+            "[[vip]]\naddress = \"203.0.113.{}\"\nport = 80\nbackends = [\n{}\n]\n\n",
+            v + 1,
+            backends.join("\n")
+        ));
+    }
+    for (label, toml, tag) in [("1 VIP x 1 backend", one.to_string(), "bc1"), (&*format!("{vips} VIPs x {per_vip} backends"), many, "bcm")] {
+        let (d, started) = Daemon::start(ns, tag, &toml);
+        std::thread::sleep(Duration::from_secs(2));
+        let rss = d.rss_kib();
+        println!(
+            "   {label:<24} start to answering {:>6.0} ms, RSS {:>7.1} MiB",
+            started.as_secs_f64() * 1e3,
+            rss as f64 / 1024.0
+        );
+    }
+    println!("   (MAX_VIPS = 64 and MAX_BACKENDS = 4096 in all: 64 x 100 does not fit, 64 x 64 is the full table)");
+}
