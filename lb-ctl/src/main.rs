@@ -43,8 +43,9 @@ enum Command {
     /// Re-read the configuration and apply only the difference; a file with mistakes changes
     /// nothing.
     Reload,
-    /// Remove what attach left on IFACE for a restart (pinned maps, connection table, saved
-    /// ids). The daemon must be stopped first.
+    /// Take the balancer off IFACE: the XDP program (which keeps forwarding while the daemon
+    /// is stopped or restarting), its pinned maps with the connection table, and the saved
+    /// ids. Stop the daemon first.
     Detach {
         iface: String,
         /// bpffs directory of the maps (default /sys/fs/bpf/lb-ctl/IFACE).
