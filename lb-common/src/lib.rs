@@ -112,3 +112,63 @@ macro_rules! user_pod {
     };
 }
 pub(crate) use user_pod;
+
+/// The map types cross the user/kernel boundary as raw bytes: these tests pin down where each
+/// field sits (what the XDP program reads) and that a value survives the trip through bytes.
+#[cfg(test)]
+mod layout_tests {
+    use crate::backend::{BACKEND_ACTIVE, Backend};
+    use crate::flow::{FlowEntry, FlowKey, ReverseEntry};
+    use crate::vip::{VipInfo, VipKey};
+    use crate::{ipv4_bytes, ipv4_octets};
+
+    fn bytes<T: Copy>(v: &T) -> &[u8] {
+        // SAFETY: plain-old-data structs, read as bytes.
+        unsafe { core::slice::from_raw_parts(v as *const T as *const u8, core::mem::size_of::<T>()) }
+    }
+
+    fn back<T: Copy>(b: &[u8]) -> T {
+        assert_eq!(b.len(), core::mem::size_of::<T>());
+        // SAFETY: right size; every bit pattern is valid for these types.
+        unsafe { core::ptr::read_unaligned(b.as_ptr() as *const T) }
+    }
+
+    #[test]
+    fn vip_key_layout_and_round_trip() {
+        let key = VipKey { addr: ipv4_bytes([203, 0, 113, 10]), port: 80u16.to_be(), protocol: 6, family: 4 };
+        let b = bytes(&key);
+        assert_eq!(&b[..4], &[203, 0, 113, 10]);
+        assert_eq!(&b[4..16], &[0; 12]);
+        assert_eq!(&b[16..18], &[0, 80], "port in network order");
+        assert_eq!((b[18], b[19]), (6, 4));
+        assert_eq!(back::<VipKey>(b), key);
+        assert_eq!(ipv4_octets(&key.addr), [203, 0, 113, 10]);
+    }
+
+    #[test]
+    fn backend_and_flow_layouts_round_trip() {
+        let backend = Backend { addr: ipv4_bytes([198, 51, 100, 11]), port: 8080u16.to_be(), family: 4, flags: BACKEND_ACTIVE };
+        let b = bytes(&backend);
+        assert_eq!((&b[..4], &b[16..18], b[19]), (&[198, 51, 100, 11][..], &[0x1f, 0x90][..], BACKEND_ACTIVE));
+        assert_eq!(back::<Backend>(b), backend);
+
+        let key = FlowKey {
+            src: ipv4_bytes([192, 0, 2, 7]),
+            dst: ipv4_bytes([203, 0, 113, 10]),
+            src_port: 40000u16.to_be(),
+            dst_port: 80u16.to_be(),
+            protocol: 6,
+            family: 4,
+            _pad: [0; 2],
+        };
+        let b = bytes(&key);
+        assert_eq!((&b[..4], &b[16..20], &b[32..34], &b[34..36]), (&[192, 0, 2, 7][..], &[203, 0, 113, 10][..], &40000u16.to_be_bytes()[..], &[0, 80][..]));
+        assert_eq!(back::<FlowKey>(b), key);
+        let entry = FlowEntry { backend_id: 7, vip_id: 3 };
+        assert_eq!(back::<FlowEntry>(bytes(&entry)), entry);
+        let reverse = ReverseEntry { vip_addr: key.dst, vip_port: key.dst_port, family: 4, _pad: 0, vip_id: 3 };
+        assert_eq!(back::<ReverseEntry>(bytes(&reverse)), reverse);
+        let info = VipInfo { id: 3, forwarding: 1, hash: 1, _pad: [0; 2], encap_source: ipv4_bytes([198, 51, 100, 1]), key: VipKey::default() };
+        assert_eq!(back::<VipInfo>(bytes(&info)), info);
+    }
+}

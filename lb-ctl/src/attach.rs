@@ -7,23 +7,13 @@
 use std::path::PathBuf;
 
 use crate::dataplane::attach as dp_attach;
-use crate::dataplane::load::AttachMode;
 use crate::dataplane::{Dataplane, DataplaneError};
 
-pub use crate::dataplane::attach::pin_dir;
+pub use crate::dataplane::attach::{OpenOptions, pin_dir};
 
 /// File keeping the VIP and backend ids of interface `iface` across restarts.
 pub fn ids_file(iface: &str) -> PathBuf {
     PathBuf::from(format!("/run/lb-ctl/{iface}.ids.json"))
-}
-
-/// How to open the data plane.
-#[derive(Clone, Debug)]
-pub struct OpenOptions {
-    pub mode: AttachMode,
-    pub pin_dir: PathBuf,
-    pub ring_size: u32,
-    pub flow_table_size: u32,
 }
 
 /// The attached data plane, and the mode it got (`native` or `skb`).
@@ -36,15 +26,7 @@ pub struct Opened {
 /// on `iface`. In `auto` mode a driver that refuses native XDP gets the program in skb mode,
 /// with a warning saying why.
 pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened, DataplaneError> {
-    let opened = dp_attach::open(
-        iface,
-        &dp_attach::OpenOptions {
-            mode: options.mode,
-            pin_dir: options.pin_dir.clone(),
-            ring_size: options.ring_size,
-            flow_table_size: options.flow_table_size,
-        },
-    )?;
+    let opened = dp_attach::open(iface, options)?;
     if let Some(why) = &opened.native_refused {
         tracing::warn!(
             interface = iface,

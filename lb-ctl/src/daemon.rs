@@ -24,6 +24,7 @@ use crate::api::types::{
 use crate::config::{Config, HashMode};
 use crate::dataplane::{Dataplane, DataplaneError};
 use crate::health::{self, Checkers};
+use crate::proxy::ProxyRuntime;
 use crate::state::maps::{Applier, ApplyReport, MapContents, ip_bytes, ring_input};
 use crate::state::{IdSnapshot, State, StateError, VipState};
 
@@ -183,6 +184,8 @@ impl Daemon {
             started: Instant::now(),
             last_reload: None,
             saved_ids: None,
+            proxy: None,
+            runtime: tokio::runtime::Handle::current(),
         };
         writer.save_ids();
         let writer = tokio::task::spawn_blocking(move || writer.run(rx));
@@ -273,10 +276,29 @@ struct Writer {
     started: Instant,
     last_reload: Option<ReloadView>,
     saved_ids: Option<IdSnapshot>,
+    /// The userspace proxy for proxy VIPs, started with the first of them.
+    proxy: Option<ProxyRuntime>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl Writer {
+    /// Brings the in-process proxy in line with `state` (starting it with the first proxy VIP).
+    fn sync_proxy(&mut self, state: &State) -> Result<(), ApiError> {
+        if self.proxy.is_none() {
+            if state.vips.iter().all(|v| v.forwarding.is_xdp()) {
+                return Ok(());
+            }
+            self.proxy = Some(ProxyRuntime::new(self.runtime.clone()).map_err(ApiError::internal)?);
+        }
+        let proxy = self.proxy.as_mut().expect("started above");
+        proxy.sync(state).map_err(|e| ApiError::internal(format!("proxy: {e}")))
+    }
+
     fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) -> Box<dyn Dataplane> {
+        let state = self.state.clone();
+        if let Err(e) = self.sync_proxy(&state) {
+            tracing::error!(error = %e, "the proxy VIPs could not start");
+        }
         while let Some(command) = rx.blocking_recv() {
             match command {
                 Command::Call(request, reply) => {
@@ -293,6 +315,9 @@ impl Writer {
             }
         }
         self.checkers.stop();
+        if let Some(proxy) = &self.proxy {
+            proxy.shutdown(std::time::Duration::from_secs(5));
+        }
         self.dp
     }
 
@@ -329,6 +354,15 @@ impl Writer {
     fn commit(&mut self, next: State) -> Result<ApplyReport, ApiError> {
         match self.applier.apply(&mut *self.dp, &MapContents::of(&next)) {
             Ok(report) => {
+                if let Err(e) = self.sync_proxy(&next) {
+                    tracing::error!(error = %e, "proxy update failed; restoring the previous state");
+                    let previous = self.state.clone();
+                    if let Err(e2) = self.applier.apply(&mut *self.dp, &MapContents::of(&previous)) {
+                        tracing::error!(error = %e2, "restoring the previous map contents failed too");
+                    }
+                    let _ = self.sync_proxy(&previous);
+                    return Err(e);
+                }
                 self.state = next;
                 self.checkers.sync(&self.state);
                 self.save_ids();

@@ -43,8 +43,9 @@ enum Command {
     /// Re-read the configuration and apply only the difference; a file with mistakes changes
     /// nothing.
     Reload,
-    /// Remove what attach left on IFACE for a restart (pinned maps, connection table, saved
-    /// ids). The daemon must be stopped first.
+    /// Take the balancer off IFACE: the XDP program (which keeps forwarding while the daemon
+    /// is stopped or restarting), its pinned maps with the connection table, and the saved
+    /// ids. Stop the daemon first.
     Detach {
         iface: String,
         /// bpffs directory of the maps (default /sys/fs/bpf/lb-ctl/IFACE).
@@ -84,10 +85,21 @@ enum Command {
     #[command(subcommand)]
     Decap(DecapCommand),
     /// Run the userspace proxy for the proxy VIPs of a configuration.
-    Proxy {
-        #[arg(long, short = 'c')]
-        config: PathBuf,
-    },
+    Proxy(ProxyArgs),
+}
+
+/// `lb-ctl proxy`: the proxy VIPs of a configuration, without XDP (and without root for
+/// unprivileged ports). The same daemon: health checks, reload, the backends API.
+#[derive(Args)]
+struct ProxyArgs {
+    /// Configuration file; every VIP in it must be a proxy VIP (protocol "http" or
+    /// forwarding "proxy").
+    #[arg(long, short = 'c')]
+    config: PathBuf,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[arg(long, default_value = "info")]
+    log_level: String,
 }
 
 #[derive(Args)]
@@ -187,7 +199,7 @@ fn main() -> ExitCode {
             detach(&iface, pin_dir, state_dir, socket).map(|()| ExitCode::SUCCESS)
         }
         Command::Decap(command) => decap(command).map(|()| ExitCode::SUCCESS),
-        Command::Proxy { .. } => not_yet(),
+        Command::Proxy(args) => proxy(args).map(|()| ExitCode::SUCCESS),
         command => return client_command(cli.socket, cli.daemon_iface, command),
     };
     match result {
@@ -228,10 +240,6 @@ impl From<XdpMode> for AttachMode {
     }
 }
 
-fn not_yet() -> anyhow::Result<ExitCode> {
-    // ---- The call into lb-proxy goes here once the proxy is wired to the config.
-    bail!("this command is not available in this build yet")
-}
 
 fn validate(path: &Path) -> anyhow::Result<ExitCode> {
     match Config::load(path) {
@@ -272,9 +280,76 @@ fn attach(args: AttachArgs) -> anyhow::Result<()> {
         None => lb_ctl::attach::ids_file(&iface),
     };
     check_pinned_ring_size(&pin_dir, &ids_file, &config, &iface)?;
+    let socket = config.api_socket(&iface);
+    let fake = args.fake_dataplane;
+    serve_daemon(config, socket, Some(ids_file), &args.iface.clone(), move |config| {
+        if fake {
+            tracing::warn!("test mode: in-memory maps, no XDP program");
+            return Ok((Box::new(lb_ctl::dataplane::fake::FakeDataplane::default()) as Box<dyn Dataplane>, None));
+        }
+        let options = lb_ctl::attach::OpenOptions {
+            mode: args.xdp_mode.into(),
+            pin_dir: pin_dir.clone(),
+            ring_size: config.daemon.ring_size,
+            flow_table_size: config.daemon.flow_table_size,
+        };
+        let opened = lb_ctl::attach::open(&iface, &options)
+            .with_context(|| format!("attaching the balancer to {iface}"))?;
+        Ok((opened.dataplane, Some(opened.mode.to_string())))
+    })
+}
+
+fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format, &args.log_level)?;
+    let config = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => bail!("{} has mistakes, nothing was started:\n{e}", args.config.display()),
+    };
+    if let Some(v) = config.vips.iter().find(|v| v.forwarding.is_xdp()) {
+        bail!(
+            "{}: VIP {} is forwarded by XDP (forwarding = \"{}\"); `lb-ctl proxy` serves proxy VIPs only \
+             (use `lb-ctl attach IFACE` for XDP VIPs: it runs the proxy VIPs too)",
+            args.config.display(),
+            v.label(),
+            v.forwarding.as_str()
+        );
+    }
+    let socket = match &config.daemon.api_socket {
+        Some(path) => path.clone(),
+        None => proxy_socket(),
+    };
+    // No XDP: the map writer writes to memory, which only `stats` and `explain` read.
+    serve_daemon(config, socket, None, "proxy", |_| {
+        Ok((Box::new(lb_ctl::dataplane::fake::FakeDataplane::default()) as Box<dyn Dataplane>, None))
+    })
+}
+
+/// The proxy's default control socket: /run/lb-ctl/proxy.sock for root, else under the
+/// user's runtime directory (or /tmp/lb-ctl-UID).
+fn proxy_socket() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/lb-ctl/proxy.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) => PathBuf::from(dir).join("lb-ctl/proxy.sock"),
+        None => PathBuf::from(format!("/tmp/lb-ctl-{uid}/proxy.sock")),
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT: the control socket (and admin TCP port), the data
+/// plane `open` gives (called once the sockets are bound), SIGHUP reloads.
+fn serve_daemon(
+    config: Config,
+    socket: PathBuf,
+    ids_file: Option<PathBuf>,
+    label: &str,
+    open: impl FnOnce(&Config) -> anyhow::Result<(Box<dyn Dataplane>, Option<String>)>,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let label = label.to_string();
     runtime.block_on(async move {
-        let socket = config.api_socket(&iface);
         let unix = lb_ctl::api::server::bind_unix(&socket)
             .with_context(|| format!("binding the control socket {}", socket.display()))?;
         let tcp = match config.daemon.api_tcp {
@@ -285,31 +360,18 @@ fn attach(args: AttachArgs) -> anyhow::Result<()> {
             ),
             None => None,
         };
-        if let Some(dir) = ids_file.parent() {
+        if let Some(dir) = ids_file.as_ref().and_then(|f| f.parent()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let (dataplane, mode): (Box<dyn Dataplane>, Option<String>) = if args.fake_dataplane {
-            tracing::warn!("test mode: in-memory maps, no XDP program");
-            (Box::new(lb_ctl::dataplane::fake::FakeDataplane::default()), None)
-        } else {
-            let options = lb_ctl::attach::OpenOptions {
-                mode: args.xdp_mode.into(),
-                pin_dir: pin_dir.clone(),
-                ring_size: config.daemon.ring_size,
-                flow_table_size: config.daemon.flow_table_size,
-            };
-            let opened = lb_ctl::attach::open(&iface, &options)
-                .with_context(|| format!("attaching the balancer to {iface}"))?;
-            (opened.dataplane, Some(opened.mode.to_string()))
-        };
+        let (dataplane, mode) = open(&config)?;
         tracing::info!(
-            interface = %iface,
+            interface = %label,
             xdp_mode = mode.as_deref().unwrap_or("none"),
             config = %config.source.display(),
             socket = %socket.display(),
-            "attached"
+            "started"
         );
-        let options = daemon::Options { interface: iface.clone(), xdp_mode: mode, ids_file: Some(ids_file) };
+        let options = daemon::Options { interface: label.clone(), xdp_mode: mode, ids_file };
         let daemon = Daemon::start(config, dataplane, options).context("writing the initial map contents")?;
         let handle = daemon.handle();
         let reloads = tokio::spawn(async move {
@@ -325,7 +387,7 @@ fn attach(args: AttachArgs) -> anyhow::Result<()> {
         lb_ctl::api::server::serve(daemon.handle(), unix, tcp, shutdown_signal()).await;
         reloads.abort();
         daemon.stop().await;
-        tracing::info!(interface = %iface, "stopped; maps stay pinned for the next start (`lb-ctl detach` removes them)");
+        tracing::info!(interface = %label, "stopped; an attached balancer keeps forwarding (`lb-ctl detach` removes it)");
         Ok(())
     })
 }

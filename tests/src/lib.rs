@@ -8,16 +8,26 @@ pub mod packets;
 pub mod privileges;
 pub mod testrun;
 
-/// The `lb-ctl` binary the root suites drive: `LB_CTL_BIN`, else the workspace's debug build
-/// (`cargo xtask test` builds it before the suites run).
+/// The `lb-ctl` binary the root suites drive: `LB_CTL_BIN`, else the workspace's debug build,
+/// brought up to date now (a no-op when `cargo xtask test` just built it; a stale binary
+/// would test old code).
 pub fn lb_ctl_bin() -> std::path::PathBuf {
     if let Some(path) = std::env::var_os("LB_CTL_BIN") {
         return path.into();
     }
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        .unwrap_or_else(|| workspace.join("target"));
     let path = target.join("debug/lb-ctl");
-    assert!(path.exists(), "{} is missing: run `cargo build -p lb-ctl` (cargo xtask test does)", path.display());
+    {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--quiet", "-p", "lb-ctl"])
+            .current_dir(&workspace)
+            .status()
+            .expect("running cargo build -p lb-ctl");
+        assert!(status.success(), "cargo build -p lb-ctl failed");
+    }
     path
 }

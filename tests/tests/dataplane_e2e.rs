@@ -26,9 +26,11 @@ fn counter(dp: &AyaDataplane, c: Counter) -> u64 {
     dp.counters().unwrap().into_iter().find(|(k, _)| *k == c).unwrap().1
 }
 
-fn decap_count(ebpf: &aya::Ebpf, c: DecapCounter) -> u64 {
-    let map: aya::maps::PerCpuArray<_, u64> =
-        aya::maps::PerCpuArray::try_from(ebpf.map(lb_common::map_names::DECAP_COUNTERS).unwrap()).unwrap();
+/// A decapsulator counter, read from the map `lb-ctl decap attach` pinned in `pin_dir`.
+fn decap_count(pin_dir: &std::path::Path, c: DecapCounter) -> u64 {
+    let path = pin_dir.join(lb_common::map_names::DECAP_COUNTERS);
+    let data = aya::maps::MapData::from_pin(&path).unwrap();
+    let map: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).unwrap();
     map.get(&(c as u32), 0).unwrap().iter().sum()
 }
 
@@ -67,18 +69,33 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     let mut lab = Lab::new("e", 2, CLIENTS);
 
     // Backends: NAT service on :8080, DSR service on the VIP's port 80 (VIP held on lo).
-    let mut decaps = Vec::new();
+    let lb_ctl = lb_tests::lb_ctl_bin();
+    let mut decaps: Vec<std::path::PathBuf> = Vec::new();
+    /// Takes the decapsulators off when the test ends, also by panic (the lab's namespaces
+    /// go, but bpffs pins would stay).
+    struct DecapPins(Vec<std::path::PathBuf>);
+    impl Drop for DecapPins {
+        fn drop(&mut self) {
+            for dir in &self.0 {
+                let _ = lb_ctl::dataplane::attach::detach_decap_dir(dir);
+            }
+        }
+    }
     for i in 0..2 {
         let name = format!("backend-{i}");
         let ns_name = lab.backends[i].name.clone();
         lab.backends[i].exec(&["ip", "addr", "add", &format!("{DSR_VIP}/32"), "dev", "lo"]);
         lab.spawn(&ns_name, &[backend_bin, "0.0.0.0:8080", &name]);
         lab.spawn(&ns_name, &[backend_bin, "0.0.0.0:80", &name]);
+        // The product command, as an operator runs it on a DSR backend. nsenter enters only
+        // the network namespace, so the pin lands in the host's bpffs and outlives the command.
+        lb_tests::netns::sh(&[
+            "nsenter", &format!("--net=/run/netns/{ns_name}"), lb_ctl.to_str().unwrap(), "decap", "attach", "eth0", "--xdp-mode", "native",
+        ]);
         let _in = lab.backends[i].enter();
-        let mut decap = load_decap().unwrap();
-        attach(&mut decap, program_names::DECAP, "eth0", AttachMode::Native).unwrap();
-        decaps.push(decap);
+        decaps.push(lb_ctl::dataplane::attach::decap_pin_dir("eth0"));
     }
+    let _decap_pins = DecapPins(decaps.clone());
 
     // The switch port facing the balancer needs an XDP program for native XDP_TX to deliver.
     let mut pass = load_decap().unwrap();
@@ -122,8 +139,17 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     }
     let replies = counter(&dp, Counter::NatReply);
     assert!(replies > 700, "NAT replies rewritten by XDP: {replies}");
-    let decapsulated: u64 = decaps.iter().map(|d| decap_count(d, DecapCounter::Decapsulated)).sum();
+    let per_backend: Vec<u64> = decaps.iter().map(|dir| decap_count(dir, DecapCounter::Decapsulated)).collect();
+    let decapsulated: u64 = per_backend.iter().sum();
+    assert!(per_backend.iter().all(|n| *n > 0), "every DSR backend decapsulated: {per_backend:?}");
     assert!(decapsulated > 64, "IPIP packets decapsulated by lb_decap: {decapsulated}");
+    // `lb-ctl decap detach` removes what `decap attach` pinned.
+    drop(_in);
+    for (i, dir) in decaps.iter().enumerate() {
+        let ns = &lab.backends[i].name;
+        lb_tests::netns::sh(&["nsenter", &format!("--net=/run/netns/{ns}"), lb_ctl.to_str().unwrap(), "decap", "detach", "eth0"]);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
     println!("nat_reply {replies}, decapsulated {decapsulated}");
 }
 

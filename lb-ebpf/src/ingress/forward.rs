@@ -29,8 +29,9 @@ pub enum Route {
     NoRoute,
 }
 
-/// Where an IPv4 packet `src → dst` of `tot_len` bytes goes: this CPU's cached answer while it
-/// is fresh and the packet is no larger than one the route already accepted, else the FIB's.
+/// Where an IPv4 packet `src → dst` of `tot_len` bytes goes: this CPU's cached answer if it is
+/// of the current generation and the packet is no larger than one the route already accepted,
+/// else the FIB's (cached for next time when it is a success).
 #[inline(always)]
 pub fn lookup(
     ctx: &XdpContext,

@@ -1,0 +1,216 @@
+//! `lb-ctl proxy` on loopback, without root: proxy VIPs served by the in-process lb-proxy,
+//! steered by the daemon's health checks and backends API.
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lb-ctl");
+
+/// A tiny HTTP backend on 127.0.0.1:0 answering every request with its name, until stopped.
+struct Backend {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Backend {
+    fn start(name: &'static str) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        std::thread::spawn(move || serve(stream, name));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            // Dropping the listener: connections are refused from now on.
+        });
+        Backend { addr, stop }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve(stream: TcpStream, name: &str) {
+    stream.set_nonblocking(false).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut out = stream;
+    loop {
+        let mut line = String::new();
+        let mut request_seen = false;
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            request_seen = true;
+        }
+        if !request_seen {
+            return;
+        }
+        let body = format!("{name}\n");
+        if write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).is_err() {
+            return;
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn get(vip: SocketAddr) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&vip, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").ok_or_else(|| std::io::Error::other("no body"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(std::io::Error::other(head.lines().next().unwrap_or("").to_string()));
+    }
+    Ok(body.trim().to_string())
+}
+
+struct ProxyDaemon {
+    child: Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for ProxyDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ProxyDaemon {
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN).arg("--socket").arg(&self.socket).args(args).output().unwrap()
+    }
+}
+
+fn start(config: &str, dir: tempfile::TempDir, socket: PathBuf, vip: SocketAddr) -> ProxyDaemon {
+    let path = dir.path().join("lb.toml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(BIN)
+        .args(["proxy", "--log-level", "warn", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let d = ProxyDaemon { child, socket, _dir: dir };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect_timeout(&vip, Duration::from_millis(100)).is_err() {
+        assert!(Instant::now() < deadline, "the proxy VIP did not open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d
+}
+
+fn answers(vip: SocketAddr, n: usize) -> Vec<String> {
+    (0..n).map(|_| get(vip).expect("request through the proxy")).collect()
+}
+
+#[test]
+fn proxy_vips_follow_health_and_the_backends_api() {
+    let one = Backend::start("one");
+    let two = Backend::start("two");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = format!(
+        r#"[daemon]
+api_socket = "{socket}"
+
+[[vip]]
+name = "api"
+address = "127.0.0.1"
+port = {port}
+protocol = "http"
+health = {{ kind = "tcp", interval = "100ms", timeout = "100ms", rise = 1, fall = 1 }}
+backends = [ {{ address = "127.0.0.1", port = {p1} }}, {{ address = "127.0.0.1", port = {p2} }} ]
+[vip.proxy]
+balance = "round_robin"
+"#,
+        socket = socket.display(),
+        port = vip.port(),
+        p1 = one.addr.port(),
+        p2 = two.addr.port()
+    );
+    let d = start(&config, dir, socket, vip);
+    // Health checks bring both in (rise 1).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = answers(vip, 6);
+        if seen.iter().any(|n| n == "one") && seen.iter().any(|n| n == "two") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "both backends never answered: {seen:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let list = d.cli(&["backends", "list", "api"]);
+    assert!(list.status.success(), "{}", String::from_utf8_lossy(&list.stderr));
+    let table = String::from_utf8_lossy(&list.stdout);
+    assert!(table.contains(&one.addr.to_string()) && table.contains(&two.addr.to_string()), "{table}");
+
+    // Drain through the API: no new requests go to it.
+    let drained = d.cli(&["backends", "drain", "api", &one.addr.to_string()]);
+    assert!(drained.status.success(), "{}", String::from_utf8_lossy(&drained.stderr));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(answers(vip, 8).iter().all(|n| n == "two"), "a drained backend got new requests");
+
+    // Remove the drained one, add it back: it serves again.
+    assert!(d.cli(&["backends", "remove", "api", &one.addr.to_string()]).status.success());
+    assert!(d.cli(&["backends", "add", "api", &one.addr.to_string()]).status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !answers(vip, 6).iter().any(|n| n == "one") {
+        assert!(Instant::now() < deadline, "the re-added backend never served");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Health: a dead backend leaves the proxy's rotation; requests keep succeeding.
+    let dead = two.addr;
+    drop(two);
+    std::thread::sleep(Duration::from_millis(600));
+    let after = answers(vip, 8);
+    assert!(after.iter().all(|n| n == "one"), "requests after the failure: {after:?}");
+    let table = String::from_utf8_lossy(&d.cli(&["backends", "list", "api"]).stdout).into_owned();
+    let dead_row = table.lines().find(|l| l.contains(&dead.to_string())).unwrap_or("");
+    assert!(dead_row.contains("down"), "the health checker marked it down:\n{table}");
+
+    // Bad API input changes nothing.
+    let bad = d.cli(&["backends", "add", "api", "not-an-address"]);
+    assert!(!bad.status.success());
+    assert!(answers(vip, 4).iter().all(|n| n == "one"));
+}
+
+#[test]
+fn proxy_refuses_xdp_vips() {
+    let dir = tempfile::tempdir().unwrap();
+    let path: &Path = &dir.path().join("lb.toml");
+    std::fs::write(path, "[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nbackends = [ { address = \"198.51.100.1\" } ]\n").unwrap();
+    let out = Command::new(BIN).args(["proxy", "--config"]).arg(path).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is forwarded by XDP") && err.contains("proxy VIPs only"), "{err}");
+}
