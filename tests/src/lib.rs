@@ -10,8 +10,13 @@ pub mod testrun;
 
 /// The `lb-ctl` binary the root suites drive: `LB_CTL_BIN`, else the workspace's debug build,
 /// brought up to date now (a no-op when `cargo xtask test` just built it; a stale binary
-/// would test old code).
+/// would test old code). Built once per process: suites call this for every command.
 pub fn lb_ctl_bin() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(build_lb_ctl).clone()
+}
+
+fn build_lb_ctl() -> std::path::PathBuf {
     if let Some(path) = std::env::var_os("LB_CTL_BIN") {
         return path.into();
     }

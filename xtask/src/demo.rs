@@ -208,7 +208,8 @@ fn remove_stale(bins: &Path) {
     }
     for entry in std::fs::read_dir("/sys/fs/bpf/lb-ctl").into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        dead.extend(name.strip_prefix("decap-").and_then(|n| run_pid(n, "pl")).filter(|p| is_dead(*p)));
+        let pid = name.strip_prefix("decap-pl").and_then(|n| n.split('@').next()?.parse::<u32>().ok());
+        dead.extend(pid.filter(|p| is_dead(*p)));
     }
     for pid in dead {
         println!("removing the leftovers of demo run {pid}");
@@ -266,9 +267,25 @@ impl Lab {
     fn leftovers(&self) -> Vec<String> {
         let mut v: Vec<String> = self.all_namespaces().iter().map(|n| format!("/run/netns/{n}")).collect();
         v.push(self.pins.display().to_string());
-        v.push(format!("/sys/fs/bpf/lb-ctl/decap-{}", self.lb_port()));
+        v.extend(self.decap_pins().iter().map(|p| p.display().to_string()));
         v.push(self.dir.display().to_string());
         v
+    }
+
+    /// Pin directories of the decapsulator on the switch port: `decap-PORT`, with a suffix
+    /// naming the switch's namespace (lb-ctl tells namespaces apart).
+    fn decap_pins(&self) -> Vec<PathBuf> {
+        let name = format!("decap-{}", self.lb_port());
+        std::fs::read_dir("/sys/fs/bpf/lb-ctl")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n == name || n.starts_with(&format!("{name}@"))
+            })
+            .map(|e| e.path())
+            .collect()
     }
 
     fn ns(&self, host: &str) -> String {
@@ -565,7 +582,17 @@ impl Drop for Lab {
             }
         }
         if self.decap_attached {
-            let _ = Command::new(&lb_ctl).args(["decap", "detach", &self.lb_port()]).output();
+            // From the switch's namespace, where the pin's name is derived; a pin whose
+            // namespace is already gone (a dead run) is unpinned by removing its files.
+            if Path::new(&format!("/run/netns/{}", self.ns("sw"))).exists() {
+                let _ = nsenter(&self.ns("sw"), &lb_ctl).args(["decap", "detach", &self.lb_port()]).output();
+            }
+            for dir in self.decap_pins() {
+                for f in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    let _ = std::fs::remove_file(f.path());
+                }
+                let _ = std::fs::remove_dir(&dir);
+            }
         }
         for ns in self.namespaces.drain(..) {
             let _ = Command::new("ip").args(["netns", "del", &ns]).status();
