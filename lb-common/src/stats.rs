@@ -71,7 +71,8 @@ counters! {
     ForwardRedirect = "forward_redirect",
     /// Flow found in the connection table.
     FlowHit = "flow_hit",
-    /// New flow placed on the ring and recorded.
+    /// New flow placed on the ring and recorded (also a TCP SYN whose 5-tuple an earlier
+    /// connection left in the table).
     FlowNew = "flow_new",
     /// Flow whose backend was removed, placed again on the ring.
     FlowRerouted = "flow_rerouted",

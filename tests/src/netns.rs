@@ -30,8 +30,13 @@ fn run_pid(name: &str) -> Option<u32> {
     name.strip_prefix("lbt-")?.split('-').next()?.parse().ok()
 }
 
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
 fn is_dead(pid: u32) -> bool {
-    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name: "pid (comm) S ...".
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
 }
 
 /// Removes bpffs pin directories `/sys/fs/bpf/lbt-<pid>-*` whose process is gone.

@@ -210,6 +210,24 @@ fn golden_packets_through_lb_ingress() {
         run(&mut dp, case(name, f.bytes(), XDP_TX, Some(nat_out(&f, (CLIENT, port), pick(port), LB_MAC, mac_of(pick(port).0))), Counter::ForwardTx));
     }
 
+    // ---- A new connection reusing a 5-tuple follows the ring, not the old entry.
+    let (old_backend, other_backend) = {
+        let first = flow_vip.backends.iter().find(|(_, a, p)| (*a, *p) == pick(p1)).unwrap();
+        let other = flow_vip.backends.iter().find(|(id, _, _)| *id != first.0).unwrap();
+        (*first, *other)
+    };
+    dp.write_ring(8, &vec![other_backend.0; RING as usize]).unwrap(); // as if old_backend were drained
+    let p1_ack = Frame::tcp(CLIENT, p1, flow_addr, 80).with(|f| f.l4 = L4::TcpAck);
+    let mut c = case("ring changed: established connection keeps its backend", p1_ack.bytes(), XDP_TX,
+        Some(nat_out(&p1_ack, (CLIENT, p1), (old_backend.1, old_backend.2), LB_MAC, mac_of(old_backend.1))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    let p1_syn = Frame::tcp(CLIENT, p1, flow_addr, 80);
+    let mut c = case("SYN reusing that 5-tuple: a new connection, placed by the ring", p1_syn.bytes(), XDP_TX,
+        Some(nat_out(&p1_syn, (CLIENT, p1), (other_backend.1, other_backend.2), LB_MAC, mac_of(other_backend.1))), Counter::ForwardTx);
+    c.events = vec![Counter::FlowNew];
+    run(&mut dp, c);
+
     // ---- NAT, UDP (hash = flow).
     let dns = &vips[1];
     let q = Frame::udp(CLIENT, 5000, vip_web, 53);

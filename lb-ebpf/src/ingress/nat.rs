@@ -34,7 +34,7 @@ pub fn balance_nat(
         return (XDP_PASS, Counter::PassTtlExpired);
     }
     let (client, client_port, vip_port, protocol) = (ipv4_octets(&key.src), key.src_port, key.dst_port, key.protocol);
-    let choice = match select::choose(vip, key, flow) {
+    let choice = match select::choose(vip, key, flow, pkt.opens_connection) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };

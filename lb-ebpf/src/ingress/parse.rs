@@ -23,6 +23,8 @@ pub struct Ipv4Packet {
     pub dst_port: *mut u16,
     /// The L4 checksum field.
     pub l4_check: *mut u16,
+    /// A TCP SYN without ACK: the first packet of a new connection (false for UDP).
+    pub opens_connection: bool,
 }
 
 pub enum Parsed {
@@ -102,6 +104,9 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         return Parsed::Malformed;
     };
     let ports = ports as *mut u16;
+    // TCP flags (byte 13): SYN set, ACK clear. Inside the 20 bytes checked above.
+    let opens_connection = proto == ip_proto::TCP
+        && ptr_at::<u8>(ctx, l4 + 13).is_some_and(|flags| unsafe { *flags } & 0x12 == 0x02);
     Parsed::Ipv4(Ipv4Packet {
         l3_offset,
         ip,
@@ -109,5 +114,6 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         // SAFETY: inside the 8 bytes checked above.
         dst_port: unsafe { ports.add(1) },
         l4_check,
+        opens_connection,
     })
 }

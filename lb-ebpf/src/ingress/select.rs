@@ -19,9 +19,17 @@ pub struct Choice {
 }
 
 /// The backend for this flow, or the verdict when there is none. `flow` is the flow's
-/// connection-table entry, if the caller found one.
+/// connection-table entry, if the caller found one. A packet that opens a connection (TCP SYN)
+/// is placed on the ring even when its 5-tuple has an entry: that entry belongs to an earlier
+/// connection which reused the client port, and a new connection must follow the current ring
+/// (a drained backend gets no new connections).
 #[inline(always)]
-pub fn choose(vip: &VipInfo, key: &FlowKey, flow: Option<*mut FlowEntry>) -> Result<Choice, Verdict> {
+pub fn choose(
+    vip: &VipInfo,
+    key: &FlowKey,
+    flow: Option<*mut FlowEntry>,
+    opens_connection: bool,
+) -> Result<Choice, Verdict> {
     let Some(config) = maps::config() else {
         return Err((XDP_PASS, Counter::PassNotConfigured));
     };
@@ -32,7 +40,8 @@ pub fn choose(vip: &VipInfo, key: &FlowKey, flow: Option<*mut FlowEntry>) -> Res
     if let Some(entry) = flow {
         // SAFETY: a valid map value pointer; the entry is this flow's own.
         let (pinned, vip_id) = unsafe { ((*entry).backend_id, (*entry).vip_id) };
-        if vip_id == vip.id
+        if !opens_connection
+            && vip_id == vip.id
             && let Some(backend) = maps::backend(pinned)
             && backend.is_active()
         {
@@ -45,7 +54,7 @@ pub fn choose(vip: &VipInfo, key: &FlowKey, flow: Option<*mut FlowEntry>) -> Res
             (*entry).backend_id = backend_id;
             (*entry).vip_id = vip.id;
         }
-        maps::count(Counter::FlowRerouted);
+        maps::count(if opens_connection { Counter::FlowNew } else { Counter::FlowRerouted });
         return Ok(Choice { backend_id, backend, placed: true });
     }
     let (backend_id, backend) = from_ring(vip, key, ring_size, config.hash_seed)?;
