@@ -6,10 +6,12 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use lb_common::backend::{BACKEND_NONE, Backend};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey};
+use lb_common::limits::MAX_VIPS;
 use lb_common::map_names;
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
+use super::rings_mmap::RingsMmap;
 use super::{Dataplane, DataplaneError, Result, keep_generation, next_generation};
 
 /// The loaded balancer and what was last written to its rings (so rewrites touch only the
@@ -19,6 +21,8 @@ pub struct AyaDataplane {
     ring_size: u32,
     /// What CONFIG holds.
     config: DataplaneConfig,
+    /// RINGS in our memory, when the map allows it.
+    rings_mmap: Option<RingsMmap>,
     rings: HashMap<u32, Vec<u32>>,
 }
 
@@ -28,7 +32,12 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError 
 
 impl AyaDataplane {
     pub fn new(ebpf: Ebpf, ring_size: u32) -> Self {
-        Self { ebpf, ring_size, config: DataplaneConfig::default(), rings: HashMap::new() }
+        let slots = (MAX_VIPS * ring_size) as usize;
+        let rings_mmap = ebpf.map(map_names::RINGS).and_then(|m| RingsMmap::new(m, slots));
+        if rings_mmap.is_none() {
+            tracing::warn!("RINGS cannot be memory-mapped (maps pinned by an older lb-ctl?): ring writes take one syscall a slot");
+        }
+        Self { ebpf, ring_size, config: DataplaneConfig::default(), rings_mmap, rings: HashMap::new() }
     }
 
     /// The loaded object, for attaching programs and for tests.
@@ -138,6 +147,16 @@ impl Dataplane for AyaDataplane {
         }
         let base = vip_id * self.ring_size;
         let previous = self.rings.remove(&vip_id);
+        if let Some(mmap) = &self.rings_mmap {
+            for (slot, &id) in ring.iter().enumerate() {
+                let index = (base + slot as u32) as usize;
+                if mmap.get(index) != id {
+                    mmap.set(index, id);
+                }
+            }
+            self.rings.insert(vip_id, ring.to_vec());
+            return Ok(());
+        }
         let mut map = self.array_mut::<u32>(map_names::RINGS)?;
         for (slot, &id) in ring.iter().enumerate() {
             if previous.as_ref().is_some_and(|old| old[slot] == id) {
@@ -200,8 +219,12 @@ impl Dataplane for AyaDataplane {
         if slot >= self.ring_size {
             return Ok(BACKEND_NONE);
         }
+        let index = vip_id * self.ring_size + slot;
+        if let Some(mmap) = &self.rings_mmap {
+            return Ok(mmap.get(index as usize));
+        }
         let map: Array<&MapData, u32> =
             Array::try_from(self.map(map_names::RINGS)?).map_err(map_err(map_names::RINGS))?;
-        map.get(&(vip_id * self.ring_size + slot), 0).map_err(map_err(map_names::RINGS))
+        map.get(&index, 0).map_err(map_err(map_names::RINGS))
     }
 }

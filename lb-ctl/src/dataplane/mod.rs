@@ -16,6 +16,7 @@ pub mod fake;
 pub mod load;
 pub mod maps;
 pub mod objects;
+mod rings_mmap;
 
 /// A failed map operation.
 #[derive(Debug, thiserror::Error)]
