@@ -5,6 +5,7 @@
 //!
 //! Start with [`Proxy::start`] (or [`Proxy::start_with_listeners`] for sockets bound by the
 //! caller), then steer it through the [`ProxyHandle`].
+mod accept;
 mod backend;
 mod balance;
 pub mod config;
@@ -20,11 +21,12 @@ mod shutdown;
 pub mod stats;
 mod tcp;
 mod vip;
+mod workers;
 
 pub use config::{
     BackendSpec, Balance, ForwardedHeaders, HashKey, Limits, Mode, Outlier, ProxyProtocol,
     ProxyVipSpec, Retries, Timeouts,
 };
 pub use error::ProxyError;
-pub use proxy::{Proxy, ProxyHandle, serve};
+pub use proxy::{Proxy, ProxyBuilder, ProxyHandle, serve};
 pub use stats::{BackendStats, VipStats};
