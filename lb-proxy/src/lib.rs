@@ -3,6 +3,9 @@
 //! `lb-ctl` daemon runs it in-process, sharing its config, health checker and backend state;
 //! `lb-ctl proxy` runs it without XDP.
 //!
+//! It serves thread per core: each worker thread runs a single-threaded runtime, and a client
+//! connection stays on one worker together with the backend connections serving it.
+//!
 //! Start with [`Proxy::start`] (or [`Proxy::start_with_listeners`] for sockets bound by the
 //! caller), then steer it through the [`ProxyHandle`].
 mod accept;

@@ -13,8 +13,10 @@ use crate::stats::VipStats;
 use crate::vip::Vip;
 use crate::workers::Workers;
 
-/// Starts proxies. The proxy serves on its own worker threads (one single-threaded runtime
-/// each, see [`ProxyBuilder::workers`]); the handle may be used from any runtime.
+/// Starts proxies. `start` binds within the caller's tokio runtime (the daemon's); serving
+/// then runs on the proxy's own worker threads (one single-threaded runtime each, see
+/// [`ProxyBuilder::workers`]), which stop when the last [`ProxyHandle`] clone is dropped.
+/// The handle may be used from any runtime or thread.
 pub struct Proxy;
 
 impl Proxy {
