@@ -1,12 +1,12 @@
 //! Benchmark front end: lb-proxy with an HTTP VIP and a TCP VIP over the same backends.
-//! Usage: bench_proxy <threads> <http port> <tcp port> <backend port>...
+//! Usage: bench_proxy <workers> <http port> <tcp port> <backend port>...
 use std::net::SocketAddr;
 
 use lb_proxy::{BackendSpec, Mode, Proxy, ProxyVipSpec};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: bench_proxy <threads> <http port> <tcp port> <backend port>...";
+    let usage = "usage: bench_proxy <workers> <http port> <tcp port> <backend port>...";
     let threads: usize = args.first().and_then(|a| a.parse().ok()).expect(usage);
     let port = |i: usize| -> u16 { args.get(i).and_then(|a| a.parse().ok()).expect(usage) };
     let (http, tcp) = (port(1), port(2));
@@ -20,18 +20,20 @@ fn main() {
         spec.forwarded.x_forwarded = false;
         spec
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+    // The proxy runs on its own worker threads; this runtime only starts and stops it.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let handle = Proxy::start(vec![
-            vip("http", http, Mode::Http),
-            vip("tcp", tcp, Mode::Tcp),
-        ])
-        .await
-        .expect("start lb-proxy");
+        let handle = Proxy::builder()
+            .workers(threads)
+            .start(vec![
+                vip("http", http, Mode::Http),
+                vip("tcp", tcp, Mode::Tcp),
+            ])
+            .await
+            .expect("start lb-proxy");
         // Runs until killed by the benchmark (or Ctrl-C).
         let _ = tokio::signal::ctrl_c().await;
         handle.shutdown(std::time::Duration::from_secs(1)).await;

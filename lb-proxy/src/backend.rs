@@ -23,11 +23,13 @@ pub(crate) struct Backend {
     pub(crate) counters: BackendCounters,
     pub(crate) outlier: OutlierState,
     pub(crate) gate: BackendGate,
-    pub(crate) pool: Pool,
+    /// Idle connections, one pool per worker: a connection's driver task runs on the worker
+    /// that opened it, so only that worker reuses it.
+    pools: Box<[Pool]>,
 }
 
 impl Backend {
-    fn new(spec: &BackendSpec, vip: &ProxyVipSpec) -> Self {
+    fn new(spec: &BackendSpec, vip: &ProxyVipSpec, workers: usize) -> Self {
         Backend {
             addr: spec.addr,
             max_connections: spec.max_connections,
@@ -36,8 +38,15 @@ impl Backend {
             counters: BackendCounters::default(),
             outlier: OutlierState::default(),
             gate: BackendGate::new(spec.max_connections, vip.limits.queue_per_backend),
-            pool: Pool::new(vip.limits.pool_idle_per_backend, vip.timeouts.idle),
+            pools: (0..workers.max(1))
+                .map(|_| Pool::new(vip.limits.pool_idle_per_backend, vip.timeouts.idle))
+                .collect(),
         }
+    }
+
+    /// The current worker's pool of idle connections to this backend.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pools[crate::workers::current() % self.pools.len()]
     }
 
     pub(crate) fn weight(&self) -> u32 {
@@ -98,21 +107,23 @@ pub(crate) struct BackendSet {
 #[derive(Debug)]
 pub(crate) struct VipBackends {
     spec: ProxyVipSpec,
+    workers: usize,
     current: ArcSwap<BackendSet>,
     /// Serializes writers (API, health checker); readers never touch it.
     write: std::sync::Mutex<()>,
 }
 
 impl VipBackends {
-    pub(crate) fn new(spec: &ProxyVipSpec) -> Self {
+    pub(crate) fn new(spec: &ProxyVipSpec, workers: usize) -> Self {
         let backends = spec
             .backends
             .iter()
-            .map(|b| Arc::new(Backend::new(b, spec)))
+            .map(|b| Arc::new(Backend::new(b, spec, workers)))
             .collect();
         let set = build_set(&spec.balance, backends);
         VipBackends {
             spec: spec.clone(),
+            workers,
             current: ArcSwap::from_pointee(set),
             write: std::sync::Mutex::new(()),
         }
@@ -139,7 +150,7 @@ impl VipBackends {
                         b.weight.store(spec.weight, Relaxed);
                         b.clone()
                     }
-                    None => Arc::new(Backend::new(spec, &self.spec)),
+                    None => Arc::new(Backend::new(spec, &self.spec, self.workers)),
                 }
             })
             .collect();

@@ -24,6 +24,9 @@ pub enum ProxyError {
     /// A spec that cannot be served (e.g. a header hash key on a TCP VIP).
     #[error("invalid spec for VIP {vip:?}: {reason}")]
     InvalidSpec { vip: String, reason: String },
+    /// The proxy's worker threads could not be started.
+    #[error("cannot start the proxy's worker threads: {0}")]
+    Workers(io::Error),
 }
 
 /// Why a request could not be forwarded; each maps to one client-facing status.

@@ -3,8 +3,12 @@
 //! `lb-ctl` daemon runs it in-process, sharing its config, health checker and backend state;
 //! `lb-ctl proxy` runs it without XDP.
 //!
+//! It serves thread per core: each worker thread runs a single-threaded runtime, and a client
+//! connection stays on one worker together with the backend connections serving it.
+//!
 //! Start with [`Proxy::start`] (or [`Proxy::start_with_listeners`] for sockets bound by the
 //! caller), then steer it through the [`ProxyHandle`].
+mod accept;
 mod backend;
 mod balance;
 pub mod config;
@@ -20,11 +24,12 @@ mod shutdown;
 pub mod stats;
 mod tcp;
 mod vip;
+mod workers;
 
 pub use config::{
     BackendSpec, Balance, ForwardedHeaders, HashKey, Limits, Mode, Outlier, ProxyProtocol,
     ProxyVipSpec, Retries, Timeouts,
 };
 pub use error::ProxyError;
-pub use proxy::{Proxy, ProxyHandle, serve};
+pub use proxy::{Proxy, ProxyBuilder, ProxyHandle, serve};
 pub use stats::{BackendStats, VipStats};

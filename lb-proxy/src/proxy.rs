@@ -11,19 +11,18 @@ use crate::error::ProxyError;
 use crate::shutdown::Stopper;
 use crate::stats::VipStats;
 use crate::vip::Vip;
+use crate::workers::Workers;
 
-/// Starts proxies. Needs a running tokio runtime (the daemon's).
+/// Starts proxies. `start` binds within the caller's tokio runtime (the daemon's); serving
+/// then runs on the proxy's own worker threads (one single-threaded runtime each, see
+/// [`ProxyBuilder::workers`]), which stop when the last [`ProxyHandle`] clone is dropped.
+/// The handle may be used from any runtime or thread.
 pub struct Proxy;
 
 impl Proxy {
-    /// Binds every spec's `listen` address and serves them all.
+    /// Binds every spec's `listen` address and serves them all, on one worker per CPU.
     pub async fn start(specs: Vec<ProxyVipSpec>) -> Result<ProxyHandle, ProxyError> {
-        let mut bound = Vec::with_capacity(specs.len());
-        for spec in specs {
-            let listener = bind(&spec).await?;
-            bound.push((spec, listener));
-        }
-        Proxy::start_with_listeners(bound)
+        Proxy::builder().start(specs).await
     }
 
     /// Serves already bound listeners (tests bind port 0; the daemon may pass sockets it
@@ -31,9 +30,51 @@ impl Proxy {
     pub fn start_with_listeners(
         vips: Vec<(ProxyVipSpec, TcpListener)>,
     ) -> Result<ProxyHandle, ProxyError> {
+        Proxy::builder().start_with_listeners(vips)
+    }
+
+    /// Options for starting a proxy.
+    pub fn builder() -> ProxyBuilder {
+        ProxyBuilder {
+            workers: crate::workers::default_count(),
+        }
+    }
+}
+
+/// Starts a proxy with non-default options.
+#[derive(Clone, Debug)]
+pub struct ProxyBuilder {
+    workers: usize,
+}
+
+impl ProxyBuilder {
+    /// Worker threads (default: one per CPU). Each runs a single-threaded runtime; a client
+    /// connection and the backend connections serving it stay on one worker.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n.max(1);
+        self
+    }
+
+    /// Like [`Proxy::start`].
+    pub async fn start(self, specs: Vec<ProxyVipSpec>) -> Result<ProxyHandle, ProxyError> {
+        let mut bound = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let listener = bind(&spec).await?;
+            bound.push((spec, listener));
+        }
+        self.start_with_listeners(bound)
+    }
+
+    /// Like [`Proxy::start_with_listeners`].
+    pub fn start_with_listeners(
+        self,
+        vips: Vec<(ProxyVipSpec, TcpListener)>,
+    ) -> Result<ProxyHandle, ProxyError> {
+        let workers = Workers::start(self.workers).map_err(ProxyError::Workers)?;
         let handle = ProxyHandle {
             inner: Arc::new(Inner {
                 vips: Mutex::new(HashMap::new()),
+                workers,
             }),
         };
         for (spec, listener) in vips {
@@ -77,6 +118,8 @@ struct Inner {
     /// Only the control path (API, health checker, stats) takes this lock; requests use their
     /// VIP's `Arc` and the lock-free backend set.
     vips: Mutex<HashMap<String, Running>>,
+    /// Declared last: dropped after the VIPs.
+    workers: Workers,
 }
 
 #[derive(Debug)]
@@ -110,14 +153,22 @@ impl ProxyHandle {
         }
         let name = spec.name.clone();
         let mode = spec.mode;
-        let vip = Arc::new(Vip::new(spec, local));
+        let std_listener = listener.into_std().map_err(|source| ProxyError::Bind {
+            vip: spec.name.clone(),
+            addr: spec.listen,
+            source,
+        })?;
+        let set = self.inner.workers.set.clone();
+        let vip = Arc::new(Vip::new(spec, local, set.count()));
         let (stopper, tasks) = Stopper::new();
         let served = vip.clone();
         let accept_tasks = tasks.clone();
-        tasks.tracker.spawn(async move {
-            match mode {
-                Mode::Http => crate::http::serve(listener, served, accept_tasks).await,
-                Mode::Tcp => crate::tcp::serve(listener, served, accept_tasks).await,
+        let acceptor_set = set.clone();
+        set.spawn_on(set.next(), &tasks.tracker, async move {
+            // Registered with the reactor of the worker that accepts on it.
+            match TcpListener::from_std(std_listener) {
+                Ok(l) => crate::accept::serve(l, served, accept_tasks, acceptor_set).await,
+                Err(e) => tracing::error!(error = %e, "proxy VIP cannot listen"),
             }
         });
         tracing::info!(vip = %name, addr = %local, ?mode, "proxy VIP serving");

@@ -2,8 +2,11 @@
 //! sending, the other side's write half is shut down and the reverse direction keeps going
 //! until it finishes too. Ends early when no byte moved either way for `idle`.
 //!
-//! On Linux the bytes move with splice(2) through a pipe, socket to socket, without being
-//! copied into userspace; elsewhere (or if a pipe cannot be made) with a buffer.
+//! Each direction moves bytes through a small buffer while reads are small (request/response
+//! traffic: one read and one write per message, and a short read tells the socket is drained
+//! without another read). A read that fills the buffer means a bulk transfer: on Linux the
+//! direction then moves bytes with splice(2) through a pipe, socket to socket, without copying
+//! them into userspace, until the flow turns small again.
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -14,27 +17,10 @@ use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use crate::outlier::now_ms;
 
-const BUF: usize = 64 * 1024;
+/// The copy buffer of one direction; a read that fills it switches to splice.
+const BUF: usize = 16 * 1024;
 
-pub(crate) async fn relay(a: TcpStream, b: TcpStream, idle: Duration) -> io::Result<()> {
-    #[cfg(target_os = "linux")]
-    if let (Ok(p1), Ok(p2)) = (splice::Pipe::new(), splice::Pipe::new()) {
-        let last = AtomicU64::new(now_ms());
-        let both = async {
-            tokio::try_join!(
-                splice::pump(&a, &b, &p1, &last),
-                splice::pump(&b, &a, &p2, &last)
-            )
-        };
-        return tokio::select! {
-            r = both => r.map(|_| ()),
-            _ = idle_watch(&last, idle) => Ok(()),
-        };
-    }
-    copy_relay(a, b, idle).await
-}
-
-async fn copy_relay(mut a: TcpStream, mut b: TcpStream, idle: Duration) -> io::Result<()> {
+pub(crate) async fn relay(mut a: TcpStream, mut b: TcpStream, idle: Duration) -> io::Result<()> {
     let last = AtomicU64::new(now_ms());
     let (ar, aw) = a.split();
     let (br, bw) = b.split();
@@ -48,17 +34,34 @@ async fn copy_relay(mut a: TcpStream, mut b: TcpStream, idle: Duration) -> io::R
 /// Copies one direction until EOF, then shuts down the writer (sends FIN).
 async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, last: &AtomicU64) -> io::Result<()> {
     let mut buf = vec![0u8; BUF];
+    #[cfg(target_os = "linux")]
+    let mut pipe: Option<splice::Pipe> = None;
     loop {
+        // tokio's read clears the socket's readiness after a short read: no EAGAIN round.
         let n = from.read(&mut buf).await?;
         if n == 0 {
             break;
         }
         to.write_all(&buf[..n]).await?;
         last.store(now_ms(), Relaxed);
+        #[cfg(target_os = "linux")]
+        if n == buf.len() {
+            if pipe.is_none() {
+                // Without a pipe, bulk data is copied too.
+                pipe = splice::Pipe::new().ok();
+            }
+            if let Some(p) = &pipe
+                && splice::pump_bulk(from.as_ref(), to.as_ref(), p, last).await?
+            {
+                break;
+            }
+        }
     }
-    to.shutdown().await
+    match to.shutdown().await {
+        Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
+        _ => Ok(()),
+    }
 }
-
 /// Resolves once `last` is older than `idle`.
 async fn idle_watch(last: &AtomicU64, idle: Duration) {
     let idle_ms = idle.as_millis() as u64;
@@ -128,15 +131,17 @@ mod splice {
         }
     }
 
-    /// One direction: socket -> pipe -> socket until EOF, then FIN to the receiver. The pipe is
-    /// drained before the next read, so it never blocks; the sockets' readiness comes from
-    /// tokio (`try_io` clears it on EAGAIN).
-    pub(super) async fn pump(
+    /// Moves one direction socket -> pipe -> socket while the data comes in big chunks.
+    /// Returns true at EOF (the caller sends the FIN), false once a splice moved less than
+    /// the copy buffer holds (the flow turned small: back to copying). The pipe is drained before the
+    /// next read, so it never blocks; the sockets' readiness comes from tokio (`try_io`
+    /// clears it on EAGAIN).
+    pub(super) async fn pump_bulk(
         from: &TcpStream,
         to: &TcpStream,
         pipe: &Pipe,
         last: &AtomicU64,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let (src, dst) = (from.as_raw_fd(), to.as_raw_fd());
         let (pr, pw) = (pipe.read.as_raw_fd(), pipe.write.as_raw_fd());
         loop {
@@ -149,7 +154,7 @@ mod splice {
                 }
             };
             if n == 0 {
-                break;
+                return Ok(true);
             }
             let mut left = n;
             while left > 0 {
@@ -161,14 +166,61 @@ mod splice {
                 }
             }
             last.store(now_ms(), Relaxed);
-        }
-        // SAFETY: shutting down the write side of a socket we hold.
-        if unsafe { libc::shutdown(dst, libc::SHUT_WR) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::ENOTCONN) {
-                return Err(e);
+            if n < super::BUF {
+                return Ok(false);
             }
         }
-        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    /// A connected pair of loopback sockets.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        (c, l.accept().await.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn small_and_bulk_messages_cross_byte_exact_in_both_directions() {
+        let (mut client, proxy_client) = pair().await;
+        let (proxy_backend, mut backend) = pair().await;
+        let relayed = tokio::spawn(relay(proxy_client, proxy_backend, Duration::from_secs(30)));
+        // Small, then bulk (switches to splice where there is one), then small again.
+        let sizes = [10, 1024, 3 * BUF + 7, 5 * 1024 * 1024, 100, 1];
+        let work = async {
+            for (i, &n) in sizes.iter().enumerate() {
+                let msg: Vec<u8> = (0..n).map(|k| (k * 31 + i) as u8).collect();
+                let mut got = vec![0u8; n];
+                let (w, r) = tokio::join!(client.write_all(&msg), backend.read_exact(&mut got));
+                w.unwrap();
+                r.unwrap();
+                assert!(got == msg, "client -> backend message {i} differs");
+                let (w, r) = tokio::join!(backend.write_all(&msg), client.read_exact(&mut got));
+                w.unwrap();
+                r.unwrap();
+                assert!(got == msg, "backend -> client message {i} differs");
+            }
+            // Half-close travels on: the backend sees EOF, and can still answer.
+            client.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            backend.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty());
+            backend.write_all(b"bye").await.unwrap();
+            backend.shutdown().await.unwrap();
+            let mut tail = Vec::new();
+            client.read_to_end(&mut tail).await.unwrap();
+            assert_eq!(tail, b"bye");
+        };
+        tokio::time::timeout(Duration::from_secs(30), work)
+            .await
+            .expect("relay stalled");
+        relayed.await.unwrap().unwrap();
     }
 }

@@ -1,11 +1,9 @@
 //! TCP VIPs: each client connection is relayed to one backend, chosen like HTTP requests are,
 //! with connect timeout and retry on another backend.
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use crate::balance::ip_bytes;
 use crate::error::UpstreamError;
@@ -16,38 +14,17 @@ use crate::relay::relay;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
 
-pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks) {
-    let mut stop = tasks.stop.clone();
-    loop {
-        let accepted = tokio::select! {
-            r = listener.accept() => r,
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        let (stream, client) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(vip = %vip.spec.name, error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let Some(permit) = vip.conn_limit.try_admit() else {
-            // Over the limit: closing at once is the TCP way to say "busy".
-            vip.counters.rejected.fetch_add(1, Relaxed);
-            continue;
-        };
-        let vip = vip.clone();
-        let mut force = tasks.force.clone();
-        tasks.tracker.spawn(async move {
-            vip.counters.client_connections.fetch_add(1, Relaxed);
-            // In-flight relays get the grace period; then they are cut.
-            tokio::select! {
-                _ = handle(stream, client, &vip) => {}
-                _ = force.wait_for(|f| *f) => {}
-            }
-            vip.counters.client_connections.fetch_sub(1, Relaxed);
-            drop(permit);
-        });
+/// Relays one client connection; in-flight relays get the grace period, then they are cut.
+pub(crate) async fn serve_connection(
+    stream: TcpStream,
+    client: SocketAddr,
+    vip: &Vip,
+    tasks: Tasks,
+) {
+    let mut force = tasks.force;
+    tokio::select! {
+        _ = handle(stream, client, vip) => {}
+        _ = force.wait_for(|f| *f) => {}
     }
 }
 

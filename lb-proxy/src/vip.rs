@@ -20,9 +20,10 @@ pub(crate) struct Vip {
 }
 
 impl Vip {
-    pub(crate) fn new(spec: ProxyVipSpec, local_addr: SocketAddr) -> Self {
+    /// `workers`: how many workers serve it (each has its own backend connection pools).
+    pub(crate) fn new(spec: ProxyVipSpec, local_addr: SocketAddr, workers: usize) -> Self {
         Vip {
-            backends: VipBackends::new(&spec),
+            backends: VipBackends::new(&spec, workers),
             balancer: Balancer::default(),
             counters: VipCounters::default(),
             conn_limit: ConnLimit::new(spec.limits.max_connections),

@@ -90,7 +90,7 @@ impl UpstreamBody {
         let backend = &f.active.0;
         if ok {
             if let Some(s) = f.sender {
-                backend.pool.put(s, f.pool_tag);
+                backend.pool().put(s, f.pool_tag);
             }
         } else {
             // The backend broke off mid-response: the client sees the stream fail (reset or

@@ -232,7 +232,7 @@ async fn send(
     // the request was written costs nothing, so try the next one (bounded by the pool size),
     // then a fresh connection.
     loop {
-        let (mut sender, pooled) = match backend.pool.take(tag) {
+        let (mut sender, pooled) = match backend.pool().take(tag) {
             Some(s) => (s, true),
             None => match open_http(backend.addr, t.connect, ctx.proxy_header.as_deref()).await {
                 Ok(s) => (s, false),

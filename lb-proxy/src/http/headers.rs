@@ -31,6 +31,10 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
 /// `Connection: upgrade` and `Upgrade`: they are what the backend must see.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    // Most heads carry none of them: one pass over the names instead of a lookup per name.
+    if !upgrade && !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -61,6 +65,22 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
+/// The fixed hop-by-hop headers, and Connection and Upgrade.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    [
+        header::CONNECTION,
+        header::UPGRADE,
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+    ]
+    .contains(name)
+}
+
 /// Turns a client request head into the one sent to a backend (always HTTP/1.1, origin-form).
 pub(crate) fn prepare_request(
     parts: &mut request::Parts,
@@ -87,15 +107,19 @@ pub(crate) fn prepare_request(
 }
 
 fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeaders) {
-    if !opts.trust_incoming {
-        for n in [
-            X_FORWARDED_FOR,
-            X_FORWARDED_PROTO,
-            X_FORWARDED_HOST,
-            header::FORWARDED,
-        ] {
+    let forwarded_names = [
+        X_FORWARDED_FOR,
+        X_FORWARDED_PROTO,
+        X_FORWARDED_HOST,
+        header::FORWARDED,
+    ];
+    if !opts.trust_incoming && headers.keys().any(|n| forwarded_names.contains(n)) {
+        for n in forwarded_names {
             headers.remove(n);
         }
+    }
+    if !opts.x_forwarded && !opts.forwarded {
+        return;
     }
     let host = headers.get(header::HOST).cloned();
     if opts.x_forwarded {

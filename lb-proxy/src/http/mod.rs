@@ -7,4 +7,4 @@ mod server;
 mod sniff;
 mod upgrade;
 
-pub(crate) use server::serve;
+pub(crate) use server::{refuse_busy, serve_connection};

@@ -1,15 +1,15 @@
-//! Accepting and serving client connections of an HTTP VIP.
+//! Serving the client connections of an HTTP VIP.
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use super::forward::{ConnCtx, handle};
 use super::respond::BUSY_RESPONSE;
@@ -21,45 +21,19 @@ use crate::vip::Vip;
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Accepts until `stop`, serving each connection in its own tracked task.
-pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks) {
-    let mut stop = tasks.stop.clone();
-    loop {
-        let accepted = tokio::select! {
-            r = listener.accept() => r,
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        let (stream, client) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of descriptors and the like: back off instead of spinning.
-                tracing::warn!(vip = %vip.spec.name, error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let Some(permit) = vip.conn_limit.try_admit() else {
-            vip.counters.rejected.fetch_add(1, Relaxed);
-            tasks.tracker.spawn(refuse_busy(stream));
-            continue;
-        };
-        let vip = vip.clone();
-        let conn_tasks = tasks.clone();
-        tasks.tracker.spawn(async move {
-            vip.counters.client_connections.fetch_add(1, Relaxed);
-            serve_connection(stream, client, &vip, conn_tasks).await;
-            vip.counters.client_connections.fetch_sub(1, Relaxed);
-            drop(permit);
-        });
-    }
-}
-
-async fn refuse_busy(mut stream: TcpStream) {
+/// Answers 503 to a client refused before hyper serves it (VIP at its connection limit).
+pub(crate) async fn refuse_busy(mut stream: TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY_RESPONSE)).await;
     let _ = stream.shutdown().await;
 }
 
-async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks) {
+/// Serves one client connection (HTTP/1.1, or h2c with prior knowledge) until it ends.
+pub(crate) async fn serve_connection(
+    stream: TcpStream,
+    client: SocketAddr,
+    vip: &Arc<Vip>,
+    tasks: Tasks,
+) {
     let _ = stream.set_nodelay(true);
     let spec = &vip.spec;
     let h2 =

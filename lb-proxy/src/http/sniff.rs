@@ -4,6 +4,7 @@
 //! HTTP/1 framing tracker (heads, Content-Length bodies, chunked bodies) and records which
 //! request (by position on the connection) had both, so the service refuses exactly that one.
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -150,9 +151,13 @@ impl<T> Sniffer<T> {
     fn parsed_head(&mut self, head: &[u8]) -> State {
         let index = self.heads;
         self.heads += 1;
-        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
-        let mut req = httparse::Request::new(&mut fields);
-        if !matches!(req.parse(head), Ok(httparse::Status::Complete(_))) {
+        // Left uninitialized: httparse writes the fields it finds (no 4 KiB fill per head).
+        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+        let mut req = httparse::Request::new(&mut []);
+        if !matches!(
+            req.parse_with_uninit_headers(head, &mut fields),
+            Ok(httparse::Status::Complete(_))
+        ) {
             return State::Off;
         }
         let mut length: Option<u64> = None;

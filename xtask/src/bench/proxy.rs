@@ -1,6 +1,7 @@
 //! `cargo xtask bench proxy`: wrk against lb-proxy, nginx and HAProxy in one run, over the same
 //! local backends and with equal worker counts. Prints requests/s and p50/p99 latency for 1 KiB
-//! and 300 KiB responses and for TCP mode; asserts nothing. Everything listens on 127.0.0.1,
+//! and 300 KiB responses and for TCP mode; asserts nothing. `LB_BENCH_ROUNDS=N` repeats every
+//! test N times (peers interleaved) and compares medians. Everything listens on 127.0.0.1,
 //! and every process started here is stopped by its pid when the run ends (also on error).
 use std::fs;
 use std::net::TcpListener;
@@ -24,6 +25,33 @@ const PACKAGES: [(&str, &str); 4] = [
         "libnginx-mod-stream",
     ),
 ];
+
+/// The tests: name, path, TCP mode.
+const TESTS: [(&str, &str, bool); 3] = [
+    ("HTTP 1 KiB", "/1k", false),
+    ("HTTP 300 KiB", "/300k", false),
+    ("TCP mode, 1 KiB", "/1k", true),
+];
+
+/// Rounds of all tests (env `LB_BENCH_ROUNDS`, default 1); with more than one, the summary
+/// compares medians, which a shared machine's noise moves less.
+fn rounds() -> usize {
+    std::env::var("LB_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .max(1)
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
 
 pub fn run() -> Result<()> {
     install_missing()?;
@@ -86,36 +114,50 @@ pub fn run() -> Result<()> {
         "{:<10} {:<22} {:>12} {:>10} {:>10} {:>8}",
         "peer", "test", "requests/s", "p50", "p99", "errors"
     );
+    let rounds = rounds();
     let mut results = Vec::new();
-    for (test, path, tcp) in [
-        ("HTTP 1 KiB", "/1k", false),
-        ("HTTP 300 KiB", "/300k", false),
-        ("TCP mode, 1 KiB", "/1k", true),
-    ] {
-        // A direct run gives the backends' own ceiling in the same conditions.
-        let direct = wrk(backend_ports[0], path)?;
-        print_row("direct", &format!("{test} (1 backend)"), &direct);
-        for &(name, h, t) in &peers {
-            let r = wrk(if tcp { t } else { h }, path)?;
-            print_row(name, test, &r);
-            results.push((name, test, r));
+    for round in 1..=rounds {
+        if rounds > 1 {
+            println!("round {round}/{rounds}");
         }
-        procs.check_alive()?;
+        for (test, path, tcp) in TESTS {
+            // A direct run gives the backends' own ceiling in the same conditions.
+            let direct = wrk(backend_ports[0], path)?;
+            print_row("direct", &format!("{test} (1 backend)"), &direct);
+            for &(name, h, t) in &peers {
+                let r = wrk(if tcp { t } else { h }, path)?;
+                print_row(name, test, &r);
+                results.push((name, test, r));
+            }
+            procs.check_alive()?;
+        }
     }
     println!();
-    for test in ["HTTP 1 KiB", "HTTP 300 KiB", "TCP mode, 1 KiB"] {
-        let get = |peer: &str| {
-            results
+    if rounds > 1 {
+        println!("medians of {rounds} rounds:");
+    }
+    for (test, _, _) in TESTS {
+        let median = |peer: &str| {
+            let runs: Vec<&WrkResult> = results
                 .iter()
-                .find(|(n, t, _)| *n == peer && *t == test)
+                .filter(|(n, t, _)| *n == peer && *t == test)
                 .map(|(_, _, r)| r)
+                .collect();
+            (!runs.is_empty()).then(|| {
+                (
+                    median(runs.iter().map(|r| r.rps)),
+                    median(runs.iter().map(|r| r.p99_ms)),
+                )
+            })
         };
-        if let (Some(lb), Some(ng)) = (get("lb-proxy"), get("nginx")) {
+        if let (Some((lb_rps, lb_p99)), Some((ng_rps, ng_p99))) =
+            (median("lb-proxy"), median("nginx"))
+        {
             println!(
                 "{test:<16} lb-proxy/nginx requests/s: {:.2}x (target >= 1.3x)   p99 lb-proxy {} vs nginx {} (target: no worse)",
-                lb.rps / ng.rps.max(1.0),
-                fmt_ms(lb.p99_ms),
-                fmt_ms(ng.p99_ms)
+                lb_rps / ng_rps.max(1.0),
+                fmt_ms(lb_p99),
+                fmt_ms(ng_p99)
             );
         }
     }
@@ -444,6 +486,13 @@ impl Drop for TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), 2.0);
+        assert_eq!(median([4.0, 1.0, 2.0, 3.0].into_iter()), 2.5);
+        assert_eq!(median(std::iter::empty()), 0.0);
+    }
 
     #[test]
     fn parses_wrk_output() {

@@ -1,0 +1,93 @@
+//! Accepting a VIP's client connections: one acceptor per VIP admits each connection (the
+//! VIP's connection cap) and hands it to the workers in turn, so every worker gets an even
+//! share whatever the kernel's accept order. The connection then lives on that worker.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::config::Mode;
+use crate::shutdown::Tasks;
+use crate::vip::Vip;
+use crate::workers::{self, WorkerSet};
+
+/// Accepts until `stop`, serving each connection in its own tracked task on some worker.
+pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, set: Arc<WorkerSet>) {
+    let mut stop = tasks.stop.clone();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let (stream, client) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                tracing::warn!(vip = %vip.spec.name, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Some(permit) = vip.conn_limit.try_admit() else {
+            vip.counters.rejected.fetch_add(1, Relaxed);
+            match vip.spec.mode {
+                Mode::Http => {
+                    tasks.tracker.spawn(crate::http::refuse_busy(stream));
+                }
+                // Closing at once is the TCP way to say "busy".
+                Mode::Tcp => drop(stream),
+            }
+            continue;
+        };
+        let worker = set.next();
+        // A stream is registered with the reactor of the worker that accepted it; another
+        // worker registers it anew with its own.
+        let stream = if worker == workers::current() {
+            Accepted::Here(stream)
+        } else {
+            match stream.into_std() {
+                Ok(s) => Accepted::Moved(s),
+                Err(e) => {
+                    tracing::debug!(error = %e, "handing a connection over failed");
+                    continue;
+                }
+            }
+        };
+        let task = connection(stream, client, vip.clone(), tasks.clone(), permit);
+        set.spawn_on(worker, &tasks.tracker, task);
+    }
+}
+
+enum Accepted {
+    Here(TcpStream),
+    Moved(std::net::TcpStream),
+}
+
+async fn connection(
+    stream: Accepted,
+    client: SocketAddr,
+    vip: Arc<Vip>,
+    tasks: Tasks,
+    permit: OwnedSemaphorePermit,
+) {
+    let stream = match stream {
+        Accepted::Here(s) => s,
+        Accepted::Moved(s) => match TcpStream::from_std(s) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "registering a connection failed");
+                return;
+            }
+        },
+    };
+    vip.counters.client_connections.fetch_add(1, Relaxed);
+    match vip.spec.mode {
+        Mode::Http => crate::http::serve_connection(stream, client, &vip, tasks).await,
+        Mode::Tcp => crate::tcp::serve_connection(stream, client, &vip, tasks).await,
+    }
+    vip.counters.client_connections.fetch_sub(1, Relaxed);
+    drop(permit);
+}
