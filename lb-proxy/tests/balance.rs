@@ -173,21 +173,28 @@ async fn consistent_hash_on_header_and_cookie_is_sticky_and_minimal_on_change() 
             used.len() >= 3,
             "{key:?}: keys spread over backends: {used:?}"
         );
-        // Remove backend 3: only its keys move.
+        // Remove backend 3: its keys move; of the others, Maglev moves only a few (its
+        // disruption is minimal, not zero: a ring slot can change hands between survivors).
         p.handle
             .set_backends("web", b[..3].iter().map(Backend::spec).collect())
             .unwrap();
+        let mut stayed = 0;
+        let mut moved_anyway = 0;
         for i in 0..60 {
             let now = c.send(req(i)).await.unwrap().backend();
             if first[&i] != 3 {
-                assert_eq!(
-                    now, first[&i],
-                    "{key:?}: key {i} moved though its backend stayed"
-                );
+                stayed += 1;
+                if now != first[&i] {
+                    moved_anyway += 1;
+                }
             } else {
-                assert_ne!(now, 3);
+                assert_ne!(now, 3, "{key:?}: key {i} still on the removed backend");
             }
         }
+        assert!(
+            moved_anyway * 10 <= stayed,
+            "{key:?}: {moved_anyway} of {stayed} keys moved though their backend stayed"
+        );
     }
 }
 
