@@ -13,7 +13,7 @@ pub use crate::dataplane::attach::{OpenOptions, pin_dir};
 
 /// File keeping the VIP and backend ids of interface `iface` across restarts.
 pub fn ids_file(iface: &str) -> PathBuf {
-    PathBuf::from(format!("/run/lb-ctl/{iface}.ids.json"))
+    PathBuf::from(format!("/run/lb-ctl/{iface}{}.ids.json", crate::netns::suffix()))
 }
 
 /// The attached data plane, and the mode it got (`native` or `skb`).

@@ -7,6 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod dataplane;
 pub mod health;
+pub mod netns;
 pub mod proxy;
 pub mod state;
 

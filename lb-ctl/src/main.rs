@@ -467,7 +467,8 @@ fn detach(
     Ok(())
 }
 
-/// The socket to talk to: --socket, $LB_CTL_SOCKET, --iface, or the only one in /run/lb-ctl.
+/// The socket to talk to: --socket, $LB_CTL_SOCKET, --iface, or the only one in /run/lb-ctl
+/// of this network namespace.
 fn find_socket(socket: Option<PathBuf>, iface: Option<String>) -> Result<PathBuf, String> {
     if let Some(s) = socket.or_else(|| std::env::var_os("LB_CTL_SOCKET").map(PathBuf::from)) {
         return Ok(s);
@@ -476,13 +477,14 @@ fn find_socket(socket: Option<PathBuf>, iface: Option<String>) -> Result<PathBuf
         return Ok(default_api_socket(&i));
     }
     let dir = Path::new("/run/lb-ctl");
+    let suffix = lb_ctl::netns::suffix();
+    let ours = |p: &Path| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        name.ends_with(".sock")
+            && if suffix.is_empty() { !name.contains("@netns") } else { name.ends_with(&format!("{suffix}.sock")) }
+    };
     let sockets: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "sock"))
-                .collect()
-        })
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| ours(p)).collect())
         .unwrap_or_default();
     match sockets.as_slice() {
         [one] => Ok(one.clone()),

@@ -16,7 +16,7 @@ pub use validate::parse_duration;
 
 /// Default path of the control socket of interface `iface`.
 pub fn default_api_socket(iface: &str) -> PathBuf {
-    PathBuf::from(format!("/run/lb-ctl/{iface}.sock"))
+    PathBuf::from(format!("/run/lb-ctl/{iface}{}.sock", crate::netns::suffix()))
 }
 
 /// Highest accepted backend weight. Weights are relative: a backend of weight 200 gets twice

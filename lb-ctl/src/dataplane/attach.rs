@@ -32,25 +32,12 @@ fn mode_file(dir: &Path) -> PathBuf {
 
 /// bpffs directory of the balancer on `iface` (of the caller's network namespace).
 pub fn pin_dir(iface: &str) -> PathBuf {
-    Path::new(BPFFS_ROOT).join(format!("{iface}{}", netns_suffix()))
+    Path::new(BPFFS_ROOT).join(format!("{iface}{}", crate::netns::suffix()))
 }
 
 /// bpffs directory of the decapsulator on `iface` (of the caller's network namespace).
 pub fn decap_pin_dir(iface: &str) -> PathBuf {
-    Path::new(BPFFS_ROOT).join(format!("decap-{iface}{}", netns_suffix()))
-}
-
-/// bpffs is shared by every network namespace, interface names are not: outside the initial
-/// namespace, pins are told apart by the namespace's inode ("@netns4026532xxx").
-fn netns_suffix() -> String {
-    use std::os::unix::fs::MetadataExt as _;
-    /// The initial namespace's fixed inode (PROC_NET_INIT_INO), for when /proc/1 is not ours
-    /// to read (containers, sandboxes).
-    const PROC_NET_INIT_INO: u64 = 0xEFFF_FFF9;
-    let inode = |path: &str| std::fs::metadata(path).map(|m| m.ino()).ok();
-    let Some(own) = inode("/proc/thread-self/ns/net") else { return String::new() };
-    let init = inode("/proc/1/ns/net").unwrap_or(PROC_NET_INIT_INO);
-    if own == init || own == PROC_NET_INIT_INO { String::new() } else { format!("@netns{own}") }
+    Path::new(BPFFS_ROOT).join(format!("decap-{iface}{}", crate::netns::suffix()))
 }
 
 /// How to open the balancer.
