@@ -536,12 +536,16 @@ impl Writer {
             None => self.state.vips.iter().collect(),
         };
         let flows = self.dp.flows_per_backend()?;
+        let proxy_stats = self.proxy.as_ref().map(|p| p.handle().stats()).unwrap_or_default();
         let mut out = Vec::new();
         for v in vips {
             let ring = ring_input(v);
+            let label = v.label();
+            let proxied = proxy_stats.iter().find(|s| s.name == label);
             for b in &v.backends {
                 let traffic =
                     if v.forwarding.is_xdp() { self.dp.backend_traffic(b.id)? } else { Default::default() };
+                let by_proxy = proxied.and_then(|s| s.backends.iter().find(|pb| pb.addr == b.address));
                 out.push(BackendView {
                     vip: v.label(),
                     id: b.id,
@@ -553,7 +557,12 @@ impl Writer {
                     in_ring: ring.members.iter().any(|(id, w, _)| *id == b.id && *w > 0),
                     packets: traffic.packets,
                     bytes: traffic.bytes,
-                    active_flows: flows.get(&b.id).copied().unwrap_or(0),
+                    active_flows: match by_proxy {
+                        Some(pb) => pb.active,
+                        None => flows.get(&b.id).copied().unwrap_or(0),
+                    },
+                    requests: by_proxy.map(|pb| pb.requests),
+                    errors: by_proxy.map(|pb| pb.errors),
                 });
             }
         }

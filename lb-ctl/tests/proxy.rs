@@ -172,6 +172,11 @@ balance = "round_robin"
     assert!(list.status.success(), "{}", String::from_utf8_lossy(&list.stderr));
     let table = String::from_utf8_lossy(&list.stdout);
     assert!(table.contains(&one.addr.to_string()) && table.contains(&two.addr.to_string()), "{table}");
+    assert!(table.lines().next().unwrap_or("").contains("REQUESTS"), "proxy columns: {table}");
+    let json = d.cli(&["backends", "list", "api", "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    let requests: u64 = rows.iter().map(|r| r["requests"].as_u64().expect("proxy VIPs report requests")).sum();
+    assert!(requests >= 6, "requests counted by the proxy: {requests}");
 
     // Drain through the API: no new requests go to it.
     let drained = d.cli(&["backends", "drain", "api", &one.addr.to_string()]);

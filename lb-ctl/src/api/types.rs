@@ -77,8 +77,15 @@ pub struct BackendView {
     pub in_ring: bool,
     pub packets: u64,
     pub bytes: u64,
-    /// Connection-table entries pinned to it.
+    /// Connection-table entries pinned to it (XDP VIPs), or requests/relays in progress
+    /// (proxy VIPs).
     pub active_flows: u64,
+    /// Proxy VIPs: requests (HTTP) or relayed connections (TCP) sent to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// Proxy VIPs: connect failures, timeouts, broken responses and 5xx.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<u64>,
 }
 
 /// One named counter.

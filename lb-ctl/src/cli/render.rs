@@ -32,10 +32,12 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// `lb-ctl backends list`.
 pub fn backends(list: &[BackendView]) -> String {
+    // Proxy VIPs count requests, not packets: their columns appear when the list has one.
+    let proxied = list.iter().any(|b| b.requests.is_some());
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|b| {
-            vec![
+            let mut row = vec![
                 b.vip.clone(),
                 b.address.to_string(),
                 b.weight.to_string(),
@@ -45,10 +47,20 @@ pub fn backends(list: &[BackendView]) -> String {
                 b.bytes.to_string(),
                 b.active_flows.to_string(),
                 if b.in_ring { "yes".into() } else { "no".into() },
-            ]
+            ];
+            if proxied {
+                let or_dash = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+                row.push(or_dash(b.requests));
+                row.push(or_dash(b.errors));
+            }
+            row
         })
         .collect();
-    table(&["VIP", "BACKEND", "WEIGHT", "HEALTH", "STATE", "PACKETS", "BYTES", "FLOWS", "IN RING"], &rows)
+    let mut headers = vec!["VIP", "BACKEND", "WEIGHT", "HEALTH", "STATE", "PACKETS", "BYTES", "FLOWS", "IN RING"];
+    if proxied {
+        headers.extend(["REQUESTS", "ERRORS"]);
+    }
+    table(&headers, &rows)
 }
 
 /// `lb-ctl vips list`.
@@ -145,6 +157,8 @@ mod tests {
             packets: 12345,
             bytes: 999,
             active_flows: 7,
+            requests: None,
+            errors: None,
         };
         let text = backends(&[b]);
         assert_eq!(
