@@ -25,9 +25,9 @@ struct Path {
     name: &'static str,
     frame: Vec<u8>,
     action: u32,
-    /// Flow to delete before each call (new-flow path): its FLOWS key and its reply's
-    /// REVERSE_FLOWS key.
-    forget: Option<(FlowKey, FlowKey)>,
+    /// Flow to delete before each call (new-flow paths): its FLOWS key and, for NAT, its
+    /// reply's REVERSE_FLOWS key.
+    forget: Option<(FlowKey, Option<FlowKey>)>,
     target: Option<f64>,
     katran: Option<f64>,
 }
@@ -84,11 +84,13 @@ fn main() -> anyhow::Result<()> {
         dst_port: 45001u16.to_be(),
         ..new_flow_key
     };
+    let dsr_flow_key = FlowKey { dst: ipv4_bytes(vips[2].addr), src_port: 46001u16.to_be(), ..new_flow_key };
     let established = |f: Frame| f.with(|f| { f.l4 = L4::TcpAck; f.payload = vec![b'x'; 64] }).bytes();
     let paths = [
         Path { name: "non-VIP pass", frame: Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(), action: 2, forget: None, target: Some(20.0), katran: Some(60.0) },
         Path { name: "established TCP (NAT)", frame: established(Frame::tcp(CLIENT, 45000, web, 80)), action: 3, forget: None, target: Some(100.0), katran: Some(153.0) },
-        Path { name: "new TCP flow (SYN, NAT)", frame: syn.bytes(), action: 3, forget: Some((new_flow_key, reply_key)), target: Some(250.0), katran: Some(387.0) },
+        Path { name: "new TCP flow (SYN, NAT)", frame: syn.bytes(), action: 3, forget: Some((new_flow_key, Some(reply_key))), target: Some(250.0), katran: Some(387.0) },
+        Path { name: "new TCP flow (SYN, DSR)", frame: Frame::tcp(CLIENT, 46001, vips[2].addr, 80).bytes(), action: 3, forget: Some((dsr_flow_key, None)), target: Some(250.0), katran: Some(387.0) },
         Path { name: "established UDP (NAT)", frame: Frame::udp(CLIENT, 5000, web, 53).bytes(), action: 3, forget: None, target: None, katran: Some(199.0) },
         Path { name: "IPIP encapsulation (DSR)", frame: established(Frame::tcp(CLIENT, 46000, vips[2].addr, 80)), action: 3, forget: None, target: None, katran: None },
     ];
@@ -97,7 +99,9 @@ fn main() -> anyhow::Result<()> {
         for _ in 0..2 {
             if let Some((key, reply)) = &path.forget {
                 let _ = flows.remove(key);
-                let _ = reverse.remove(reply);
+                if let Some(reply) = reply {
+                    let _ = reverse.remove(reply);
+                }
             }
             let r = run_xdp(ours, &path.frame, g0);
             anyhow::ensure!(r.action == path.action, "{}: verdict {} (expected {})", path.name, action_name(r.action), action_name(path.action));
@@ -117,7 +121,9 @@ fn main() -> anyhow::Result<()> {
                 run_xdp(bare, &path.frame, g0);
                 if let Some((key, reply)) = &path.forget {
                     let _ = flows.remove(key);
-                    let _ = reverse.remove(reply);
+                    if let Some(reply) = reply {
+                        let _ = reverse.remove(reply);
+                    }
                 }
                 run_xdp(ours, &path.frame, g0);
             }
