@@ -61,7 +61,7 @@ counters! {
     /// DSR: the backend's MAC is not known yet. (Health checks from the balancer keep backend
     /// neighbour entries resolved; an encapsulated packet cannot be handed to the stack.)
     DropNoNeighbour = "drop_no_neighbour",
-    /// The rewritten packet is larger than the next hop's MTU.
+    /// The rewritten packet is larger than the next hop's MTU (NAT, or DSR without DF).
     DropTooBig = "drop_too_big",
     /// The packet could not be grown for encapsulation.
     DropEncapFailed = "drop_encap_failed",
@@ -69,6 +69,10 @@ counters! {
     ForwardTx = "forward_tx",
     /// Redirected to another interface (XDP_REDIRECT).
     ForwardRedirect = "forward_redirect",
+    /// DSR packet too large once encapsulated, sent with DF: answered with ICMP
+    /// "fragmentation needed" (the route's MTU less the outer header), so the client lowers
+    /// its path MTU instead of losing every full-size packet.
+    ForwardIcmpTooBig = "forward_icmp_too_big",
     /// Flow found in the connection table.
     FlowHit = "flow_hit",
     /// New flow placed on the ring and recorded (also a TCP SYN whose 5-tuple an earlier

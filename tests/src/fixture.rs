@@ -36,7 +36,9 @@ pub fn mac_of(addr: [u8; 4]) -> Mac {
 /// The namespace the FIB lookups run in: g0 faces clients and most backends, h0 one more
 /// backend (for redirects). Neighbours are static.
 pub fn lab() -> Netns {
-    let ns = Netns::new("gold");
+    // Unique per call: the golden tests of one process run in parallel threads.
+    static LABS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let ns = Netns::new(&format!("gold{}", LABS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     for (dev, peer, mac, addrs) in [
         ("g0", "g1", "02:00:00:00:00:01", vec!["192.0.2.1/24", "198.51.100.1/25"]),
         ("h0", "h1", "02:00:00:00:01:01", vec!["198.51.100.129/25"]),

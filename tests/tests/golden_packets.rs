@@ -86,6 +86,28 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The expected answer to a frame too big for DSR: ICMP "fragmentation needed" from the
+/// address it was sent to, quoting its IPv4 header and 8 bytes, MACs swapped, tag kept.
+fn frag_needed(frame: &[u8], l3: usize, mtu: u16) -> Vec<u8> {
+    use etherparse::{Icmpv4Header, Icmpv4Type, IpNumber, Ipv4Header, icmpv4::DestUnreachableHeader};
+    let quote = &frame[l3..l3 + 28];
+    let (original, _) = Ipv4Header::from_slice(&frame[l3..]).unwrap();
+    let icmp = Icmpv4Header::with_checksum(
+        Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: mtu }),
+        quote,
+    );
+    let mut ip = Ipv4Header::new(36, 64, IpNumber::ICMP, original.destination, original.source).unwrap();
+    ip.dont_fragment = false;
+    ip.header_checksum = ip.calc_header_checksum();
+    let mut out = frame[6..12].to_vec();
+    out.extend_from_slice(&frame[..6]);
+    out.extend_from_slice(&frame[12..l3]);
+    out.extend_from_slice(&ip.to_bytes());
+    out.extend_from_slice(&icmp.to_bytes());
+    out.extend_from_slice(quote);
+    out
+}
+
 /// The expected NAT output: addresses/ports rewritten, TTL one less, MACs of the next hop.
 fn nat_out(input: &Frame, src: ([u8; 4], u16), dst: ([u8; 4], u16), smac: Mac, dmac: Mac) -> Vec<u8> {
     input
@@ -267,7 +289,13 @@ fn golden_packets_through_lb_ingress() {
     run(&mut dp, case("802.1Q-tagged SYN, DSR: tag kept in front of the outer header", dtag.bytes(), XDP_TX,
         Some(ipip(&dtag, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx));
     let big = dsyn.with(|f| { f.src_port = 42002; f.payload = vec![0; 1490 - 40] });
-    run(&mut dp, case("DSR packet that no longer fits the MTU once wrapped: drop", big.bytes(), XDP_DROP, None, Counter::DropTooBig));
+    run(&mut dp, case("DSR packet too big once wrapped, DF set: ICMP fragmentation needed (MTU 1480)", big.bytes(), XDP_TX,
+        Some(frag_needed(&big.bytes(), 14, 1480)), Counter::ForwardIcmpTooBig));
+    let big_tagged = big.with(|f| f.vlan = Some(42));
+    run(&mut dp, case("802.1Q DSR packet too big, DF set: ICMP back behind the same tag", big_tagged.bytes(), XDP_TX,
+        Some(frag_needed(&big_tagged.bytes(), 18, 1480)), Counter::ForwardIcmpTooBig));
+    let big_no_df = patch_ipv4(&big.bytes(), 14, |h| h.dont_fragment = false);
+    run(&mut dp, case("DSR packet too big once wrapped, no DF: drop", big_no_df, XDP_DROP, None, Counter::DropTooBig));
 
     // ---- Next hop cases.
     let far = Frame::tcp(CLIENT, 43000, vips[4].addr, 80);

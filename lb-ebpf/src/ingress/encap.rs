@@ -13,7 +13,7 @@ use lb_common::vip::VipInfo;
 use crate::forward::{self, Route};
 use crate::parse::{IPV4_LEN, Ipv4Packet, ptr_at};
 use crate::maps::{self, HopCache};
-use crate::{Verdict, packet_len, select};
+use crate::{Verdict, icmp, packet_len, select};
 
 /// TTL of the outer header.
 const OUTER_TTL: u8 = 64;
@@ -41,7 +41,7 @@ pub fn balance_ipip(
         match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len, HopCache::Backend(choice.backend_id)) {
             Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
             Route::NoNeighbour => return (XDP_DROP, Counter::DropNoNeighbour),
-            Route::TooBig => return (XDP_DROP, Counter::DropTooBig),
+            Route::TooBig { mtu } => return icmp::too_big(ctx, pkt, mtu.saturating_sub(IPV4_LEN as u16)),
             Route::NoRoute => return (XDP_DROP, Counter::DropNoRoute),
         };
 

@@ -23,8 +23,8 @@ pub enum Route {
     Out { ifindex: u32, smac: [u8; 6], dmac: [u8; 6] },
     /// Routed, but the next hop's MAC is not known yet.
     NoNeighbour,
-    /// Larger than the egress MTU.
-    TooBig,
+    /// Larger than the egress MTU, which is `mtu`.
+    TooBig { mtu: u16 },
     /// No usable route (unreachable, blackhole, prohibited, forwarding disabled).
     NoRoute,
 }
@@ -97,7 +97,8 @@ fn fib(
             dmac: params.dmac,
         },
         BPF_FIB_LKUP_RET_NO_NEIGH => Route::NoNeighbour,
-        BPF_FIB_LKUP_RET_FRAG_NEEDED => Route::TooBig,
+        // SAFETY: the kernel sets mtu_result with this return code.
+        BPF_FIB_LKUP_RET_FRAG_NEEDED => Route::TooBig { mtu: unsafe { params.__bindgen_anon_1.mtu_result } },
         _ => Route::NoRoute,
     }
 }

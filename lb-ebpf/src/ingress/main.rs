@@ -7,6 +7,7 @@
 
 mod encap;
 mod forward;
+mod icmp;
 mod maps;
 mod nat;
 mod parse;

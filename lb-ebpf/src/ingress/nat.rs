@@ -88,7 +88,7 @@ fn route_and_send(ctx: &XdpContext, pkt: &Ipv4Packet, src: [u8; 4], dst: [u8; 4]
             forward::send(ctx, ifindex, smac, dmac)
         }
         Route::NoNeighbour => (XDP_PASS, Counter::PassNoNeighbour),
-        Route::TooBig => (XDP_DROP, Counter::DropTooBig),
+        Route::TooBig { .. } => (XDP_DROP, Counter::DropTooBig),
         Route::NoRoute => (XDP_DROP, Counter::DropNoRoute),
     }
 }
