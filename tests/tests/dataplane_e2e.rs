@@ -13,7 +13,7 @@ use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_decap, load_ingress};
 use lb_ctl::dataplane::maps::AyaDataplane;
 use lb_tests::balancer::{VipSpec, configure};
-use lb_tests::lab::{Lab, backend_addr, client_addr, http_get, pattern_byte, wait_for_listener};
+use lb_tests::lab::{Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, wait_for_listener};
 use lb_tests::privileges::require_root;
 
 const CLIENTS: usize = 16;
@@ -21,6 +21,7 @@ const RING: u32 = 65537;
 const NAT_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 const DSR_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
 const LARGE: usize = 2 * 1024 * 1024 + 12345;
+const UPLOAD: usize = 1024 * 1024;
 
 fn counter(dp: &AyaDataplane, c: Counter) -> u64 {
     dp.counters().unwrap().into_iter().find(|(k, _)| *k == c).unwrap().1
@@ -133,6 +134,13 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
         assert_eq!(names.len(), 2, "{mode}: clients must reach both backends");
         large_response(vip);
         println!("{mode}: {LARGE}-byte response arrived byte-exact");
+        // Full-size client segments: in DSR mode they no longer fit once encapsulated, and only
+        // the balancer's ICMP "fragmentation needed" lets the client shrink them.
+        let upload: Vec<u8> = (0..UPLOAD).map(|i| (i % 241) as u8).collect();
+        let (status, answer) = http_post(client_addr(1), vip, "/upload", &upload).unwrap_or_else(|e| panic!("{mode}: upload: {e}"));
+        let sum: u64 = upload.iter().map(|b| *b as u64).sum();
+        assert_eq!((status, String::from_utf8_lossy(&answer).trim()), (200, format!("received {UPLOAD} sum {sum}").as_str()), "{mode}: upload");
+        println!("{mode}: {UPLOAD}-byte upload arrived intact");
         let tx = counter(&dp, Counter::ForwardTx) - tx_before;
         assert!(tx > 0, "{mode}: the XDP program forwarded nothing");
         println!("{mode}: forward_tx {tx}");
@@ -150,7 +158,9 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
         lb_tests::netns::sh(&["nsenter", &format!("--net=/run/netns/{ns}"), lb_ctl.to_str().unwrap(), "decap", "detach", "eth0"]);
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
-    println!("nat_reply {replies}, decapsulated {decapsulated}");
+    let icmp = counter(&dp, Counter::ForwardIcmpTooBig);
+    assert!(icmp > 0, "the DSR upload needed ICMP fragmentation-needed answers");
+    println!("nat_reply {replies}, decapsulated {decapsulated}, icmp too big {icmp}");
 }
 
 /// The balancer outlives its loader: the maps and the XDP link are pinned, a second `open`

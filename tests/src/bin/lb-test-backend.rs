@@ -5,9 +5,10 @@
 //! - `GET /health` → 200 `ok`
 //! - `GET /bytes/N` → N bytes of the pattern `pattern_byte(i)` (large, byte-exact responses)
 //! - `GET /hold/SECONDS` → headers now, then one byte a second (a long-lived connection)
+//! - any request with a body → `received N sum S` (its length and byte sum: uploads)
 //!
 //! Keep-alive is honoured; `Connection: close` closes after the response.
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
@@ -41,18 +42,26 @@ fn serve(stream: TcpStream, name: &str) -> std::io::Result<()> {
             return Ok(());
         }
         let mut close = false;
+        let mut body_len = 0usize;
         loop {
             let mut line = String::new();
             if reader.read_line(&mut line)? == 0 {
                 return Ok(());
             }
-            if line.to_ascii_lowercase().starts_with("connection: close") {
+            let lower = line.to_ascii_lowercase();
+            if lower.starts_with("connection: close") {
                 close = true;
+            }
+            if let Some(n) = lower.strip_prefix("content-length:") {
+                body_len = n.trim().parse().unwrap_or(0);
             }
             if line == "\r\n" || line == "\n" {
                 break;
             }
         }
+        // A request body (POST /echo-size): read it whole, answer with its length and a checksum.
+        let mut body = vec![0u8; body_len];
+        reader.read_exact(&mut body)?;
         let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
         let conn = if close { "close" } else { "keep-alive" };
         if let Some(n) = path.strip_prefix("/bytes/").and_then(|n| n.parse::<usize>().ok()) {
@@ -67,6 +76,10 @@ fn serve(stream: TcpStream, name: &str) -> std::io::Result<()> {
                 std::thread::sleep(Duration::from_secs(1));
             }
             return Ok(());
+        } else if body_len > 0 {
+            let sum: u64 = body.iter().map(|b| *b as u64).sum();
+            let answer = format!("received {body_len} sum {sum}\n");
+            write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: {conn}\r\n\r\n{answer}", answer.len())?;
         } else {
             let body = if path == "/health" { "ok\n".to_string() } else { format!("{name}\n") };
             write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: {conn}\r\n\r\n{body}", body.len())?;
