@@ -148,3 +148,10 @@ pub fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
     (addr, port)
 }
 
+
+/// The balancer loaded with the fixture's ring size and empty maps (not attached: driven with
+/// BPF_PROG_TEST_RUN).
+pub fn balancer() -> AyaDataplane {
+    let options = lb_ctl::dataplane::load::LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 4096 };
+    AyaDataplane::new(lb_ctl::dataplane::load::load_ingress(&options).expect("loading lb_ingress"), RING)
+}

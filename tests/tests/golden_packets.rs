@@ -13,7 +13,7 @@ use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::VipInfo;
 use lb_common::{ip_proto, ipv4_bytes, program_names};
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
+use lb_ctl::dataplane::load::{load_decap, program};
 use lb_ctl::dataplane::maps::AyaDataplane;
 use lb_tests::fixture::*;
 use lb_tests::netns::ifindex;
@@ -129,8 +129,7 @@ fn golden_packets_through_lb_ingress() {
     let ns = lab();
     let _inside = ns.enter();
     let g0 = ifindex("g0");
-    let ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 4096 }).unwrap();
-    let mut dp = AyaDataplane::new(ebpf, RING);
+    let mut dp = balancer();
     let vips = vips();
     let web = &vips[0];
     let vip_web = [203, 0, 113, 10];
@@ -424,8 +423,7 @@ fn mutated_frames_get_a_defined_counted_verdict() {
     let ns = lab();
     let _inside = ns.enter();
     let g0 = ifindex("g0");
-    let ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 4096 }).unwrap();
-    let mut dp = AyaDataplane::new(ebpf, RING);
+    let mut dp = balancer();
     let vips = vips();
     configure(&mut dp, &vips);
     let web = vips[0].addr;

@@ -11,9 +11,8 @@ use aya::programs::Xdp;
 use aya::sys::{Stats, enable_stats};
 use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
 use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
-use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
-use lb_ctl::dataplane::maps::AyaDataplane;
-use lb_tests::fixture::{CLIENT, RING, configure, lab, vips};
+use lb_ctl::dataplane::load::{load_decap, program};
+use lb_tests::fixture::{CLIENT, balancer, configure, lab, vips};
 use lb_tests::netns::ifindex;
 use lb_tests::packets::{Frame, L4};
 use lb_tests::testrun::{action_name, run_xdp};
@@ -50,10 +49,7 @@ fn main() -> anyhow::Result<()> {
     let ns = lab();
     let _inside = ns.enter();
     let g0 = ifindex("g0");
-    let mut dp = AyaDataplane::new(
-        load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 65536 })?,
-        RING,
-    );
+    let mut dp = balancer();
     let vips = vips();
     configure(&mut dp, &vips);
     let mut flows: BpfHashMap<_, FlowKey, FlowEntry> =
