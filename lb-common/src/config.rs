@@ -13,6 +13,9 @@ pub struct DataplaneConfig {
     /// generation it was cached under. Userspace bumps it every `nexthop_ttl_ms` (and may on
     /// route changes); 0 disables the cache. See `nexthop::NextHop`.
     pub nexthop_generation: u32,
+    /// Sets in FLOWS and REVERSE_FLOWS (a power of two; see `flow`). The loader sizes the maps
+    /// and the map writer fills this in from them; 0 means "not configured yet".
+    pub flow_sets: u32,
 }
 
 /// PORT_FLAGS bits, indexed by L4 port (host order). They let the program skip the VIPS and

@@ -1,6 +1,24 @@
-//! The connection table: which backend each flow was given, and the reverse index used to
-//! rewrite NAT replies back to the VIP.
+//! The connection tables: which backend each flow was given (FLOWS), and the reverse index used
+//! to rewrite NAT replies back to the VIP (REVERSE_FLOWS).
+//!
+//! Both are set-associative LRU tables in BPF arrays rather than kernel LRU hash maps: a flow
+//! lives in one of the `FLOW_WAYS` ways of the set its hash names, and a new flow takes a free
+//! way or evicts the least recently used one of its set. Recording a flow is then a few stores
+//! instead of a kernel hash insert (measured ~250 ns on the reference machine, more than all the
+//! rest of a new flow's work), and finding one is an array index and a few compares.
+//!
+//! The program writes ways without a lock (two CPUs may write one way at once), so each way
+//! carries a check word binding its key's hash to its value: a way torn by concurrent writers
+//! (or read half-written) fails the check and reads as empty, which costs at most a ring
+//! lookup for that packet, never a wrong backend.
 use crate::IpBytes;
+use crate::hash::{flow_hash, mix64};
+
+/// Ways per set. A flow is found by comparing its key with each way of its set.
+pub const FLOW_WAYS: usize = 4;
+
+/// `used` stamps count 2^20 ns (~1 ms) of the kernel's coarse monotonic clock, wrapping.
+pub const CLOCK_SHIFT: u32 = 20;
 
 /// A flow's 5-tuple as it appears on the wire (ports in network byte order).
 /// FLOWS keys use the client → VIP direction; REVERSE_FLOWS keys the backend → client one.
@@ -14,6 +32,22 @@ pub struct FlowKey {
     pub protocol: u8,
     pub family: u8,
     pub _pad: [u8; 2],
+}
+
+impl FlowKey {
+    /// The key as five words: compared word by word (a derived `==` may become a memcmp call,
+    /// which BPF programs cannot make).
+    #[inline(always)]
+    pub fn words(&self) -> [u64; 5] {
+        // SAFETY: 40 bytes, 8-byte aligned, no implicit padding; any bits are valid u64s.
+        unsafe { *(self as *const FlowKey as *const [u64; 5]) }
+    }
+
+    #[inline(always)]
+    pub fn same_as(&self, other: &FlowKey) -> bool {
+        let (a, b) = (self.words(), other.words());
+        a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4]
+    }
 }
 
 /// FLOWS value: the backend this flow is pinned to.
@@ -35,7 +69,138 @@ pub struct ReverseEntry {
     pub vip_id: u32,
 }
 
-crate::user_pod!(FlowKey, FlowEntry, ReverseEntry);
+/// A value stored in a connection table, reduced to one word for the check.
+pub trait FlowValue: Copy {
+    fn digest(&self) -> u64;
+}
+
+impl FlowValue for FlowEntry {
+    #[inline(always)]
+    fn digest(&self) -> u64 {
+        ((self.vip_id as u64) << 32) | self.backend_id as u64
+    }
+}
+
+impl FlowValue for ReverseEntry {
+    #[inline(always)]
+    fn digest(&self) -> u64 {
+        // SAFETY: 24 bytes, 8-byte aligned, no implicit padding.
+        let w = unsafe { *(self as *const ReverseEntry as *const [u64; 3]) };
+        w[0] ^ w[1].rotate_left(21) ^ w[2].rotate_left(42)
+    }
+}
+
+/// One way of a set.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowSlot<V> {
+    pub key: FlowKey,
+    pub value: V,
+    /// Clock (see `CLOCK_SHIFT`) of the flow's last packet: eviction takes the oldest way.
+    pub used: u32,
+    /// `slot_check(hash of key, value)`; 0 marks a free way.
+    pub check: u32,
+}
+
+/// One set: the ways a flow of this set's hash may occupy.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowSet<V> {
+    pub ways: [FlowSlot<V>; FLOW_WAYS],
+}
+
+/// A FLOWS element.
+pub type ForwardSet = FlowSet<FlowEntry>;
+/// A REVERSE_FLOWS element.
+pub type ReverseSet = FlowSet<ReverseEntry>;
+
+/// The check word of a way holding a key of hash `key_hash` and `value`; never 0.
+#[inline(always)]
+pub fn slot_check<V: FlowValue>(key_hash: u32, value: &V) -> u32 {
+    (mix64(value.digest() ^ ((key_hash as u64) << 32 | key_hash as u64)) as u32) | 1
+}
+
+impl<V: FlowValue> FlowSlot<V> {
+    /// Whether this way holds `key` (of hash `key_hash`), whole.
+    #[inline(always)]
+    pub fn holds(&self, key: &FlowKey, key_hash: u32) -> bool {
+        let check = self.check;
+        check != 0 && self.key.same_as(key) && check == slot_check(key_hash, &self.value)
+    }
+}
+
+impl<V: FlowValue> FlowSet<V> {
+    /// The way holding `key`, as userspace finds it (the program has its own, volatile copy).
+    pub fn find(&self, key: &FlowKey, key_hash: u32) -> Option<&FlowSlot<V>> {
+        self.ways.iter().find(|way| way.holds(key, key_hash))
+    }
+
+    /// The ways holding a whole flow, in a table whose hash seed is `seed`.
+    pub fn flows(&self, seed: u32) -> impl Iterator<Item = &FlowSlot<V>> {
+        self.ways.iter().filter(move |way| way.holds(&way.key, table_hash(&way.key, seed)))
+    }
+}
+
+/// The hash that places `key` in a table: the 5-tuple flow hash (also the ring's key for
+/// `hash = "flow"` VIPs, so such a new flow hashes once).
+#[inline(always)]
+pub fn table_hash(key: &FlowKey, seed: u32) -> u32 {
+    flow_hash(&key.src, &key.dst, key.src_port, key.dst_port, key.protocol, seed)
+}
+
+/// Number of sets for a table of about `entries` flows: a power of two (the set is the hash's
+/// low bits), at least one.
+pub const fn flow_sets(entries: u32) -> u32 {
+    let sets = entries.div_ceil(FLOW_WAYS as u32);
+    if sets <= 1 { 1 } else { sets.next_power_of_two() }
+}
+
+crate::user_pod!(FlowKey, FlowEntry, ReverseEntry, ForwardSet, ReverseSet);
 const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
 const _: () = assert!(core::mem::size_of::<FlowEntry>() == 8);
 const _: () = assert!(core::mem::size_of::<ReverseEntry>() == 24);
+const _: () = assert!(core::mem::size_of::<FlowSlot<FlowEntry>>() == 56);
+const _: () = assert!(core::mem::size_of::<FlowSlot<ReverseEntry>>() == 72);
+// The program writes a way's last word (`used` and `check`) last, as one store.
+const _: () = assert!(core::mem::offset_of!(FlowSlot<FlowEntry>, used) == 48);
+const _: () = assert!(core::mem::offset_of!(FlowSlot<ReverseEntry>, used) == 64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipv4_bytes;
+
+    fn key(port: u16) -> FlowKey {
+        FlowKey { src: ipv4_bytes([192, 0, 2, 7]), dst: ipv4_bytes([203, 0, 113, 10]), src_port: port.to_be(), dst_port: 80u16.to_be(), protocol: 6, family: 4, _pad: [0; 2] }
+    }
+
+    fn way(k: FlowKey, seed: u32, value: FlowEntry) -> FlowSlot<FlowEntry> {
+        FlowSlot { key: k, value, used: 0, check: slot_check(table_hash(&k, seed), &value) }
+    }
+
+    #[test]
+    fn sets_are_a_power_of_two_holding_the_requested_flows() {
+        assert_eq!(flow_sets(0), 1);
+        assert_eq!(flow_sets(4), 1);
+        assert_eq!(flow_sets(4096), 1024);
+        assert_eq!(flow_sets(5000), 2048);
+        assert_eq!(flow_sets(crate::limits::DEFAULT_FLOWS), 65536);
+    }
+
+    #[test]
+    fn only_whole_ways_are_found() {
+        let seed = 7;
+        let mut set = ForwardSet::default();
+        set.ways[1] = way(key(1000), seed, FlowEntry { backend_id: 3, vip_id: 1 });
+        set.ways[2] = way(key(1001), seed, FlowEntry { backend_id: 4, vip_id: 1 });
+        // Torn: the value of another write under this key's check word.
+        set.ways[2].value.backend_id = 5;
+        let h = |port| table_hash(&key(port), seed);
+        assert_eq!(set.find(&key(1000), h(1000)).map(|w| w.value.backend_id), Some(3));
+        assert!(set.find(&key(1001), h(1001)).is_none(), "a torn way reads as empty");
+        assert!(set.find(&key(1002), h(1002)).is_none());
+        assert_eq!(set.flows(seed).count(), 1);
+        assert_eq!(set.flows(seed + 1).count(), 0, "the check binds the table's seed");
+        assert_ne!(slot_check(h(1000), &FlowEntry::default()), 0, "0 marks a free way");
+    }
+}

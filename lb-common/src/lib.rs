@@ -57,7 +57,8 @@ pub mod limits {
     pub const DEFAULT_RING_SIZE: u32 = 65537;
     /// The RINGS array holds `MAX_VIPS` rings of `ring_size` slots; the loader sizes it.
     pub const DEFAULT_RINGS_ENTRIES: u32 = MAX_VIPS * DEFAULT_RING_SIZE;
-    /// Default connection-table size (LRU: the oldest flows are evicted when it is full).
+    /// Default connection-table size in flows (`flow::flow_sets` of it in sets; a full set
+    /// evicts its least recently used flow).
     pub const DEFAULT_FLOWS: u32 = 262_144;
     /// Default time a next-hop lookup result is reused (ms).
     pub const DEFAULT_NEXTHOP_TTL_MS: u32 = 1000;

@@ -80,7 +80,8 @@ counters! {
     FlowNew = "flow_new",
     /// Flow whose backend was removed, placed again on the ring.
     FlowRerouted = "flow_rerouted",
-    /// The connection table refused a new entry: the packet is still forwarded by the ring.
+    /// New flow whose set of the connection table was full: it took the place of the set's
+    /// least recently used flow (which the ring places again if it sends more packets).
     FlowTableFull = "flow_table_full",
     /// NAT reply rewritten back to the VIP.
     NatReply = "nat_reply",

@@ -107,7 +107,7 @@ pub fn vip_key(v: &Vip) -> VipKey {
 /// Writes every VIP, backend and ring through the map writer. Rings alternate between a VIP's
 /// backends slot by slot, so the slot a hash picks decides the backend.
 pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
-    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1 }).unwrap();
+    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1, ..Default::default() }).unwrap();
     let mut flags: HashMap<u16, u32> = HashMap::new();
     for (id, v) in vips.iter().enumerate() {
         let info = VipInfo {
@@ -142,6 +142,9 @@ pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
     }
 }
 
+/// Connection-table size of the fixture's balancer (flows).
+pub const FLOW_TABLE: u32 = 4096;
+
 /// The backend (address, port) a ring of alternating backends gives for this hash.
 pub fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
     let (_, addr, port) = v.backends[(hash % RING) as usize % v.backends.len()];
@@ -152,6 +155,6 @@ pub fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
 /// The balancer loaded with the fixture's ring size and empty maps (not attached: driven with
 /// BPF_PROG_TEST_RUN).
 pub fn balancer() -> AyaDataplane {
-    let options = lb_ctl::dataplane::load::LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 4096 };
+    let options = lb_ctl::dataplane::load::LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: FLOW_TABLE };
     AyaDataplane::new(lb_ctl::dataplane::load::load_ingress(&options).expect("loading lb_ingress"), RING)
 }

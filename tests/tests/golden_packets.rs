@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use aya::programs::Xdp;
 use lb_common::backend::BACKEND_NONE;
 use lb_common::config::port_flags;
+use lb_common::flow::{FLOW_WAYS, FlowKey, flow_sets, table_hash};
 use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::VipInfo;
@@ -80,6 +81,19 @@ fn check(prog: &Xdp, dp: &AyaDataplane, ingress: u32, c: &Case) -> Result<(), St
         }
     }
     Ok(())
+}
+
+/// The FLOWS key of a TCP flow from `src:src_port` to `dst:dst_port`.
+fn flow_key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16) -> FlowKey {
+    FlowKey {
+        src: ipv4_bytes(src),
+        dst: ipv4_bytes(dst),
+        src_port: src_port.to_be(),
+        dst_port: dst_port.to_be(),
+        protocol: ip_proto::TCP,
+        family: lb_common::family::IPV4,
+        _pad: [0; 2],
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -310,6 +324,41 @@ fn golden_packets_through_lb_ingress() {
     run(&mut dp, case("backend without a route: drop", nr.bytes(), XDP_DROP, Some(nr_out), Counter::DropNoRoute));
     run(&mut dp, case("VIP with no backend: drop", Frame::tcp(CLIENT, 43004, vips[3].addr, 80).bytes(), XDP_DROP, None, Counter::DropNoBackend));
 
+    // ---- Connection table: a full set gives its least recently used way to a new flow.
+    let set_of = |port: u16| {
+        let key = flow_key(CLIENT, flow_addr, port, 80);
+        table_hash(&key, SEED) & (flow_sets(FLOW_TABLE) - 1)
+    };
+    let same_set: Vec<u16> = (50000..=u16::MAX).filter(|p| set_of(*p) == set_of(50000)).take(FLOW_WAYS + 1).collect();
+    // (VIP 8's ring now holds only `other_backend`.)
+    let nat_flow = |port: u16, l4: L4| {
+        let f = Frame::tcp(CLIENT, port, flow_addr, 80).with(|f| f.l4 = l4);
+        let out = nat_out(&f, (CLIENT, port), (other_backend.1, other_backend.2), LB_MAC, mac_of(other_backend.1));
+        (f, out)
+    };
+    // The coarse clock the ways are stamped with moves once per kernel tick.
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(25));
+    for (i, &port) in same_set[..FLOW_WAYS].iter().enumerate() {
+        let (f, out) = nat_flow(port, L4::TcpSyn);
+        let mut c = case(["table: 1st flow of a set", "table: 2nd flow of the set", "table: 3rd flow of the set", "table: 4th flow, the set is full"][i],
+            f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
+        c.events = vec![Counter::FlowNew];
+        run(&mut dp, c);
+        tick();
+    }
+    let (f, out) = nat_flow(same_set[0], L4::TcpAck);
+    let mut c = case("table: the 1st flow sends again (now the most recent)", f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
+    c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    tick();
+    let (f, out) = nat_flow(same_set[FLOW_WAYS], L4::TcpSyn);
+    let mut c = case("table: a 5th flow evicts the least recently used (2nd)", f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
+    c.events = vec![Counter::FlowTableFull];
+    run(&mut dp, c);
+    let recorded = |port: u16| dp.lookup_flow(&flow_key(CLIENT, flow_addr, port, 80)).unwrap().is_some();
+    let kept: Vec<bool> = same_set.iter().map(|p| recorded(*p)).collect();
+    assert_eq!(kept, [true, false, true, true, true], "ways after the eviction, ports {same_set:?}");
+
     // ---- Backend changes: established flows keep their backend unless it is gone.
     let (gone_id, _, _) = *web.backends.iter().find(|(_, a, p)| (*a, *p) == b).unwrap();
     let (other_id, oa, op) = *web.backends.iter().find(|(id, _, _)| *id != gone_id).unwrap();
@@ -467,7 +516,7 @@ fn mutated_frames_get_a_defined_counted_verdict() {
         // SAFETY: the program lives in dp, which outlives this loop and is not moved.
         let RunResult { action, output } = run_xdp(unsafe { &*prog }, &frame, g0);
         let after = counters(&dp);
-        assert!(action >= 1 && action <= 4, "round {round}: verdict {action} ({}) for {}", action_name(action), hex(&frame));
+        assert!((1..=4).contains(&action), "round {round}: verdict {action} ({}) for {}", action_name(action), hex(&frame));
         by_action[action as usize] += 1;
         let moved: Vec<Counter> = Counter::ALL.iter().copied().filter(|c| is_verdict(*c) && after[c] != before[c]).collect();
         assert_eq!(moved.len(), 1, "round {round}: verdict counters moved: {moved:?} for {}", hex(&frame));

@@ -10,7 +10,7 @@ use aya::maps::MapInfo;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{XdpMode, xdp::XdpLink};
 use lb_common::backend::Backend;
-use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
+use lb_common::flow::{ForwardSet, ReverseSet, flow_sets};
 use lb_common::limits::MAX_VIPS;
 use lb_common::vip::{VipInfo, VipKey};
 use lb_common::{map_names, program_names};
@@ -91,8 +91,8 @@ fn check_pinned(dir: &Path, ring_size: u32, flow_table_size: u32) -> Result<bool
         (map_names::VIP_INFO, 4, size_of::<VipInfo>(), None),
         (map_names::BACKENDS, 4, size_of::<Backend>(), None),
         (map_names::RINGS, 4, 4, Some(MAX_VIPS * ring_size)),
-        (map_names::FLOWS, size_of::<FlowKey>(), size_of::<FlowEntry>(), Some(flow_table_size)),
-        (map_names::REVERSE_FLOWS, size_of::<FlowKey>(), size_of::<ReverseEntry>(), Some(flow_table_size)),
+        (map_names::FLOWS, 4, size_of::<ForwardSet>(), Some(flow_sets(flow_table_size))),
+        (map_names::REVERSE_FLOWS, 4, size_of::<ReverseSet>(), Some(flow_sets(flow_table_size))),
     ];
     let mut found = false;
     for (name, key, value, entries) in expect {

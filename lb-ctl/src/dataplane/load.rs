@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 
 use aya::programs::{Xdp, XdpMode, xdp::XdpLinkId};
 use aya::{Ebpf, EbpfLoader};
+use lb_common::flow::flow_sets;
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RING_SIZE, MAX_VIPS};
 use lb_common::map_names;
 
@@ -31,7 +32,7 @@ pub struct LoadOptions {
     pub pin_dir: Option<PathBuf>,
     /// Slots per VIP ring (prime).
     pub ring_size: u32,
-    /// Connection-table entries.
+    /// Connection-table entries (flows; the tables hold `flow_sets` of it in sets).
     pub flow_table_size: u32,
 }
 
@@ -71,8 +72,8 @@ pub fn load_ingress(options: &LoadOptions) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
     loader
         .map_max_entries(map_names::RINGS, rings)
-        .map_max_entries(map_names::FLOWS, options.flow_table_size)
-        .map_max_entries(map_names::REVERSE_FLOWS, options.flow_table_size);
+        .map_max_entries(map_names::FLOWS, flow_sets(options.flow_table_size))
+        .map_max_entries(map_names::REVERSE_FLOWS, flow_sets(options.flow_table_size));
     for (name, path) in &pin_paths {
         loader.map_pin_path(name, path.as_path());
     }

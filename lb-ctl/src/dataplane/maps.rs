@@ -5,12 +5,13 @@ use aya::Ebpf;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use lb_common::backend::{BACKEND_NONE, Backend};
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FlowEntry, FlowKey};
+use lb_common::flow::{FlowEntry, FlowKey, ForwardSet, table_hash};
 use lb_common::limits::MAX_VIPS;
 use lb_common::map_names;
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
+use super::array_mmap::ArrayMmap;
 use super::rings_mmap::RingsMmap;
 use super::{Dataplane, DataplaneError, Result, keep_generation, next_generation};
 
@@ -24,6 +25,10 @@ pub struct AyaDataplane {
     /// RINGS in our memory, when the map allows it.
     rings_mmap: Option<RingsMmap>,
     rings: HashMap<u32, Vec<u32>>,
+    /// Sets in the connection tables, as loaded.
+    flow_sets: u32,
+    /// FLOWS in our memory (read-only), when the map allows it.
+    flows_mmap: Option<ArrayMmap>,
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
@@ -37,7 +42,31 @@ impl AyaDataplane {
         if rings_mmap.is_none() {
             tracing::warn!("RINGS cannot be memory-mapped (maps pinned by an older lb-ctl?): ring writes take one syscall a slot");
         }
-        Self { ebpf, ring_size, config: DataplaneConfig::default(), rings_mmap, rings: HashMap::new() }
+        let flows = ebpf.map(map_names::FLOWS);
+        let flow_sets = match flows {
+            Some(aya::maps::Map::Array(data)) => data.info().map_or(0, |info| info.max_entries()),
+            _ => 0,
+        };
+        let flows_mmap = flows.and_then(|m| ArrayMmap::new(m, flow_sets as usize, size_of::<ForwardSet>(), false));
+        // Reused (pinned) maps keep the config in force: the hash seed finds flows already there.
+        let config = ebpf
+            .map(map_names::CONFIG)
+            .and_then(|m| Array::<&MapData, DataplaneConfig>::try_from(m).ok())
+            .and_then(|a| a.get(&0, 0).ok())
+            .unwrap_or_default();
+        Self { ebpf, ring_size, config, rings_mmap, rings: HashMap::new(), flow_sets, flows_mmap }
+    }
+
+    /// FLOWS set `index`, as it is now.
+    fn flow_set(&self, index: u32) -> Result<ForwardSet> {
+        if let Some(mmap) = &self.flows_mmap {
+            // SAFETY: an element of the mapping; the program may be writing it, which the
+            // ways' check words reveal (a torn way does not count as a flow).
+            return Ok(unsafe { std::ptr::read_volatile(mmap.element::<ForwardSet>(index as usize)) });
+        }
+        let map: Array<&MapData, ForwardSet> =
+            Array::try_from(self.map(map_names::FLOWS)?).map_err(map_err(map_names::FLOWS))?;
+        map.get(&index, 0).map_err(map_err(map_names::FLOWS))
     }
 
     /// The loaded object, for attaching programs and for tests.
@@ -79,7 +108,7 @@ impl AyaDataplane {
 impl Dataplane for AyaDataplane {
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {
         let generation = keep_generation(config.nexthop_generation, self.config.nexthop_generation);
-        let config = DataplaneConfig { nexthop_generation: generation, ..config };
+        let config = DataplaneConfig { nexthop_generation: generation, flow_sets: self.flow_sets, ..config };
         if config.ring_size != self.ring_size {
             return Err(DataplaneError::Load(format!(
                 "ring size {} differs from the loaded maps' {}",
@@ -195,24 +224,21 @@ impl Dataplane for AyaDataplane {
     }
 
     fn flows_per_backend(&self) -> Result<HashMap<u32, u64>> {
-        let map: BpfHashMap<&MapData, FlowKey, FlowEntry> =
-            BpfHashMap::try_from(self.map(map_names::FLOWS)?).map_err(map_err(map_names::FLOWS))?;
         let mut out = HashMap::new();
-        // Entries may vanish while we iterate (LRU eviction): skip those.
-        for (_, entry) in map.iter().flatten() {
-            *out.entry(entry.backend_id).or_default() += 1;
+        for index in 0..self.flow_sets {
+            for way in self.flow_set(index)?.flows(self.config.hash_seed) {
+                *out.entry(way.value.backend_id).or_default() += 1;
+            }
         }
         Ok(out)
     }
 
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>> {
-        let map: BpfHashMap<&MapData, FlowKey, FlowEntry> =
-            BpfHashMap::try_from(self.map(map_names::FLOWS)?).map_err(map_err(map_names::FLOWS))?;
-        match map.get(key, 0) {
-            Ok(entry) => Ok(Some(entry)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(map_err(map_names::FLOWS)(e)),
+        if self.flow_sets == 0 {
+            return Ok(None);
         }
+        let hash = table_hash(key, self.config.hash_seed);
+        Ok(self.flow_set(hash & (self.flow_sets - 1))?.find(key, hash).map(|way| way.value))
     }
 
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {

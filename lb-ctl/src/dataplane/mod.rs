@@ -11,6 +11,7 @@ use lb_common::flow::{FlowEntry, FlowKey};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
+mod array_mmap;
 pub mod attach;
 pub mod fake;
 pub mod load;

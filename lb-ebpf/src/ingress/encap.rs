@@ -5,7 +5,6 @@ use aya_ebpf::bindings::xdp_action::XDP_DROP;
 use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
 use aya_ebpf::programs::XdpContext;
 use lb_common::{csum, ipv4_octets};
-use lb_common::flow::{FlowEntry, FlowKey};
 use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
@@ -13,7 +12,7 @@ use lb_common::vip::VipInfo;
 use crate::forward::{self, Route};
 use crate::parse::{IPV4_LEN, Ipv4Packet, ptr_at};
 use crate::maps::{self, HopCache};
-use crate::{Verdict, icmp, packet_len, select};
+use crate::{Flow, Verdict, icmp, packet_len, select};
 
 /// TTL of the outer header.
 const OUTER_TTL: u8 = 64;
@@ -23,12 +22,11 @@ pub fn balance_ipip(
     ctx: &XdpContext,
     pkt: &Ipv4Packet,
     vip: &VipInfo,
-    key: &FlowKey,
-    flow: Option<*mut FlowEntry>,
+    flow: &Flow,
 ) -> Verdict {
     // SAFETY: parse() checked the header.
     let (tos, inner_len) = unsafe { ((*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
-    let choice = match select::choose(vip, key, flow, pkt.opens_connection) {
+    let choice = match select::choose(vip, flow, pkt.opens_connection) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };

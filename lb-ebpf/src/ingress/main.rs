@@ -12,18 +12,20 @@ mod maps;
 mod nat;
 mod parse;
 mod select;
+mod table;
 
 use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::macros::xdp;
 use aya_ebpf::programs::XdpContext;
 use lb_common::config::port_flags;
 use lb_common::family;
-use lb_common::flow::FlowKey;
+use lb_common::flow::{FlowEntry, FlowKey, FlowSlot, table_hash};
 use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipKey, forwarding};
 
 use crate::parse::Parsed;
+use crate::table::Tables;
 
 /// An XDP action and the counter that explains it.
 pub type Verdict = (u32, Counter);
@@ -64,29 +66,43 @@ fn balance(ctx: &XdpContext) -> Verdict {
             family: family::IPV4,
         };
         let key = flow_key(src, dst, src_port, dst_port, protocol);
-        // An established flow costs one hash lookup: the connection table names its VIP by id,
-        // and VIP_INFO (an array) confirms that VIP still exists. Otherwise look the VIP up.
-        let flow = maps::flow(&key);
+        let tables = maps::tables();
+        let hash = tables.map_or(0, |t| table_hash(&key, t.seed));
+        // An established flow costs no hash-map lookup: the connection table names its VIP by
+        // id, and VIP_INFO (an array) confirms that VIP still exists. Otherwise look the VIP up.
+        let flow = tables.and_then(|t| maps::flow(&key, hash, &t));
         // SAFETY: a valid map value pointer.
-        let by_flow = flow.and_then(|entry| maps::vip_info(unsafe { (*entry).vip_id }));
+        let by_flow = flow.and_then(|slot| maps::vip_info(unsafe { (*slot).value.vip_id }));
         let vip = match by_flow {
             Some(vip) if vip.key == vip_key => Some(vip),
             _ => maps::vip(&vip_key),
         };
         if let Some(vip) = vip {
+            let flow = Flow { key: &key, hash, slot: flow, tables };
             return match vip.forwarding {
-                forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, &key, flow),
-                _ => nat::balance_nat(ctx, &pkt, vip, &key, flow),
+                forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, &flow),
+                _ => nat::balance_nat(ctx, &pkt, vip, &flow),
             };
         }
     }
-    if maps::port_flags(u16::from_be(src_port)) & backend_bit != 0 {
+    if maps::port_flags(u16::from_be(src_port)) & backend_bit != 0
+        && let Some(t) = maps::tables()
+    {
         let key = flow_key(src, dst, src_port, dst_port, protocol);
-        if let Some(reverse) = maps::reverse_flow(&key) {
-            return nat::reply_to_client(ctx, &pkt, reverse);
+        if let Some(reverse) = maps::reverse_flow(&key, table_hash(&key, t.seed), &t) {
+            return nat::reply_to_client(ctx, &pkt, &reverse);
         }
     }
     (XDP_PASS, Counter::PassNotVip)
+}
+
+/// A VIP packet's flow: its key and table hash, its connection-table way if it has one, and
+/// the tables (None until userspace configured them).
+pub struct Flow<'a> {
+    pub key: &'a FlowKey,
+    pub hash: u32,
+    pub slot: Option<*mut FlowSlot<FlowEntry>>,
+    pub tables: Option<Tables>,
 }
 
 /// A connection-table key from IPv4 header fields.

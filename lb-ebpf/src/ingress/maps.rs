@@ -2,17 +2,17 @@
 //! reads as questions and answers rather than map plumbing. Userspace writes every map except
 //! FLOWS, REVERSE_FLOWS and the statistics, which only this program writes.
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray};
+use aya_ebpf::maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray};
 use lb_common::backend::Backend;
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
+use lb_common::flow::{FlowEntry, FlowKey, FlowSlot, ForwardSet, ReverseEntry, ReverseSet, flow_sets};
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RINGS_ENTRIES, MAX_BACKENDS, MAX_VIPS, PORTS};
 use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
-/// Per-CPU LRU lists: no global lock on the packet path (the table itself is shared).
-const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
+use crate::table::{self, Recorded, Tables};
+
 /// The array can be mmap()ed by userspace.
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 
@@ -28,12 +28,12 @@ static BACKENDS: Array<Backend> = Array::with_max_entries(MAX_BACKENDS, 0);
 /// slot (a 65537-slot ring in microseconds, not tens of milliseconds).
 #[map]
 static RINGS: Array<u32> = Array::with_max_entries(DEFAULT_RINGS_ENTRIES, BPF_F_MMAPABLE);
+/// The connection tables (set-associative, see `table`); the loader sizes them. Memory-mappable
+/// so userspace reads them without a syscall a set.
 #[map]
-static FLOWS: LruHashMap<FlowKey, FlowEntry> =
-    LruHashMap::with_max_entries(DEFAULT_FLOWS, BPF_F_NO_COMMON_LRU);
+static FLOWS: Array<ForwardSet> = Array::with_max_entries(flow_sets(DEFAULT_FLOWS), BPF_F_MMAPABLE);
 #[map]
-static REVERSE_FLOWS: LruHashMap<FlowKey, ReverseEntry> =
-    LruHashMap::with_max_entries(DEFAULT_FLOWS, BPF_F_NO_COMMON_LRU);
+static REVERSE_FLOWS: Array<ReverseSet> = Array::with_max_entries(flow_sets(DEFAULT_FLOWS), BPF_F_MMAPABLE);
 #[map]
 static NEXT_HOPS: LruPerCpuHashMap<NextHopKey, NextHop> = LruPerCpuHashMap::with_max_entries(lb_common::limits::NEXT_HOPS, 0);
 #[map]
@@ -107,26 +107,31 @@ pub fn ring_slot(index: u32) -> Option<u32> {
 }
 
 #[inline(always)]
-pub fn flow(key: &FlowKey) -> Option<*mut FlowEntry> {
-    FLOWS.get_ptr_mut(key)
-}
-
-/// Records a flow; false when the table refused it.
-#[inline(always)]
-pub fn record_flow(key: &FlowKey, entry: &FlowEntry) -> bool {
-    FLOWS.insert(key, entry, 0).is_ok()
+pub fn tables() -> Option<Tables> {
+    Tables::new(config())
 }
 
 #[inline(always)]
-pub fn reverse_flow(key: &FlowKey) -> Option<&'static ReverseEntry> {
-    // SAFETY: read-only use of an entry this program wrote whole.
-    unsafe { REVERSE_FLOWS.get(key) }
+pub fn flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<FlowEntry>> {
+    table::find(&FLOWS, key, hash, t)
 }
 
 #[inline(always)]
-pub fn record_reverse_flow(key: &FlowKey, entry: &ReverseEntry) {
+pub fn record_flow(key: &FlowKey, hash: u32, entry: &FlowEntry, t: &Tables) -> Recorded {
+    table::record(&FLOWS, key, hash, entry, t)
+}
+
+/// The VIP a NAT reply (keyed backend → client) must come from, if it belongs to a NAT flow.
+#[inline(always)]
+pub fn reverse_flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<ReverseEntry> {
+    // SAFETY: a valid map value pointer; the check has vouched for the value.
+    table::find(&REVERSE_FLOWS, key, hash, t).map(|slot| unsafe { (*slot).value })
+}
+
+#[inline(always)]
+pub fn record_reverse_flow(key: &FlowKey, hash: u32, entry: &ReverseEntry, t: &Tables) {
     // A lost reverse entry only means replies pass unrewritten; nothing more to do on failure.
-    let _ = REVERSE_FLOWS.insert(key, entry, 0);
+    let _ = table::record(&REVERSE_FLOWS, key, hash, entry, t);
 }
 
 /// Where a cached next hop lives.

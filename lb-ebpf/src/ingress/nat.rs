@@ -4,7 +4,7 @@
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum::{replace16, replace32, udp_fixup};
-use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
+use lb_common::flow::{ReverseEntry, table_hash};
 use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
@@ -12,7 +12,7 @@ use lb_common::vip::VipInfo;
 use crate::forward::{self, Route};
 use crate::parse::Ipv4Packet;
 use crate::maps::HopCache;
-use crate::{Verdict, flow_key, maps, packet_len, select};
+use crate::{Flow, Verdict, flow_key, maps, packet_len, select};
 
 /// Which end of the packet a rewrite changes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -26,23 +26,25 @@ pub fn balance_nat(
     ctx: &XdpContext,
     pkt: &Ipv4Packet,
     vip: &VipInfo,
-    key: &FlowKey,
-    flow: Option<*mut FlowEntry>,
+    flow: &Flow,
 ) -> Verdict {
     // SAFETY: parse() checked the header.
     if unsafe { (*pkt.ip).ttl } <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
+    let key = flow.key;
     let (client, client_port, vip_port, protocol) = (ipv4_octets(&key.src), key.src_port, key.dst_port, key.protocol);
-    let choice = match select::choose(vip, key, flow, pkt.opens_connection) {
+    let choice = match select::choose(vip, flow, pkt.opens_connection) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
     let backend = choice.backend;
     let backend_addr = ipv4_octets(&backend.addr);
     if choice.placed {
+        let reply = flow_key(backend_addr, client, backend.port, client_port, protocol);
         maps::record_reverse_flow(
-            &flow_key(backend_addr, client, backend.port, client_port, protocol),
+            &reply,
+            table_hash(&reply, choice.tables.seed),
             &ReverseEntry {
                 vip_addr: key.dst,
                 vip_port,
@@ -50,6 +52,7 @@ pub fn balance_nat(
                 _pad: 0,
                 vip_id: vip.id,
             },
+            &choice.tables,
         );
     }
     rewrite(pkt, End::Destination, backend_addr, backend.port);

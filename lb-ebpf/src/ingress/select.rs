@@ -2,13 +2,13 @@
 //! only indexed here).
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use lb_common::backend::{BACKEND_NONE, Backend};
-use lb_common::flow::{FlowEntry, FlowKey};
-use lb_common::hash::{client_hash, flow_hash};
+use lb_common::flow::FlowEntry;
+use lb_common::hash::client_hash;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, hash_mode};
 
-use crate::Verdict;
-use crate::maps;
+use crate::table::{self, Recorded, Tables};
+use crate::{Flow, Verdict, maps};
 
 pub struct Choice {
     pub backend_id: u32,
@@ -16,69 +16,47 @@ pub struct Choice {
     /// The flow was placed now (new, or moved off a removed backend): NAT must record the
     /// reverse entry for its replies.
     pub placed: bool,
+    pub tables: Tables,
 }
 
-/// The backend for this flow, or the verdict when there is none. `flow` is the flow's
-/// connection-table entry, if the caller found one. A packet that opens a connection (TCP SYN)
-/// is placed on the ring even when its 5-tuple has an entry: that entry belongs to an earlier
-/// connection which reused the client port, and a new connection must follow the current ring
-/// (a drained backend gets no new connections).
+/// The backend for this flow, or the verdict when there is none. A packet that opens a
+/// connection (TCP SYN) is placed on the ring even when its 5-tuple has an entry: that entry
+/// belongs to an earlier connection which reused the client port, and a new connection must
+/// follow the current ring (a drained backend gets no new connections).
 #[inline(always)]
-pub fn choose(
-    vip: &VipInfo,
-    key: &FlowKey,
-    flow: Option<*mut FlowEntry>,
-    opens_connection: bool,
-) -> Result<Choice, Verdict> {
-    let Some(config) = maps::config() else {
+pub fn choose(vip: &VipInfo, flow: &Flow, opens_connection: bool) -> Result<Choice, Verdict> {
+    let Some(t) = flow.tables else {
         return Err((XDP_PASS, Counter::PassNotConfigured));
     };
-    let ring_size = config.ring_size;
-    if ring_size == 0 {
-        return Err((XDP_PASS, Counter::PassNotConfigured));
-    }
-    if let Some(entry) = flow {
-        // SAFETY: a valid map value pointer; the entry is this flow's own.
-        let (pinned, vip_id) = unsafe { ((*entry).backend_id, (*entry).vip_id) };
+    if let Some(slot) = flow.slot {
+        // SAFETY: a valid map value pointer; the way holds this flow.
+        let FlowEntry { backend_id: pinned, vip_id } = unsafe { (*slot).value };
         if !opens_connection
             && vip_id == vip.id
             && let Some(backend) = maps::backend(pinned)
             && backend.is_active()
         {
             maps::count(Counter::FlowHit);
-            return Ok(Choice { backend_id: pinned, backend, placed: false });
+            return Ok(Choice { backend_id: pinned, backend, placed: false, tables: t });
         }
-        let (backend_id, backend) = from_ring(vip, key, ring_size, config.hash_seed)?;
-        // SAFETY: as above.
-        unsafe {
-            (*entry).backend_id = backend_id;
-            (*entry).vip_id = vip.id;
-        }
+        let (backend_id, backend) = from_ring(vip, flow, &t)?;
+        table::replace(slot, flow.hash, &FlowEntry { backend_id, vip_id: vip.id }, &t);
         maps::count(if opens_connection { Counter::FlowNew } else { Counter::FlowRerouted });
-        return Ok(Choice { backend_id, backend, placed: true });
+        return Ok(Choice { backend_id, backend, placed: true, tables: t });
     }
-    let (backend_id, backend) = from_ring(vip, key, ring_size, config.hash_seed)?;
-    if maps::record_flow(key, &FlowEntry { backend_id, vip_id: vip.id }) {
-        maps::count(Counter::FlowNew);
-    } else {
-        maps::count(Counter::FlowTableFull);
-    }
-    Ok(Choice { backend_id, backend, placed: true })
+    let (backend_id, backend) = from_ring(vip, flow, &t)?;
+    maps::count(match maps::record_flow(flow.key, flow.hash, &FlowEntry { backend_id, vip_id: vip.id }, &t) {
+        Recorded::Free | Recorded::Failed => Counter::FlowNew,
+        Recorded::Evicted => Counter::FlowTableFull,
+    });
+    Ok(Choice { backend_id, backend, placed: true, tables: t })
 }
 
 #[inline(always)]
-fn from_ring(
-    vip: &VipInfo,
-    key: &FlowKey,
-    ring_size: u32,
-    seed: u32,
-) -> Result<(u32, &'static Backend), Verdict> {
-    let hash = if vip.hash == hash_mode::FLOW {
-        flow_hash(&key.src, &key.dst, key.src_port, key.dst_port, key.protocol, seed)
-    } else {
-        client_hash(&key.src, seed)
-    };
-    let slot = vip.id.wrapping_mul(ring_size).wrapping_add(hash % ring_size);
+fn from_ring(vip: &VipInfo, flow: &Flow, t: &Tables) -> Result<(u32, &'static Backend), Verdict> {
+    // The table hash is the 5-tuple hash under the same seed: `hash = "flow"` reuses it.
+    let hash = if vip.hash == hash_mode::FLOW { flow.hash } else { client_hash(&flow.key.src, t.seed) };
+    let slot = vip.id.wrapping_mul(t.ring_size).wrapping_add(hash % t.ring_size);
     let no_backend = Err((XDP_DROP, Counter::DropNoBackend));
     let Some(backend_id) = maps::ring_slot(slot) else {
         return no_backend;

@@ -6,13 +6,13 @@
 //! round, medians over rounds. Single runs, because with repeat > 1 the kernel does not reset
 //! the packet and a rewriting path would time its own output. For the new-flow path the flow
 //! is deleted between calls, outside the timed region.
-use aya::maps::HashMap as BpfHashMap;
+use aya::maps::{Array, MapData};
 use aya::programs::Xdp;
 use aya::sys::{Stats, enable_stats};
-use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
+use lb_common::flow::{FlowKey, FlowSet, ForwardSet, ReverseSet, table_hash};
 use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
 use lb_ctl::dataplane::load::{load_decap, program};
-use lb_tests::fixture::{CLIENT, balancer, configure, lab, vips};
+use lb_tests::fixture::{CLIENT, SEED, balancer, configure, lab, vips};
 use lb_tests::netns::ifindex;
 use lb_tests::packets::{Frame, L4};
 use lb_tests::testrun::{action_name, run_xdp};
@@ -24,8 +24,8 @@ struct Path {
     name: &'static str,
     frame: Vec<u8>,
     action: u32,
-    /// Flow to delete before each call (new-flow paths): its FLOWS key and, for NAT, its
-    /// reply's REVERSE_FLOWS key.
+    /// Flow to forget before each call (new-flow paths): its FLOWS key and, for NAT, its
+    /// reply's REVERSE_FLOWS key. Their sets are emptied.
     forget: Option<(FlowKey, Option<FlowKey>)>,
     target: Option<f64>,
     katran: Option<f64>,
@@ -44,6 +44,16 @@ fn ns_per_run(prog: &Xdp, before: &mut (u64, u64)) -> f64 {
     per
 }
 
+/// Empties the connection-table set `key` belongs to.
+fn forget<V: Copy + Default>(table: &mut Array<MapData, FlowSet<V>>, key: &FlowKey) -> anyhow::Result<()>
+where
+    FlowSet<V>: aya::Pod,
+{
+    let sets = table.len();
+    table.set(table_hash(key, SEED) & (sets - 1), FlowSet::default(), 0)?;
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     anyhow::ensure!(unsafe { libc::geteuid() } == 0, "the data-plane benchmark needs root");
     let ns = lab();
@@ -52,10 +62,9 @@ fn main() -> anyhow::Result<()> {
     let mut dp = balancer();
     let vips = vips();
     configure(&mut dp, &vips);
-    let mut flows: BpfHashMap<_, FlowKey, FlowEntry> =
-        BpfHashMap::try_from(dp.ebpf_mut().take_map(map_names::FLOWS).expect("FLOWS"))?;
-    let mut reverse: BpfHashMap<_, FlowKey, ReverseEntry> =
-        BpfHashMap::try_from(dp.ebpf_mut().take_map(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS"))?;
+    let mut flows: Array<_, ForwardSet> = Array::try_from(dp.ebpf_mut().take_map(map_names::FLOWS).expect("FLOWS"))?;
+    let mut reverse: Array<_, ReverseSet> =
+        Array::try_from(dp.ebpf_mut().take_map(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS"))?;
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;
     let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
@@ -72,7 +81,7 @@ fn main() -> anyhow::Result<()> {
         _pad: [0; 2],
     };
     // The reply's key names the backend the SYN is given; the ring alternates backends by slot.
-    let b = lb_tests::fixture::by_hash(&vips[0], lb_common::hash::client_hash(&ipv4_bytes(CLIENT), lb_tests::fixture::SEED));
+    let b = lb_tests::fixture::by_hash(&vips[0], lb_common::hash::client_hash(&ipv4_bytes(CLIENT), SEED));
     let reply_key = FlowKey {
         src: ipv4_bytes(b.0),
         dst: ipv4_bytes(CLIENT),
@@ -94,9 +103,9 @@ fn main() -> anyhow::Result<()> {
     for path in &paths {
         for _ in 0..2 {
             if let Some((key, reply)) = &path.forget {
-                let _ = flows.remove(key);
+                forget(&mut flows, key)?;
                 if let Some(reply) = reply {
-                    let _ = reverse.remove(reply);
+                    forget(&mut reverse, reply)?;
                 }
             }
             let r = run_xdp(ours, &path.frame, g0);
@@ -116,9 +125,9 @@ fn main() -> anyhow::Result<()> {
             for _ in 0..CALLS_PER_ROUND {
                 run_xdp(bare, &path.frame, g0);
                 if let Some((key, reply)) = &path.forget {
-                    let _ = flows.remove(key);
+                    forget(&mut flows, key)?;
                     if let Some(reply) = reply {
-                        let _ = reverse.remove(reply);
+                        forget(&mut reverse, reply)?;
                     }
                 }
                 run_xdp(ours, &path.frame, g0);
