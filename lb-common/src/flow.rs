@@ -17,9 +17,6 @@ use crate::hash::{flow_hash, mix64};
 /// Ways per set. A flow is found by comparing its key with each way of its set.
 pub const FLOW_WAYS: usize = 4;
 
-/// `used` stamps count 2^20 ns (~1 ms) of the kernel's coarse monotonic clock, wrapping.
-pub const CLOCK_SHIFT: u32 = 20;
-
 /// A flow's 5-tuple as it appears on the wire (ports in network byte order).
 /// FLOWS keys use the client → VIP direction; REVERSE_FLOWS keys the backend → client one.
 #[repr(C, align(8))]
@@ -96,7 +93,8 @@ impl FlowValue for ReverseEntry {
 pub struct FlowSlot<V> {
     pub key: FlowKey,
     pub value: V,
-    /// Clock (see `CLOCK_SHIFT`) of the flow's last packet: eviction takes the oldest way.
+    /// Kernel tick (`jiffies`, low 32 bits) of the flow's last packet: eviction takes the
+    /// oldest way.
     pub used: u32,
     /// `slot_check(hash of key, value)`; 0 marks a free way.
     pub check: u32,

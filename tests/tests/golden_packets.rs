@@ -336,7 +336,7 @@ fn golden_packets_through_lb_ingress() {
         let out = nat_out(&f, (CLIENT, port), (other_backend.1, other_backend.2), LB_MAC, mac_of(other_backend.1));
         (f, out)
     };
-    // The coarse clock the ways are stamped with moves once per kernel tick.
+    // Ways are stamped with the kernel tick (jiffies): 25 ms is several ticks at any HZ >= 100.
     let tick = || std::thread::sleep(std::time::Duration::from_millis(25));
     for (i, &port) in same_set[..FLOW_WAYS].iter().enumerate() {
         let (f, out) = nat_flow(port, L4::TcpSyn);

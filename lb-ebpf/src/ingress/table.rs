@@ -6,10 +6,10 @@
 //! so a way being written, or torn by two CPUs writing it at once, reads as empty.
 use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 
-use aya_ebpf::helpers::generated::bpf_ktime_get_coarse_ns;
+use aya_ebpf::helpers::generated::bpf_jiffies64;
 use aya_ebpf::maps::Array;
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{CLOCK_SHIFT, FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, slot_check};
+use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, slot_check};
 
 /// What the tables need from CONFIG, and this packet's clock stamp.
 #[derive(Clone, Copy)]
@@ -29,8 +29,8 @@ impl Tables {
         if config.ring_size == 0 || config.flow_sets == 0 {
             return None;
         }
-        // SAFETY: plain helper call. The coarse clock is a memory read (no clocksource access).
-        let now = (unsafe { bpf_ktime_get_coarse_ns() } >> CLOCK_SHIFT) as u32;
+        // SAFETY: plain helper call, which the kernel inlines as one load of `jiffies`.
+        let now = unsafe { bpf_jiffies64() } as u32;
         Some(Tables { ring_size: config.ring_size, seed: config.hash_seed, set_mask: config.flow_sets - 1, now })
     }
 }
