@@ -26,7 +26,7 @@ pub fn balance_ipip(
 ) -> Verdict {
     // SAFETY: parse() checked the header.
     let (tos, inner_len) = unsafe { ((*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
-    let choice = match select::choose(vip, flow, pkt.opens_connection) {
+    let choice = match select::choose(vip, flow, pkt.opens_connection()) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };

@@ -48,10 +48,11 @@ fn balance(ctx: &XdpContext) -> Verdict {
         Parsed::Malformed => return (XDP_PASS, Counter::PassMalformed),
     };
     // SAFETY: parse() checked that the IPv4 and L4 headers lie inside the packet.
-    let (src, dst, src_port, dst_port, protocol) = unsafe {
-        let ip = &*pkt.ip;
-        (ip.src_addr, ip.dst_addr, *pkt.src_port, *pkt.dst_port, ip.proto)
-    };
+    let (src_port, dst_port, protocol) = unsafe { (*pkt.src_port, *pkt.dst_port, (*pkt.ip).proto) };
+    // Addresses are read only once a port says the packet may concern us: most traffic that
+    // passes through is decided by the two port lookups alone.
+    // SAFETY: as above.
+    let addresses = || unsafe { ((*pkt.ip).src_addr, (*pkt.ip).dst_addr) };
     let (vip_bit, backend_bit) = if protocol == ip_proto::TCP {
         (port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP)
     } else {
@@ -59,6 +60,7 @@ fn balance(ctx: &XdpContext) -> Verdict {
     };
 
     if maps::port_flags(u16::from_be(dst_port)) & vip_bit != 0 {
+        let (src, dst) = addresses();
         let vip_key = VipKey {
             addr: lb_common::ipv4_bytes(dst),
             port: dst_port,
@@ -88,6 +90,7 @@ fn balance(ctx: &XdpContext) -> Verdict {
     if maps::port_flags(u16::from_be(src_port)) & backend_bit != 0
         && let Some(t) = maps::tables()
     {
+        let (src, dst) = addresses();
         let key = flow_key(src, dst, src_port, dst_port, protocol);
         if let Some(reverse) = maps::reverse_flow(&key, table_hash(&key, t.seed), &t) {
             return nat::reply_to_client(ctx, &pkt, &reverse);

@@ -34,7 +34,7 @@ pub fn balance_nat(
     }
     let key = flow.key;
     let (client, client_port, vip_port, protocol) = (ipv4_octets(&key.src), key.src_port, key.dst_port, key.protocol);
-    let choice = match select::choose(vip, flow, pkt.opens_connection) {
+    let choice = match select::choose(vip, flow, pkt.opens_connection()) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };

@@ -23,8 +23,18 @@ pub struct Ipv4Packet {
     pub dst_port: *mut u16,
     /// The L4 checksum field.
     pub l4_check: *mut u16,
-    /// A TCP SYN without ACK: the first packet of a new connection (false for UDP).
-    pub opens_connection: bool,
+    /// TCP: the flags byte (byte 13 of the header); null for UDP.
+    tcp_flags: *const u8,
+}
+
+impl Ipv4Packet {
+    /// A TCP SYN without ACK: the first packet of a new connection (false for UDP). Read when
+    /// asked, so packets that pass through never pay for it.
+    #[inline(always)]
+    pub fn opens_connection(&self) -> bool {
+        // SAFETY: inside the TCP header parse() checked.
+        !self.tcp_flags.is_null() && unsafe { *self.tcp_flags } & 0x12 == 0x02
+    }
 }
 
 pub enum Parsed {
@@ -69,10 +79,13 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
     let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, l3_offset) else {
         return Parsed::Malformed;
     };
+    // Total length and flags/fragment offset are read as 16-bit words (header words 1 and 3):
+    // the header's own type has byte arrays there, which compile to byte loads. The header
+    // sits 2-byte aligned behind Ethernet (and a tag); unaligned loads are fine for XDP anyway.
+    let words = ip as *const u16;
     // SAFETY: bounds checked by ptr_at.
     let (vihl, tot_len, frags, proto) = unsafe {
-        let ip = &*ip;
-        (ip.vihl, u16::from_be_bytes(ip.tot_len), u16::from_be_bytes(ip.frags), ip.proto)
+        ((*ip).vihl, u16::from_be(*words.add(1)), u16::from_be(*words.add(3)), (*ip).proto)
     };
     if vihl >> 4 != 4 || (vihl & 0xf) < 5 {
         return Parsed::Malformed;
@@ -88,32 +101,33 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         return Parsed::Options;
     }
     let l4 = l3_offset + IPV4_LEN;
-    // A whole L4 header, inside both the frame and the IP datagram; then where its checksum is.
-    let (header_ok, check_offset) = match proto {
-        ip_proto::TCP => (ptr_at::<[u8; 20]>(ctx, l4).is_some() && tot_len as usize >= IPV4_LEN + 20, 16),
-        ip_proto::UDP => (ptr_at::<[u8; 8]>(ctx, l4).is_some() && tot_len as usize >= IPV4_LEN + 8, 6),
+    // A whole L4 header, inside both the frame and the IP datagram. Every later access (ports,
+    // checksum, TCP flags) lies inside it, so it needs no bounds check of its own.
+    let (l4_header, check_offset, tcp_flags) = match proto {
+        ip_proto::TCP => {
+            let Some(h) = ptr_at::<[u8; 20]>(ctx, l4).filter(|_| tot_len as usize >= IPV4_LEN + 20) else {
+                return Parsed::Malformed;
+            };
+            // SAFETY: byte 13 of the 20 just checked.
+            (h as *mut u8, 16, unsafe { (h as *const u8).add(13) })
+        }
+        ip_proto::UDP => {
+            let Some(h) = ptr_at::<[u8; 8]>(ctx, l4).filter(|_| tot_len as usize >= IPV4_LEN + 8) else {
+                return Parsed::Malformed;
+            };
+            (h as *mut u8, 6, core::ptr::null())
+        }
         _ => return Parsed::NotTcpUdp,
     };
-    if !header_ok {
-        return Parsed::Malformed;
-    }
-    let Some(ports) = ptr_at::<[u16; 4]>(ctx, l4) else {
-        return Parsed::Malformed;
-    };
-    let Some(l4_check) = ptr_at::<u16>(ctx, l4 + check_offset) else {
-        return Parsed::Malformed;
-    };
-    let ports = ports as *mut u16;
-    // TCP flags (byte 13): SYN set, ACK clear. Inside the 20 bytes checked above.
-    let opens_connection = proto == ip_proto::TCP
-        && ptr_at::<u8>(ctx, l4 + 13).is_some_and(|flags| unsafe { *flags } & 0x12 == 0x02);
+    let ports = l4_header as *mut u16;
     Parsed::Ipv4(Ipv4Packet {
         l3_offset,
         ip,
         src_port: ports,
-        // SAFETY: inside the 8 bytes checked above.
+        // SAFETY: inside the header checked above (at least 8 bytes).
         dst_port: unsafe { ports.add(1) },
-        l4_check,
-        opens_connection,
+        // SAFETY: as above; the checksum field ends at byte 18 (TCP) or 8 (UDP).
+        l4_check: unsafe { l4_header.add(check_offset) } as *mut u16,
+        tcp_flags,
     })
 }
