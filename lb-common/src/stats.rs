@@ -61,7 +61,8 @@ counters! {
     /// DSR: the backend's MAC is not known yet. (Health checks from the balancer keep backend
     /// neighbour entries resolved; an encapsulated packet cannot be handed to the stack.)
     DropNoNeighbour = "drop_no_neighbour",
-    /// The rewritten packet is larger than the next hop's MTU (NAT, or DSR without DF).
+    /// Larger than the next hop's MTU (NAT; DSR once encapsulated) and DF clear: ours to drop,
+    /// as a router would fragment it and we do not.
     DropTooBig = "drop_too_big",
     /// The packet could not be grown for encapsulation.
     DropEncapFailed = "drop_encap_failed",
@@ -69,9 +70,9 @@ counters! {
     ForwardTx = "forward_tx",
     /// Redirected to another interface (XDP_REDIRECT).
     ForwardRedirect = "forward_redirect",
-    /// DSR packet too large once encapsulated, sent with DF: answered with ICMP
-    /// "fragmentation needed" (the route's MTU less the outer header), so the client lowers
-    /// its path MTU instead of losing every full-size packet.
+    /// Larger than the next hop's MTU (NAT; DSR once encapsulated), sent with DF: answered
+    /// with ICMP "fragmentation needed" (the usable MTU), so the sender lowers its path MTU
+    /// instead of losing every full-size packet.
     ForwardIcmpTooBig = "forward_icmp_too_big",
     /// Flow found in the connection table.
     FlowHit = "flow_hit",

@@ -51,6 +51,8 @@ pub fn lab() -> Netns {
         ns.exec(&["ip", "link", "set", dev, "up"]);
         ns.exec(&["ip", "link", "set", peer, "up"]);
     }
+    // A smaller MTU towards B_FAR: NAT packets too big for a backend's path.
+    ns.exec(&["ip", "link", "set", "h0", "mtu", "1400"]);
     for (addr, dev) in [(CLIENT, "g0"), (CLIENT2, "g0"), (B1, "g0"), (B2, "g0"), (B_FAR, "h0")] {
         let a = format!("{}.{}.{}.{}", addr[0], addr[1], addr[2], addr[3]);
         let m = mac_of(addr);

@@ -1,6 +1,7 @@
-//! ICMP "fragmentation needed" for DSR packets that no longer fit the route's MTU once the
-//! outer header is added. Without it a client's full-size segments would vanish: the answer
-//! makes it lower its path MTU (RFC 1191), as it would for any router on the way.
+//! ICMP "fragmentation needed" for packets that do not fit the next hop's MTU: DSR packets once
+//! the outer header is added, NAT packets whose backend (or client) path has a smaller MTU.
+//! Without it full-size segments would vanish: the answer makes the sender lower its path MTU
+//! (RFC 1191), as it would for any router on the way.
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_TX};
 use aya_ebpf::helpers::generated::bpf_xdp_adjust_tail;
 use aya_ebpf::programs::XdpContext;

@@ -12,7 +12,7 @@ use lb_common::vip::VipInfo;
 use crate::forward::{self, Route};
 use crate::parse::Ipv4Packet;
 use crate::maps::HopCache;
-use crate::{Flow, Verdict, flow_key, maps, packet_len, select};
+use crate::{Flow, Verdict, flow_key, icmp, maps, packet_len, select};
 
 /// Which end of the packet a rewrite changes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -55,10 +55,10 @@ pub fn balance_nat(
             &choice.tables,
         );
     }
-    rewrite(pkt, End::Destination, backend_addr, backend.port);
-    let verdict = route_and_send(ctx, pkt, client, backend_addr, HopCache::Backend(choice.backend_id));
-    if verdict.0 != XDP_DROP {
-        maps::count_traffic(vip.id, choice.backend_id, packet_len(ctx));
+    let bytes = packet_len(ctx);
+    let verdict = rewrite_and_send(ctx, pkt, End::Destination, client, backend_addr, backend.port, HopCache::Backend(choice.backend_id));
+    if verdict.0 != XDP_DROP && verdict.1 != Counter::ForwardIcmpTooBig {
+        maps::count_traffic(vip.id, choice.backend_id, bytes);
     }
     verdict
 }
@@ -72,26 +72,41 @@ pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntr
         return (XDP_PASS, Counter::PassTtlExpired);
     }
     let vip_addr = ipv4_octets(&reverse.vip_addr);
-    rewrite(pkt, End::Source, vip_addr, reverse.vip_port);
     maps::count(Counter::NatReply);
-    route_and_send(ctx, pkt, vip_addr, client, HopCache::Address)
+    rewrite_and_send(ctx, pkt, End::Source, vip_addr, client, reverse.vip_port, HopCache::Address)
 }
 
-/// Looks up the next hop of the rewritten packet and sends it. Without a neighbour entry the
-/// rewritten packet goes to the stack, which resolves the neighbour and forwards it (and
-/// decrements TTL itself, so it is decremented here only when this program forwards).
+/// Rewrites one end of the packet to `addr:port` and sends it towards `dst` (from `src`, as the
+/// rewritten packet reads). The route is looked up first, so that a packet too big for it is
+/// answered with ICMP "fragmentation needed" quoting the packet as its sender sent it (DF set;
+/// else dropped). Without a neighbour entry the rewritten packet goes to the stack, which
+/// resolves the neighbour and forwards it (and decrements TTL itself, so it is decremented
+/// here only when this program forwards).
 #[inline(always)]
-fn route_and_send(ctx: &XdpContext, pkt: &Ipv4Packet, src: [u8; 4], dst: [u8; 4], cache: HopCache) -> Verdict {
+fn rewrite_and_send(
+    ctx: &XdpContext,
+    pkt: &Ipv4Packet,
+    end: End,
+    src: [u8; 4],
+    dst: [u8; 4],
+    port: u16,
+    cache: HopCache,
+) -> Verdict {
     // SAFETY: parse() checked the headers.
     let (protocol, tos, tot_len) =
         unsafe { ((*pkt.ip).proto, (*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
+    let addr = if end == End::Destination { dst } else { src };
     match forward::lookup(ctx, src, dst, protocol, tos, tot_len, cache) {
         Route::Out { ifindex, smac, dmac } => {
+            rewrite(pkt, end, addr, port);
             decrement_ttl(pkt);
             forward::send(ctx, ifindex, smac, dmac)
         }
-        Route::NoNeighbour => (XDP_PASS, Counter::PassNoNeighbour),
-        Route::TooBig { .. } => (XDP_DROP, Counter::DropTooBig),
+        Route::NoNeighbour => {
+            rewrite(pkt, end, addr, port);
+            (XDP_PASS, Counter::PassNoNeighbour)
+        }
+        Route::TooBig { mtu } => icmp::too_big(ctx, pkt, mtu),
         Route::NoRoute => (XDP_DROP, Counter::DropNoRoute),
     }
 }
