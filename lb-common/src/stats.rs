@@ -86,6 +86,8 @@ counters! {
     FlowTableFull = "flow_table_full",
     /// NAT reply rewritten back to the VIP.
     NatReply = "nat_reply",
+    /// Next hop looked up in the kernel's FIB: the per-CPU cache had no current answer.
+    NexthopLookup = "nexthop_lookup",
 }
 
 /// Counters of the decapsulation program (DECAP_COUNTERS).

@@ -40,10 +40,12 @@ struct Case {
     verdict: Counter,
     /// Event counters that must rise by one.
     events: Vec<Counter>,
+    /// Event counters that must not move.
+    unchanged: Vec<Counter>,
 }
 
 fn case(name: &'static str, input: Vec<u8>, action: u32, output: Option<Vec<u8>>, verdict: Counter) -> Case {
-    Case { name, input, action, output, verdict, events: vec![] }
+    Case { name, input, action, output, verdict, events: vec![], unchanged: vec![] }
 }
 
 fn counters(dp: &AyaDataplane) -> HashMap<Counter, u64> {
@@ -78,6 +80,11 @@ fn check(prog: &Xdp, dp: &AyaDataplane, ingress: u32, c: &Case) -> Result<(), St
     for e in &c.events {
         if delta(*e) != 1 {
             return Err(format!("event counter {} rose by {}", e.name(), delta(*e)));
+        }
+    }
+    for e in &c.unchanged {
+        if delta(*e) != 0 {
+            return Err(format!("event counter {} rose by {}, should not have moved", e.name(), delta(*e)));
         }
     }
     Ok(())
@@ -314,6 +321,11 @@ fn golden_packets_through_lb_ingress() {
     let far = Frame::tcp(CLIENT, 43000, vips[4].addr, 80);
     run(&mut dp, case("backend behind another interface: XDP_REDIRECT", far.bytes(), XDP_REDIRECT,
         Some(nat_out(&far, (CLIENT, 43000), (B_FAR, 8080), LB_MAC_H, mac_of(B_FAR))), Counter::ForwardRedirect));
+    let far2 = Frame::tcp(CLIENT2, 43005, vips[4].addr, 80);
+    let mut c = case("another client, same NAT backend: the cached next hop serves it", far2.bytes(), XDP_REDIRECT,
+        Some(nat_out(&far2, (CLIENT2, 43005), (B_FAR, 8080), LB_MAC_H, mac_of(B_FAR))), Counter::ForwardRedirect);
+    c.unchanged = vec![Counter::NexthopLookup];
+    run(&mut dp, c);
     // h0 (towards B_FAR) has MTU 1400.
     let far_big = far.with(|f| { f.src_port = 43010; f.payload = vec![0; 1450 - 40] });
     run(&mut dp, case("NAT packet too big for the backend's path, DF set: ICMP fragmentation needed (MTU 1400)", far_big.bytes(), XDP_TX,

@@ -50,6 +50,7 @@ pub fn lookup(
     {
         return Route::Out { ifindex: hop.ifindex, smac: hop.smac, dmac: hop.dmac };
     }
+    maps::count(Counter::NexthopLookup);
     let route = fib(ctx, src, dst, protocol, tos, tot_len);
     if let Route::Out { ifindex, smac, dmac } = route
         && generation != 0

@@ -14,6 +14,9 @@ use crate::parse::Ipv4Packet;
 use crate::maps::HopCache;
 use crate::{Flow, Verdict, flow_key, icmp, maps, packet_len, select};
 
+/// The source address of route lookups towards backends.
+const ANY_SOURCE: [u8; 4] = [0; 4];
+
 /// Which end of the packet a rewrite changes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum End {
@@ -56,7 +59,11 @@ pub fn balance_nat(
         );
     }
     let bytes = packet_len(ctx);
-    let verdict = rewrite_and_send(ctx, pkt, End::Destination, client, backend_addr, backend.port, HopCache::Backend(choice.backend_id));
+    // The route towards a backend is looked up without the client's address: it is the same
+    // for every client (source-based policy routing towards backends is not supported), and
+    // so one cached answer per backend serves them all.
+    let to_backend = (ANY_SOURCE, backend_addr);
+    let verdict = rewrite_and_send(ctx, pkt, End::Destination, (backend_addr, backend.port), to_backend, HopCache::Backend(choice.backend_id));
     if verdict.0 != XDP_DROP && verdict.1 != Counter::ForwardIcmpTooBig {
         maps::count_traffic(vip.id, choice.backend_id, bytes);
     }
@@ -73,30 +80,29 @@ pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntr
     }
     let vip_addr = ipv4_octets(&reverse.vip_addr);
     maps::count(Counter::NatReply);
-    rewrite_and_send(ctx, pkt, End::Source, vip_addr, client, reverse.vip_port, HopCache::Address)
+    rewrite_and_send(ctx, pkt, End::Source, (vip_addr, reverse.vip_port), (vip_addr, client), HopCache::Address)
 }
 
-/// Rewrites one end of the packet to `addr:port` and sends it towards `dst` (from `src`, as the
-/// rewritten packet reads). The route is looked up first, so that a packet too big for it is
-/// answered with ICMP "fragmentation needed" quoting the packet as its sender sent it (DF set;
-/// else dropped). Without a neighbour entry the rewritten packet goes to the stack, which
-/// resolves the neighbour and forwards it (and decrements TTL itself, so it is decremented
-/// here only when this program forwards).
+/// Rewrites one end of the packet to `to` (address, port) and sends it along `route` (source
+/// and destination of the route lookup). The route is looked up first, so that a packet too
+/// big for it is answered with ICMP "fragmentation needed" quoting the packet as its sender
+/// sent it (DF set; else dropped). Without a neighbour entry the rewritten packet goes to the
+/// stack, which resolves the neighbour and forwards it (and decrements TTL itself, so it is
+/// decremented here only when this program forwards).
 #[inline(always)]
 fn rewrite_and_send(
     ctx: &XdpContext,
     pkt: &Ipv4Packet,
     end: End,
-    src: [u8; 4],
-    dst: [u8; 4],
-    port: u16,
+    to: ([u8; 4], u16),
+    route: ([u8; 4], [u8; 4]),
     cache: HopCache,
 ) -> Verdict {
     // SAFETY: parse() checked the headers.
     let (protocol, tos, tot_len) =
         unsafe { ((*pkt.ip).proto, (*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
-    let addr = if end == End::Destination { dst } else { src };
-    match forward::lookup(ctx, src, dst, protocol, tos, tot_len, cache) {
+    let (addr, port) = to;
+    match forward::lookup(ctx, route.0, route.1, protocol, tos, tot_len, cache) {
         Route::Out { ifindex, smac, dmac } => {
             rewrite(pkt, end, addr, port);
             decrement_ttl(pkt);
