@@ -76,6 +76,7 @@ pub mod family {
 
 /// IP protocol numbers used in keys.
 pub mod ip_proto {
+    pub const ICMP: u8 = 1;
     pub const TCP: u8 = 6;
     pub const UDP: u8 = 17;
     pub const IPIP: u8 = 4;

@@ -86,6 +86,9 @@ counters! {
     FlowTableFull = "flow_table_full",
     /// NAT reply rewritten back to the VIP.
     NatReply = "nat_reply",
+    /// ICMP error about a VIP flow (addressed to the VIP, quoting a packet the flow sent) sent
+    /// on to the flow's backend.
+    IcmpToBackend = "icmp_to_backend",
     /// Next hop looked up in the kernel's FIB: the per-CPU cache had no current answer.
     NexthopLookup = "nexthop_lookup",
 }

@@ -110,8 +110,11 @@ pub fn patch_ipv4(frame: &[u8], l3: usize, change: impl FnOnce(&mut Ipv4Header))
 /// The frame the balancer must emit for a DSR packet: `inner` (a whole frame) with its IPv4
 /// datagram wrapped in an outer header `outer_src → outer_dst`, behind new MACs.
 pub fn ipip(inner: &Frame, outer_src: [u8; 4], outer_dst: [u8; 4], src_mac: Mac, dst_mac: Mac) -> Vec<u8> {
-    let inner_bytes = inner.bytes();
-    let l3 = inner.l3_offset();
+    ipip_frame(&inner.bytes(), inner.l3_offset(), outer_src, outer_dst, src_mac, dst_mac)
+}
+
+/// `ipip` for a frame given as bytes, its IPv4 header at `l3`.
+pub fn ipip_frame(inner_bytes: &[u8], l3: usize, outer_src: [u8; 4], outer_dst: [u8; 4], src_mac: Mac, dst_mac: Mac) -> Vec<u8> {
     let datagram = &inner_bytes[l3..];
     let mut outer =
         Ipv4Header::new(datagram.len() as u16, 64, IpNumber::IPV4, outer_src, outer_dst).unwrap();
@@ -129,6 +132,28 @@ pub fn ipip(inner: &Frame, outer_src: [u8; 4], outer_dst: [u8; 4], src_mac: Mac,
     }
     out.extend_from_slice(&outer.to_bytes());
     out.extend_from_slice(datagram);
+    out
+}
+
+/// An ICMP "fragmentation needed" (next-hop MTU `mtu`) from `from` to `to`, quoting the IPv4
+/// header and the first 8 bytes behind it of `quoted` (untagged).
+pub fn icmp_frag_needed(macs: (Mac, Mac), from: [u8; 4], to: [u8; 4], ttl: u8, mtu: u16, quoted: &Frame) -> Vec<u8> {
+    use etherparse::{Icmpv4Header, Icmpv4Type, icmpv4::DestUnreachableHeader};
+    let bytes = quoted.bytes();
+    let l3 = quoted.l3_offset();
+    let quote = &bytes[l3..l3 + 28];
+    let icmp = Icmpv4Header::with_checksum(
+        Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: mtu }),
+        quote,
+    );
+    let ip = Ipv4Header::new((icmp.header_len() + quote.len()) as u16, ttl, IpNumber::ICMP, from, to).unwrap();
+    let mut ip = ip;
+    ip.header_checksum = ip.calc_header_checksum();
+    let eth = Ethernet2Header { source: macs.0, destination: macs.1, ether_type: etherparse::EtherType::IPV4 };
+    let mut out = eth.to_bytes().to_vec();
+    out.extend_from_slice(&ip.to_bytes());
+    out.extend_from_slice(&icmp.to_bytes());
+    out.extend_from_slice(quote);
     out
 }
 

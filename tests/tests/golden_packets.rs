@@ -18,7 +18,7 @@ use lb_ctl::dataplane::load::{load_decap, program};
 use lb_ctl::dataplane::maps::AyaDataplane;
 use lb_tests::fixture::*;
 use lb_tests::netns::ifindex;
-use lb_tests::packets::{Frame, L4, Mac, ipip, patch_ipv4, verify_checksums};
+use lb_tests::packets::{Frame, L4, Mac, icmp_frag_needed, ipip, ipip_frame, patch_ipv4, verify_checksums};
 use lb_tests::privileges::require_root;
 use lb_tests::testrun::{RunResult, action_name, run_xdp};
 
@@ -237,6 +237,16 @@ fn golden_packets_through_lb_ingress() {
         Some(nat_out(&reply, (vip_web, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
     c.events = vec![Counter::NatReply];
     run(&mut dp, c);
+    // ICMP errors about the flow, from a router on the client's path to the VIP: to its backend.
+    let router = [192, 0, 2, 254];
+    let sent = |from: ([u8; 4], u16)| Frame::tcp(from.0, from.1, CLIENT, 40000).with(|f| { f.l4 = L4::TcpAck; f.payload = vec![0; 1460] });
+    let err_in = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &sent((vip_web, 80)));
+    let mut c = case("ICMP fragmentation needed about a NAT flow: to its backend, quote rewritten", err_in, XDP_TX,
+        Some(icmp_frag_needed((LB_MAC, mac_of(b.0)), router, b.0, 63, 1400, &sent(b))), Counter::ForwardTx);
+    c.events = vec![Counter::IcmpToBackend];
+    run(&mut dp, c);
+    let unknown = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &Frame::tcp(vip_web, 80, CLIENT, 39999));
+    run(&mut dp, case("ICMP error about no known flow: pass untouched", unknown, XDP_PASS, None, Counter::PassNotVip));
     let tagged = syn.with(|f| { f.vlan = Some(100); f.src_port = 40100 });
     run(&mut dp, case("802.1Q-tagged SYN, NAT: tag kept, rewritten", tagged.bytes(), XDP_TX,
         Some(nat_out(&tagged, (CLIENT, 40100), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx));
@@ -304,6 +314,12 @@ fn golden_packets_through_lb_ingress() {
     let mut c = case("established flow, DSR: IPIP again", dack.bytes(), XDP_TX,
         Some(ipip(&dack, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx);
     c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    let dsr_vip = dsyn.dst;
+    let dsr_err = icmp_frag_needed((CLIENT_MAC, LB_MAC), [192, 0, 2, 254], dsr_vip, 64, 1400, &Frame::tcp(dsr_vip, 80, CLIENT, dsyn.src_port));
+    let mut c = case("ICMP error about a DSR flow: to its backend, encapsulated untouched", dsr_err.clone(), XDP_TX,
+        Some(ipip_frame(&dsr_err, 14, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx);
+    c.events = vec![Counter::IcmpToBackend];
     run(&mut dp, c);
     let dtag = dsyn.with(|f| { f.vlan = Some(42); f.src_port = 42001 });
     run(&mut dp, case("802.1Q-tagged SYN, DSR: tag kept in front of the outer header", dtag.bytes(), XDP_TX,
@@ -413,8 +429,8 @@ fn golden_packets_through_lb_ingress() {
 
     // Per-VIP and per-backend traffic were counted.
     let t = dp.vip_traffic(2).unwrap();
-    assert_eq!(t.packets, 5, "DSR VIP forwarded 5 packets");
-    assert_eq!(dp.backend_traffic(4).unwrap().packets, 5, "DSR backend got 5 packets");
+    assert_eq!(t.packets, 6, "DSR VIP forwarded 5 packets and an ICMP error");
+    assert_eq!(dp.backend_traffic(4).unwrap().packets, 6, "DSR backend got 6 packets");
 
     let counted = counters(&dp);
     let missing: Vec<&str> = Counter::ALL

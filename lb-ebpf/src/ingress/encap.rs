@@ -4,14 +4,16 @@
 use aya_ebpf::bindings::xdp_action::XDP_DROP;
 use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
 use aya_ebpf::programs::XdpContext;
-use lb_common::{csum, ipv4_octets};
+use lb_common::backend::Backend;
 use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
+use lb_common::{csum, ipv4_octets};
+use network_types::ip::Ipv4Hdr;
 
 use crate::forward::{self, Route};
-use crate::parse::{IPV4_LEN, Ipv4Packet, ptr_at};
 use crate::maps::{self, HopCache};
+use crate::parse::{IPV4_LEN, Ipv4Packet, ptr_at};
 use crate::{Flow, Verdict, icmp, packet_len, select};
 
 /// TTL of the outer header.
@@ -24,23 +26,46 @@ pub fn balance_ipip(
     vip: &VipInfo,
     flow: &Flow,
 ) -> Verdict {
-    // SAFETY: parse() checked the header.
-    let (tos, inner_len) = unsafe { ((*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
     let choice = match select::choose(vip, flow, pkt.opens_connection()) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
+    match send_ipip(ctx, pkt.l3_offset, pkt.ip, vip, choice.backend_id, choice.backend) {
+        Ok(verdict) => verdict,
+        Err(TooBig { mtu }) => icmp::too_big(ctx, pkt, mtu),
+    }
+}
+
+/// The packet would exceed the next hop's MTU once encapsulated; `mtu` is what the inner
+/// packet may use.
+pub struct TooBig {
+    pub mtu: u16,
+}
+
+/// Sends the IPv4 packet at `l3_offset` (header `ip`) to `backend` inside an outer header from
+/// the VIP's encapsulation source, and counts it as the VIP's and the backend's traffic.
+#[inline(always)]
+pub fn send_ipip(
+    ctx: &XdpContext,
+    l3_offset: usize,
+    ip: *const Ipv4Hdr,
+    vip: &VipInfo,
+    backend_id: u32,
+    backend: &Backend,
+) -> Result<Verdict, TooBig> {
+    // SAFETY: parse() checked the header.
+    let (tos, inner_len) = unsafe { ((*ip).tos, u16::from_be_bytes((*ip).tot_len)) };
     // Counted as the client sent it, before the outer header is added.
     let bytes = packet_len(ctx);
-    let outer_dst = ipv4_octets(&choice.backend.addr);
+    let outer_dst = ipv4_octets(&backend.addr);
     let outer_src = ipv4_octets(&vip.encap_source);
     let outer_len = inner_len.wrapping_add(IPV4_LEN as u16);
     let (ifindex, smac, dmac) =
-        match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len, HopCache::Backend(choice.backend_id)) {
+        match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len, HopCache::Backend(backend_id)) {
             Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
-            Route::NoNeighbour => return (XDP_DROP, Counter::DropNoNeighbour),
-            Route::TooBig { mtu } => return icmp::too_big(ctx, pkt, mtu.saturating_sub(IPV4_LEN as u16)),
-            Route::NoRoute => return (XDP_DROP, Counter::DropNoRoute),
+            Route::NoNeighbour => return Ok((XDP_DROP, Counter::DropNoNeighbour)),
+            Route::TooBig { mtu } => return Err(TooBig { mtu: mtu.saturating_sub(IPV4_LEN as u16) }),
+            Route::NoRoute => return Ok((XDP_DROP, Counter::DropNoRoute)),
         };
 
     let mut outer = [0u8; IPV4_LEN];
@@ -55,18 +80,14 @@ pub fn balance_ipip(
     let check = csum::ipv4_header(&outer);
     outer[10..12].copy_from_slice(&check.to_ne_bytes());
 
-    if pkt.l3_offset == 14 {
-        push_outer::<14>(ctx, &outer)
-    } else {
-        push_outer::<18>(ctx, &outer)
-    }
-    .map_or((XDP_DROP, Counter::DropEncapFailed), |()| {
+    let pushed = if l3_offset == 14 { push_outer::<14>(ctx, &outer) } else { push_outer::<18>(ctx, &outer) };
+    Ok(pushed.map_or((XDP_DROP, Counter::DropEncapFailed), |()| {
         let verdict = forward::send(ctx, ifindex, smac, dmac);
         if verdict.0 != XDP_DROP {
-            maps::count_traffic(vip.id, choice.backend_id, bytes);
+            maps::count_traffic(vip.id, backend_id, bytes);
         }
         verdict
-    })
+    }))
 }
 
 /// Grows the frame by an IPv4 header, moves the L2 header (`L2` bytes: Ethernet, and one VLAN

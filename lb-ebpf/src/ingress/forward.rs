@@ -18,6 +18,11 @@ use crate::parse::ptr_at;
 
 const AF_INET: u8 = 2;
 
+/// The source address of route lookups towards backends: the route is the same for every
+/// client (source-based policy routing towards backends is not supported), and so one cached
+/// answer per backend serves them all.
+pub const ANY_SOURCE: [u8; 4] = [0; 4];
+
 pub enum Route {
     /// Send out of `ifindex` with these addresses.
     Out { ifindex: u32, smac: [u8; 6], dmac: [u8; 6] },

@@ -8,6 +8,7 @@
 mod encap;
 mod forward;
 mod icmp;
+mod icmp_error;
 mod maps;
 mod nat;
 mod parse;
@@ -41,6 +42,7 @@ pub fn lb_ingress(ctx: XdpContext) -> u32 {
 fn balance(ctx: &XdpContext) -> Verdict {
     let pkt = match parse::parse(ctx) {
         Parsed::Ipv4(pkt) => pkt,
+        Parsed::IcmpError(err) => return icmp_error::to_backend(ctx, &err),
         Parsed::NotIpv4 => return (XDP_PASS, Counter::PassNotIpv4),
         Parsed::NotTcpUdp => return (XDP_PASS, Counter::PassNotVip),
         Parsed::Fragment => return (XDP_PASS, Counter::PassFragment),

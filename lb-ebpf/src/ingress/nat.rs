@@ -9,13 +9,12 @@ use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 
-use crate::forward::{self, Route};
+use crate::forward::{self, ANY_SOURCE, Route};
+use network_types::ip::Ipv4Hdr;
+
 use crate::parse::Ipv4Packet;
 use crate::maps::HopCache;
 use crate::{Flow, Verdict, flow_key, icmp, maps, packet_len, select};
-
-/// The source address of route lookups towards backends.
-const ANY_SOURCE: [u8; 4] = [0; 4];
 
 /// Which end of the packet a rewrite changes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -59,9 +58,6 @@ pub fn balance_nat(
         );
     }
     let bytes = packet_len(ctx);
-    // The route towards a backend is looked up without the client's address: it is the same
-    // for every client (source-based policy routing towards backends is not supported), and
-    // so one cached answer per backend serves them all.
     let to_backend = (ANY_SOURCE, backend_addr);
     let verdict = rewrite_and_send(ctx, pkt, End::Destination, (backend_addr, backend.port), to_backend, HopCache::Backend(choice.backend_id));
     if verdict.0 != XDP_DROP && verdict.1 != Counter::ForwardIcmpTooBig {
@@ -105,7 +101,7 @@ fn rewrite_and_send(
     match forward::lookup(ctx, route.0, route.1, protocol, tos, tot_len, cache) {
         Route::Out { ifindex, smac, dmac } => {
             rewrite(pkt, end, addr, port);
-            decrement_ttl(pkt);
+            decrement_ttl(pkt.ip);
             forward::send(ctx, ifindex, smac, dmac)
         }
         Route::NoNeighbour => {
@@ -143,11 +139,12 @@ fn rewrite(pkt: &Ipv4Packet, end: End, addr: [u8; 4], port: u16) {
     }
 }
 
+/// Decrements an IPv4 header's TTL (checked > 1 before), updating its checksum.
 #[inline(always)]
-fn decrement_ttl(pkt: &Ipv4Packet) {
-    // SAFETY: parse() checked the header.
+pub fn decrement_ttl(ip: *mut Ipv4Hdr) {
+    // SAFETY: the caller's parse() checked the header.
     unsafe {
-        let ip = &mut *pkt.ip;
+        let ip = &mut *ip;
         let old = u16::from_ne_bytes([ip.ttl, ip.proto]);
         ip.ttl -= 1;
         let new = u16::from_ne_bytes([ip.ttl, ip.proto]);

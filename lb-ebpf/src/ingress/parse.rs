@@ -37,8 +37,25 @@ impl Ipv4Packet {
     }
 }
 
+/// An ICMP "destination unreachable" quoting a TCP or UDP packet (as routers and hosts send
+/// about packets that left from a VIP): pointers into the packet, all bounds-checked.
+pub struct IcmpError {
+    pub l3_offset: usize,
+    pub ip: *mut Ipv4Hdr,
+    /// The ICMP checksum field.
+    pub icmp_check: *mut u16,
+    /// The quoted header (without options) and the first two words behind it: the ports.
+    pub quoted: *mut Ipv4Hdr,
+    pub quoted_src_port: *mut u16,
+    pub quoted_dst_port: *mut u16,
+}
+
+/// ICMP destination unreachable (every code: fragmentation needed, port unreachable, ...).
+const ICMP_DEST_UNREACH: u8 = 3;
+
 pub enum Parsed {
     Ipv4(Ipv4Packet),
+    IcmpError(IcmpError),
     NotIpv4,
     NotTcpUdp,
     Fragment,
@@ -117,6 +134,7 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
             };
             (h as *mut u8, 6, core::ptr::null())
         }
+        ip_proto::ICMP => return icmp_error(ctx, l3_offset, ip, l4, tot_len),
         _ => return Parsed::NotTcpUdp,
     };
     let ports = l4_header as *mut u16;
@@ -130,4 +148,33 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         l4_check: unsafe { l4_header.add(check_offset) } as *mut u16,
         tcp_flags,
     })
+}
+
+/// An ICMP destination unreachable quoting an IPv4 TCP/UDP header without options and at least
+/// its ports; any other ICMP is NotTcpUdp (passed like before: it is the host's).
+#[inline(always)]
+fn icmp_error(ctx: &XdpContext, l3_offset: usize, ip: *mut Ipv4Hdr, l4: usize, tot_len: u16) -> Parsed {
+    // ICMP header (8 bytes), quoted IPv4 header (20) and ports (4).
+    const NEEDED: usize = 8 + IPV4_LEN + 4;
+    let Some(icmp) = ptr_at::<[u8; NEEDED]>(ctx, l4).filter(|_| tot_len as usize >= IPV4_LEN + NEEDED) else {
+        return Parsed::NotTcpUdp;
+    };
+    let bytes = icmp as *mut u8;
+    // SAFETY: inside the NEEDED bytes checked above.
+    let (kind, quoted_vihl, quoted_proto) = unsafe { (*bytes, *bytes.add(8), *bytes.add(8 + 9)) };
+    if kind != ICMP_DEST_UNREACH || quoted_vihl != 0x45 || !matches!(quoted_proto, ip_proto::TCP | ip_proto::UDP) {
+        return Parsed::NotTcpUdp;
+    }
+    // SAFETY: all inside the NEEDED bytes checked above.
+    unsafe {
+        let ports = bytes.add(8 + IPV4_LEN) as *mut u16;
+        Parsed::IcmpError(IcmpError {
+            l3_offset,
+            ip,
+            icmp_check: bytes.add(2) as *mut u16,
+            quoted: bytes.add(8) as *mut Ipv4Hdr,
+            quoted_src_port: ports,
+            quoted_dst_port: ports.add(1),
+        })
+    }
 }
