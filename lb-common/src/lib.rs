@@ -32,6 +32,7 @@ pub mod map_names {
     pub const VIP_STATS: &str = "VIP_STATS";
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
     pub const DECAP_COUNTERS: &str = "DECAP_COUNTERS";
+    pub const DECAP_SOURCES: &str = "DECAP_SOURCES";
     pub const NEXT_HOPS: &str = "NEXT_HOPS";
     pub const BACKEND_HOPS: &str = "BACKEND_HOPS";
 }
@@ -49,6 +50,8 @@ pub mod program_names {
 
 /// Compile-time sizes of the maps. The loader may shrink or grow the ones marked "default".
 pub mod limits {
+    /// Outer-source prefixes the decapsulator accepts IPIP from.
+    pub const MAX_DECAP_SOURCES: u32 = 256;
     /// Highest number of VIPs (ids `0..MAX_VIPS`).
     pub const MAX_VIPS: u32 = 64;
     /// Highest number of backends over all VIPs (ids `0..MAX_BACKENDS`).

@@ -103,17 +103,21 @@ pub enum DecapCounter {
     Passed,
     /// IPIP packet too short to hold an inner IPv4 header: passed untouched.
     Malformed,
+    /// IPIP packet from an outer source outside the allowed prefixes: passed untouched (the
+    /// stack, without an ipip device, refuses it), never opened.
+    Refused,
 }
 
 impl DecapCounter {
     pub const ALL: &'static [DecapCounter] =
-        &[DecapCounter::Decapsulated, DecapCounter::Passed, DecapCounter::Malformed];
+        &[DecapCounter::Decapsulated, DecapCounter::Passed, DecapCounter::Malformed, DecapCounter::Refused];
     pub const COUNT: u32 = DecapCounter::ALL.len() as u32;
     pub const fn name(self) -> &'static str {
         match self {
             DecapCounter::Decapsulated => "decapsulated",
             DecapCounter::Passed => "passed",
             DecapCounter::Malformed => "malformed",
+            DecapCounter::Refused => "refused",
         }
     }
 }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ipnet::Ipv4Net;
 use lb_ctl::api::client::{Client, ClientError};
 use lb_ctl::api::types::{BackendRequest, ExplainRequest};
 use lb_ctl::cli::render;
@@ -182,6 +183,11 @@ enum DecapCommand {
     /// command exits (pinned under /sys/fs/bpf/lb-ctl/decap-IFACE).
     Attach {
         iface: String,
+        /// Outer sources to accept IPIP from: the balancers' `encap_source` addresses, as
+        /// ADDR or PREFIX/LEN; repeat for more (0.0.0.0/0 accepts any source). IPIP from
+        /// elsewhere is left to the stack, unopened.
+        #[arg(long = "from", required = true, value_name = "PREFIX", value_parser = parse_prefix)]
+        from: Vec<Ipv4Net>,
         #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
         xdp_mode: XdpMode,
     },
@@ -211,11 +217,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// An IPv4 prefix (`198.51.100.0/24`) or a single address (`198.51.100.1`, as /32).
+fn parse_prefix(text: &str) -> Result<Ipv4Net, String> {
+    text.parse::<Ipv4Net>()
+        .or_else(|_| text.parse::<std::net::Ipv4Addr>().map(Ipv4Net::from))
+        .map_err(|_| format!("{text:?} is not an IPv4 address or prefix (like 198.51.100.1 or 198.51.100.0/24)"))
+}
+
 fn decap(command: DecapCommand) -> anyhow::Result<()> {
     use lb_ctl::dataplane::attach::{attach_decap, detach_decap};
     match command {
-        DecapCommand::Attach { iface, xdp_mode } => {
-            let (mode, native_refused) = attach_decap(&iface, xdp_mode.into())
+        DecapCommand::Attach { iface, from, xdp_mode } => {
+            let (mode, native_refused) = attach_decap(&iface, xdp_mode.into(), &from)
                 .with_context(|| format!("attaching the decapsulator to {iface}"))?;
             if let Some(why) = native_refused {
                 eprintln!("lb-ctl: warning: native XDP refused on {iface} ({why}); using skb mode");

@@ -128,6 +128,11 @@ fn commands_and_exit_codes() {
     assert_eq!(d.fails(&["backends", "add", "web", "not-an-address"]).0, 1);
     // A malformed command line is clap's: exit 2.
     assert_eq!(d.fails(&["backends", "add", "web"]).0, 2);
+    let (code, err) = d.fails(&["decap", "attach", "eth9", "--from", "198.51.100.0/33"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("\"198.51.100.0/33\" is not an IPv4 address or prefix"), "{err}");
+    let (code, err) = d.fails(&["decap", "attach", "eth9"]);
+    assert!(code == 2 && err.contains("--from <PREFIX>"), "the decapsulator needs its allowed sources: {err}");
 
     assert_eq!(
         d.ok(&["backends", "drain", "203.0.113.10:80", "198.51.100.1:8080"]),

@@ -91,7 +91,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
         // The product command, as an operator runs it on a DSR backend. nsenter enters only
         // the network namespace, so the pin lands in the host's bpffs and outlives the command.
         lb_tests::netns::sh(&[
-            "nsenter", &format!("--net=/run/netns/{ns_name}"), lb_ctl.to_str().unwrap(), "decap", "attach", "eth0", "--xdp-mode", "native",
+            "nsenter", &format!("--net=/run/netns/{ns_name}"), lb_ctl.to_str().unwrap(), "decap", "attach", "eth0", "--from", "198.51.100.1", "--xdp-mode", "native",
         ]);
         let _in = lab.backends[i].enter();
         decaps.push(lb_ctl::dataplane::attach::decap_pin_dir("eth0"));

@@ -14,7 +14,7 @@ use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::VipInfo;
 use lb_common::{ip_proto, ipv4_bytes, program_names};
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::{load_decap, program};
+use lb_ctl::dataplane::load::{allow_decap_sources, load_decap, program};
 use lb_ctl::dataplane::maps::AyaDataplane;
 use lb_tests::fixture::*;
 use lb_tests::netns::ifindex;
@@ -452,6 +452,7 @@ fn golden_packets_through_lb_decap() {
         return;
     }
     let mut ebpf = load_decap().unwrap();
+    allow_decap_sources(&mut ebpf, &["198.51.100.0/28".parse().unwrap()]).unwrap();
     let inner = Frame::tcp(CLIENT, 40000, [203, 0, 113, 20], 80).with(|f| f.payload = b"hello".to_vec());
     let wrapped = ipip(&inner, LB_ADDR, B1, LB_MAC, mac_of(B1));
     // After decapsulation: the backend's frame addresses, the client's datagram.
@@ -462,6 +463,7 @@ fn golden_packets_through_lb_decap() {
     let wrapped_tagged = ipip(&tagged, LB_ADDR, B1, LB_MAC, mac_of(B1));
     let mut want_tagged = wrapped_tagged[..18].to_vec();
     want_tagged.extend_from_slice(&tagged.bytes()[18..]);
+    let stranger = ipip(&inner, [198, 51, 100, 77], B1, LB_MAC, mac_of(B1));
     let mut short = wrapped[..14 + 20 + 8].to_vec();
     short[16..18].copy_from_slice(&28u16.to_be_bytes());
 
@@ -470,6 +472,7 @@ fn golden_packets_through_lb_decap() {
         ("802.1Q IPIP: outer header removed, tag kept", wrapped_tagged, want_tagged, DecapCounter::Decapsulated),
         ("plain TCP: untouched", inner.bytes(), inner.bytes(), DecapCounter::Passed),
         ("IPIP too short for an inner header: untouched", short.clone(), short, DecapCounter::Malformed),
+        ("IPIP from outside the allowed sources: untouched", stranger.clone(), stranger, DecapCounter::Refused),
     ];
     let prog = program(&mut ebpf, program_names::DECAP).unwrap();
     let prog: &Xdp = prog;

@@ -351,7 +351,7 @@ impl Lab {
         // Native XDP_TX on a veth delivers only if the peer runs an XDP program: the
         // decapsulator on the switch port passes everything that is not IPIP.
         let out = run_quiet(
-            nsenter(&sw, &self.bin("lb-ctl")).args(["decap", "attach", &self.lb_port(), "--xdp-mode", "native"]),
+            nsenter(&sw, &self.bin("lb-ctl")).args(["decap", "attach", &self.lb_port(), "--from", "198.51.100.1", "--xdp-mode", "native"]),
         )?;
         self.decap_attached = true;
         drop(out);

@@ -10,6 +10,7 @@ use aya::maps::MapInfo;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{XdpMode, xdp::XdpLink};
 use lb_common::backend::Backend;
+use ipnet::Ipv4Net;
 use lb_common::flow::{ForwardSet, ReverseSet, flow_sets};
 use lb_common::limits::MAX_VIPS;
 use lb_common::vip::{VipInfo, VipKey};
@@ -197,11 +198,13 @@ fn unpin_link(dir: &Path) -> Result<()> {
 }
 
 /// Puts the DSR decapsulator on `iface` (a backend's interface), pinned so it stays after
-/// this process exits. Returns the mode it got and, for auto mode's fallback, why.
-pub fn attach_decap(iface: &str, mode: AttachMode) -> Result<(XdpMode, Option<String>)> {
+/// this process exits, opening IPIP only from outer sources in `sources`. Returns the mode it
+/// got and, for auto mode's fallback, why.
+pub fn attach_decap(iface: &str, mode: AttachMode, sources: &[Ipv4Net]) -> Result<(XdpMode, Option<String>)> {
     ensure_bpffs()?;
     let dir = decap_pin_dir(iface);
     let mut ebpf = load::load_decap()?;
+    load::allow_decap_sources(&mut ebpf, sources)?;
     let (mode, refused, _) = put_on(&mut ebpf, program_names::DECAP, iface, mode, &dir)?;
     if let Some(map) = ebpf.map(map_names::DECAP_COUNTERS) {
         let path = dir.join(map_names::DECAP_COUNTERS);

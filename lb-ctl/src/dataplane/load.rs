@@ -3,6 +3,8 @@ use std::path::{Path, PathBuf};
 
 use aya::programs::{Xdp, XdpMode, xdp::XdpLinkId};
 use aya::{Ebpf, EbpfLoader};
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use ipnet::Ipv4Net;
 use lb_common::flow::flow_sets;
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RING_SIZE, MAX_VIPS};
 use lb_common::map_names;
@@ -92,6 +94,18 @@ pub fn load_decap() -> Result<Ebpf> {
         program(&mut ebpf, name)?.load().map_err(|e| load_error(name, e))?;
     }
     Ok(ebpf)
+}
+
+/// Lets the loaded decapsulator open IPIP from outer sources in `prefixes` (and only those).
+pub fn allow_decap_sources(ebpf: &mut Ebpf, prefixes: &[Ipv4Net]) -> Result<()> {
+    let name = lb_common::map_names::DECAP_SOURCES;
+    let map = ebpf.map_mut(name).ok_or_else(|| load_error(name, "no such map in the object"))?;
+    let mut trie: LpmTrie<_, [u8; 4], u8> = LpmTrie::try_from(map).map_err(|e| load_error(name, e))?;
+    for prefix in prefixes {
+        let key = Key::new(prefix.prefix_len().into(), prefix.trunc().addr().octets());
+        trie.insert(&key, 1, 0).map_err(|e| load_error(&format!("{name}: {prefix}"), e))?;
+    }
+    Ok(())
 }
 
 /// An XDP program of a loaded object.

@@ -1,7 +1,9 @@
-//! lb_decap: the DSR backend's half. IPIP packets arriving on the interface lose their outer
-//! IPv4 header and go up the stack as the client's original packet (addressed to the VIP the
-//! backend holds locally). Everything else passes untouched. For hosts without an ipip device
-//! (`lb-ctl decap attach IFACE`).
+//! lb_decap: the DSR backend's half. IPIP packets arriving on the interface from an allowed
+//! outer source (the balancers: DECAP_SOURCES prefixes) lose their outer IPv4 header and go up
+//! the stack as the client's original packet (addressed to the VIP the backend holds locally).
+//! Everything else passes untouched: opening tunnels from anyone would let any host inject
+//! packets as if from any client. For hosts without an ipip device (`lb-ctl decap attach IFACE
+//! --from PREFIX`).
 //!
 //! lb_pass: a bare XDP_PASS. The benchmark's baseline, and what a receiving veth peer needs so
 //! frames sent to it with XDP_TX or a redirect in native mode are delivered.
@@ -11,7 +13,8 @@
 use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
 use aya_ebpf::macros::{map, xdp};
-use aya_ebpf::maps::PerCpuArray;
+use aya_ebpf::maps::lpm_trie::Key;
+use aya_ebpf::maps::{LpmTrie, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
 use lb_common::ip_proto;
 use lb_common::stats::DecapCounter;
@@ -25,6 +28,9 @@ const IPV4_LEN: usize = 20;
 
 #[map]
 static DECAP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DecapCounter::COUNT, 0);
+/// Allowed outer sources: IPv4 prefixes (address in network order) → 1.
+#[map]
+static DECAP_SOURCES: LpmTrie<[u8; 4], u8> = LpmTrie::with_max_entries(lb_common::limits::MAX_DECAP_SOURCES, 0);
 
 #[xdp]
 pub fn lb_decap(ctx: XdpContext) -> u32 {
@@ -76,6 +82,11 @@ fn decap(ctx: &XdpContext) -> DecapCounter {
     // Only whole, option-less IPIP datagrams; anything else is the stack's business.
     if proto != ip_proto::IPIP || vihl != 0x45 || frags & 0x3fff != 0 {
         return DecapCounter::Passed;
+    }
+    // SAFETY: bounds checked.
+    let source = unsafe { (*outer).src_addr };
+    if DECAP_SOURCES.get(Key::new(32, source)).is_none() {
+        return DecapCounter::Refused;
     }
     let Some(inner) = ptr_at::<Ipv4Hdr>(ctx, l2 + IPV4_LEN) else {
         return DecapCounter::Malformed;
