@@ -16,6 +16,10 @@ pub struct DataplaneConfig {
     /// Sets in FLOWS and REVERSE_FLOWS (a power of two; see `flow`). The loader sizes the maps
     /// and the map writer fills this in from them; 0 means "not configured yet".
     pub flow_sets: u32,
+    /// Seed of the connection tables' hash (which set a flow lives in): random for each new
+    /// set of maps and kept with them, so nobody outside can aim flows at one set to evict
+    /// another flow. Filled in by the map writer.
+    pub table_seed: u32,
 }
 
 /// PORT_FLAGS bits, indexed by L4 port (host order). They let the program skip the VIPS and

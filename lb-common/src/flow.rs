@@ -139,8 +139,8 @@ impl<V: FlowValue> FlowSet<V> {
     }
 }
 
-/// The hash that places `key` in a table: the 5-tuple flow hash (also the ring's key for
-/// `hash = "flow"` VIPs, so such a new flow hashes once).
+/// The hash that places `key` in a table: the 5-tuple flow hash under the tables' own seed
+/// (`DataplaneConfig::table_seed`).
 #[inline(always)]
 pub fn table_hash(key: &FlowKey, seed: u32) -> u32 {
     flow_hash(&key.src, &key.dst, key.src_port, key.dst_port, key.protocol, seed)

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use aya::programs::Xdp;
 use lb_common::backend::BACKEND_NONE;
 use lb_common::config::port_flags;
-use lb_common::flow::{FLOW_WAYS, FlowKey, flow_sets, table_hash};
+use lb_common::flow::{FLOW_WAYS, FlowKey};
 use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::VipInfo;
@@ -358,10 +358,7 @@ fn golden_packets_through_lb_ingress() {
     run(&mut dp, case("VIP with no backend: drop", Frame::tcp(CLIENT, 43004, vips[3].addr, 80).bytes(), XDP_DROP, None, Counter::DropNoBackend));
 
     // ---- Connection table: a full set gives its least recently used way to a new flow.
-    let set_of = |port: u16| {
-        let key = flow_key(CLIENT, flow_addr, port, 80);
-        table_hash(&key, SEED) & (flow_sets(FLOW_TABLE) - 1)
-    };
+    let set_of = |port: u16| dp.flow_set_of(&flow_key(CLIENT, flow_addr, port, 80));
     let same_set: Vec<u16> = (50000..=u16::MAX).filter(|p| set_of(*p) == set_of(50000)).take(FLOW_WAYS + 1).collect();
     // (VIP 8's ring now holds only `other_backend`.)
     let nat_flow = |port: u16, l4: L4| {

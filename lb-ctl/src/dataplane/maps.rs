@@ -27,8 +27,19 @@ pub struct AyaDataplane {
     rings: HashMap<u32, Vec<u32>>,
     /// Sets in the connection tables, as loaded.
     flow_sets: u32,
+    /// The tables' hash seed: kept from reused maps, else random.
+    table_seed: u32,
     /// FLOWS in our memory (read-only), when the map allows it.
     flows_mmap: Option<ArrayMmap>,
+}
+
+/// A random, non-zero u32 from the kernel.
+fn random_seed() -> u32 {
+    let mut bytes = [0u8; 4];
+    // SAFETY: getrandom(2) writes at most `bytes.len()` bytes into the buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    let seed = if n == 4 { u32::from_ne_bytes(bytes) } else { std::process::id() ^ 0x9e37_79b9 };
+    seed.max(1)
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> DataplaneError {
@@ -54,7 +65,13 @@ impl AyaDataplane {
             .and_then(|m| Array::<&MapData, DataplaneConfig>::try_from(m).ok())
             .and_then(|a| a.get(&0, 0).ok())
             .unwrap_or_default();
-        Self { ebpf, ring_size, config, rings_mmap, rings: HashMap::new(), flow_sets, flows_mmap }
+        let table_seed = if config.table_seed != 0 { config.table_seed } else { random_seed() };
+        Self { ebpf, ring_size, config, rings_mmap, rings: HashMap::new(), flow_sets, table_seed, flows_mmap }
+    }
+
+    /// The FLOWS (and REVERSE_FLOWS) set `key` lives in.
+    pub fn flow_set_of(&self, key: &FlowKey) -> u32 {
+        table_hash(key, self.table_seed) & self.flow_sets.wrapping_sub(1)
     }
 
     /// FLOWS set `index`, as it is now.
@@ -108,7 +125,8 @@ impl AyaDataplane {
 impl Dataplane for AyaDataplane {
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {
         let generation = keep_generation(config.nexthop_generation, self.config.nexthop_generation);
-        let config = DataplaneConfig { nexthop_generation: generation, flow_sets: self.flow_sets, ..config };
+        let config =
+            DataplaneConfig { nexthop_generation: generation, flow_sets: self.flow_sets, table_seed: self.table_seed, ..config };
         if config.ring_size != self.ring_size {
             return Err(DataplaneError::Load(format!(
                 "ring size {} differs from the loaded maps' {}",
@@ -226,7 +244,7 @@ impl Dataplane for AyaDataplane {
     fn flows_per_backend(&self) -> Result<HashMap<u32, u64>> {
         let mut out = HashMap::new();
         for index in 0..self.flow_sets {
-            for way in self.flow_set(index)?.flows(self.config.hash_seed) {
+            for way in self.flow_set(index)?.flows(self.table_seed) {
                 *out.entry(way.value.backend_id).or_default() += 1;
             }
         }
@@ -237,8 +255,8 @@ impl Dataplane for AyaDataplane {
         if self.flow_sets == 0 {
             return Ok(None);
         }
-        let hash = table_hash(key, self.config.hash_seed);
-        Ok(self.flow_set(hash & (self.flow_sets - 1))?.find(key, hash).map(|way| way.value))
+        let hash = table_hash(key, self.table_seed);
+        Ok(self.flow_set(self.flow_set_of(key))?.find(key, hash).map(|way| way.value))
     }
 
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {

@@ -93,8 +93,9 @@ impl MapContents {
                 hash_seed: state.hash_seed,
                 // Caching on (the data plane numbers the generations) unless the TTL is 0.
                 nexthop_generation: u32::from(state.nexthop_ttl_ms > 0),
-                // The map writer fills in the size of the tables it loaded.
+                // The map writer fills in the size and seed of the tables it loaded.
                 flow_sets: 0,
+                table_seed: 0,
             },
             ..MapContents::default()
         };

@@ -10,7 +10,6 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
 use lb_common::config::port_flags;
 use lb_common::csum::{replace16, replace32};
-use lb_common::flow::table_hash;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, VipKey, forwarding};
 use lb_common::{family, ip_proto, ipv4_octets};
@@ -39,7 +38,7 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
         return NOT_OURS;
     };
     let key = flow_key(client, vip_addr, client_port, vip_port, protocol);
-    let Some(slot) = maps::flow(&key, table_hash(&key, tables.seed), &tables) else {
+    let Some(slot) = maps::flow(&key, tables.hash(&key), &tables) else {
         return NOT_OURS;
     };
     // SAFETY: a valid map value pointer; the way holds this flow.

@@ -20,7 +20,7 @@ use aya_ebpf::macros::xdp;
 use aya_ebpf::programs::XdpContext;
 use lb_common::config::port_flags;
 use lb_common::family;
-use lb_common::flow::{FlowEntry, FlowKey, FlowSlot, table_hash};
+use lb_common::flow::{FlowEntry, FlowKey, FlowSlot};
 use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipKey, forwarding};
@@ -71,7 +71,7 @@ fn balance(ctx: &XdpContext) -> Verdict {
         };
         let key = flow_key(src, dst, src_port, dst_port, protocol);
         let tables = maps::tables();
-        let hash = tables.map_or(0, |t| table_hash(&key, t.seed));
+        let hash = tables.map_or(0, |t| t.hash(&key));
         // An established flow costs no hash-map lookup: the connection table names its VIP by
         // id, and VIP_INFO (an array) confirms that VIP still exists. Otherwise look the VIP up.
         let flow = tables.and_then(|t| maps::flow(&key, hash, &t));
@@ -94,7 +94,7 @@ fn balance(ctx: &XdpContext) -> Verdict {
     {
         let (src, dst) = addresses();
         let key = flow_key(src, dst, src_port, dst_port, protocol);
-        if let Some(reverse) = maps::reverse_flow(&key, table_hash(&key, t.seed), &t) {
+        if let Some(reverse) = maps::reverse_flow(&key, t.hash(&key), &t) {
             return nat::reply_to_client(ctx, &pkt, &reverse);
         }
     }

@@ -4,7 +4,7 @@
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum::{replace16, replace32, udp_fixup};
-use lb_common::flow::{ReverseEntry, table_hash};
+use lb_common::flow::ReverseEntry;
 use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
@@ -46,7 +46,7 @@ pub fn balance_nat(
         let reply = flow_key(backend_addr, client, backend.port, client_port, protocol);
         maps::record_reverse_flow(
             &reply,
-            table_hash(&reply, choice.tables.seed),
+            choice.tables.hash(&reply),
             &ReverseEntry {
                 vip_addr: key.dst,
                 vip_port,

@@ -3,7 +3,7 @@
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use lb_common::backend::{BACKEND_NONE, Backend};
 use lb_common::flow::FlowEntry;
-use lb_common::hash::client_hash;
+use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, hash_mode};
 
@@ -54,8 +54,12 @@ pub fn choose(vip: &VipInfo, flow: &Flow, opens_connection: bool) -> Result<Choi
 
 #[inline(always)]
 fn from_ring(vip: &VipInfo, flow: &Flow, t: &Tables) -> Result<(u32, &'static Backend), Verdict> {
-    // The table hash is the 5-tuple hash under the same seed: `hash = "flow"` reuses it.
-    let hash = if vip.hash == hash_mode::FLOW { flow.hash } else { client_hash(&flow.key.src, t.seed) };
+    let key = flow.key;
+    let hash = if vip.hash == hash_mode::FLOW {
+        flow_hash(&key.src, &key.dst, key.src_port, key.dst_port, key.protocol, t.ring_seed)
+    } else {
+        client_hash(&key.src, t.ring_seed)
+    };
     let slot = vip.id.wrapping_mul(t.ring_size).wrapping_add(hash % t.ring_size);
     let no_backend = Err((XDP_DROP, Counter::DropNoBackend));
     let Some(backend_id) = maps::ring_slot(slot) else {

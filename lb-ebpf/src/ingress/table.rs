@@ -9,13 +9,15 @@ use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 use aya_ebpf::helpers::generated::bpf_jiffies64;
 use aya_ebpf::maps::Array;
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, slot_check};
+use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, slot_check, table_hash};
 
 /// What the tables need from CONFIG, and this packet's clock stamp.
 #[derive(Clone, Copy)]
 pub struct Tables {
     pub ring_size: u32,
-    pub seed: u32,
+    /// The rings' hash seed (`hash_seed`).
+    pub ring_seed: u32,
+    table_seed: u32,
     /// `flow_sets - 1`: the set is the hash's low bits.
     set_mask: u32,
     now: u32,
@@ -31,7 +33,19 @@ impl Tables {
         }
         // SAFETY: plain helper call, which the kernel inlines as one load of `jiffies`.
         let now = unsafe { bpf_jiffies64() } as u32;
-        Some(Tables { ring_size: config.ring_size, seed: config.hash_seed, set_mask: config.flow_sets - 1, now })
+        Some(Tables {
+            ring_size: config.ring_size,
+            ring_seed: config.hash_seed,
+            table_seed: config.table_seed,
+            set_mask: config.flow_sets - 1,
+            now,
+        })
+    }
+
+    /// The table hash of `key`: which set it lives in, and part of its ways' check word.
+    #[inline(always)]
+    pub fn hash(&self, key: &FlowKey) -> u32 {
+        table_hash(key, self.table_seed)
     }
 }
 

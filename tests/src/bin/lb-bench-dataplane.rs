@@ -9,7 +9,7 @@
 use aya::maps::{Array, MapData};
 use aya::programs::Xdp;
 use aya::sys::{Stats, enable_stats};
-use lb_common::flow::{FlowKey, FlowSet, ForwardSet, ReverseSet, table_hash};
+use lb_common::flow::{FlowKey, FlowSet, ForwardSet, ReverseSet};
 use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
 use lb_ctl::dataplane::load::{load_decap, program};
 use lb_tests::fixture::{CLIENT, SEED, balancer, configure, lab, vips};
@@ -24,9 +24,9 @@ struct Path {
     name: &'static str,
     frame: Vec<u8>,
     action: u32,
-    /// Flow to forget before each call (new-flow paths): its FLOWS key and, for NAT, its
-    /// reply's REVERSE_FLOWS key. Their sets are emptied.
-    forget: Option<(FlowKey, Option<FlowKey>)>,
+    /// Flow to forget before each call (new-flow paths): the FLOWS set of its key and, for
+    /// NAT, the REVERSE_FLOWS set of its reply's key. Those sets are emptied.
+    forget: Option<(u32, Option<u32>)>,
     target: Option<f64>,
     katran: Option<f64>,
 }
@@ -44,13 +44,12 @@ fn ns_per_run(prog: &Xdp, before: &mut (u64, u64)) -> f64 {
     per
 }
 
-/// Empties the connection-table set `key` belongs to.
-fn forget<V: Copy + Default>(table: &mut Array<MapData, FlowSet<V>>, key: &FlowKey) -> anyhow::Result<()>
+/// Empties connection-table set `set`.
+fn forget<V: Copy + Default>(table: &mut Array<MapData, FlowSet<V>>, set: &u32) -> anyhow::Result<()>
 where
     FlowSet<V>: aya::Pod,
 {
-    let sets = table.len();
-    table.set(table_hash(key, SEED) & (sets - 1), FlowSet::default(), 0)?;
+    table.set(*set, FlowSet::default(), 0)?;
     Ok(())
 }
 
@@ -67,7 +66,6 @@ fn main() -> anyhow::Result<()> {
         Array::try_from(dp.ebpf_mut().take_map(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS"))?;
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;
-    let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
 
     let web = vips[0].addr;
     let syn = Frame::tcp(CLIENT, 45001, web, 80);
@@ -94,11 +92,12 @@ fn main() -> anyhow::Result<()> {
     let paths = [
         Path { name: "non-VIP pass", frame: Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(), action: 2, forget: None, target: Some(20.0), katran: Some(60.0) },
         Path { name: "established TCP (NAT)", frame: established(Frame::tcp(CLIENT, 45000, web, 80)), action: 3, forget: None, target: Some(100.0), katran: Some(153.0) },
-        Path { name: "new TCP flow (SYN, NAT)", frame: syn.bytes(), action: 3, forget: Some((new_flow_key, Some(reply_key))), target: Some(250.0), katran: Some(387.0) },
-        Path { name: "new TCP flow (SYN, DSR)", frame: Frame::tcp(CLIENT, 46001, vips[2].addr, 80).bytes(), action: 3, forget: Some((dsr_flow_key, None)), target: Some(250.0), katran: Some(387.0) },
+        Path { name: "new TCP flow (SYN, NAT)", frame: syn.bytes(), action: 3, forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))), target: Some(250.0), katran: Some(387.0) },
+        Path { name: "new TCP flow (SYN, DSR)", frame: Frame::tcp(CLIENT, 46001, vips[2].addr, 80).bytes(), action: 3, forget: Some((dp.flow_set_of(&dsr_flow_key), None)), target: Some(250.0), katran: Some(387.0) },
         Path { name: "established UDP (NAT)", frame: Frame::udp(CLIENT, 5000, web, 53).bytes(), action: 3, forget: None, target: None, katran: Some(199.0) },
         Path { name: "IPIP encapsulation (DSR)", frame: established(Frame::tcp(CLIENT, 46000, vips[2].addr, 80)), action: 3, forget: None, target: None, katran: None },
     ];
+    let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
     // Warm up: establish the flows, and check each path takes the branch it is named after.
     for path in &paths {
         for _ in 0..2 {
