@@ -17,8 +17,9 @@ pub struct NextHopKey {
     pub src: [u8; 4],
     pub dst: [u8; 4],
     pub ingress_ifindex: u32,
-    pub tos: u8,
-    pub _pad: [u8; 3],
+    /// The IPv4 TOS byte, widened: a word is written whole, where a byte and three bytes of
+    /// padding become a call to a byte-by-byte memset in the BPF program.
+    pub tos: u32,
 }
 
 /// NEXT_HOPS value (per CPU).

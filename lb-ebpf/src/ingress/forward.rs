@@ -47,7 +47,7 @@ pub fn lookup(
     tot_len: u16,
     cache: HopCache,
 ) -> Route {
-    let key = NextHopKey { src, dst, ingress_ifindex: ctx.ingress_ifindex() as u32, tos, _pad: [0; 3] };
+    let key = NextHopKey { src, dst, ingress_ifindex: ctx.ingress_ifindex() as u32, tos: tos as u32 };
     let generation = maps::config().map_or(0, |c| c.nexthop_generation);
     let cached = maps::next_hop(cache, &key).filter(|hop| generation != 0 && hop.generation == generation);
     if let Some(hop) = cached
