@@ -64,7 +64,7 @@ pub fn backends(vip: &VipState, max_connections: Option<u32>) -> Vec<(BackendSpe
 }
 
 /// The lb-proxy spec of a proxy VIP.
-pub fn spec(vip: &VipState) -> Result<ProxyVipSpec, String> {
+pub fn spec(vip: &VipState, hash_seed: u32) -> Result<ProxyVipSpec, String> {
     let s = settings(vip.proxy.as_ref())?;
     let mode = if vip.protocol == Protocol::Http { Mode::Http } else { Mode::Tcp };
     let mut spec = ProxyVipSpec::new(vip.label(), SocketAddr::new(vip.address, vip.port), mode);
@@ -75,6 +75,7 @@ pub fn spec(vip: &VipState) -> Result<ProxyVipSpec, String> {
     spec.proxy_protocol = s.proxy_protocol;
     spec.retries = s.retries;
     spec.outlier = s.outlier;
+    spec.hash_seed = hash_seed;
     spec.backends = backends(vip, s.max_connections).into_iter().map(|(b, _)| b).collect();
     Ok(spec)
 }
@@ -85,6 +86,7 @@ struct Started {
     listen: SocketAddr,
     protocol: Protocol,
     settings: Option<toml::Table>,
+    hash_seed: u32,
 }
 
 /// The proxy running inside the daemon, kept in step with its state.
@@ -113,7 +115,7 @@ impl ProxyRuntime {
         let stale: Vec<String> = self
             .running
             .iter()
-            .filter(|(name, started)| wanted.get(*name).is_none_or(|v| started_from(v) != **started))
+            .filter(|(name, started)| wanted.get(*name).is_none_or(|v| started_from(v, state.hash_seed) != **started))
             .map(|(name, _)| name.clone())
             .collect();
         for name in stale {
@@ -122,11 +124,11 @@ impl ProxyRuntime {
         }
         for (name, vip) in &wanted {
             if !self.running.contains_key(name) {
-                let spec = spec(vip)?;
+                let spec = spec(vip, state.hash_seed)?;
                 self.runtime
                     .block_on(self.handle.add_vip(spec))
                     .map_err(|e| format!("proxy VIP {name}: {e}"))?;
-                self.running.insert(name.clone(), started_from(vip));
+                self.running.insert(name.clone(), started_from(vip, state.hash_seed));
             }
             let s = settings(vip.proxy.as_ref())?;
             let backends = backends(vip, s.max_connections);
@@ -146,6 +148,6 @@ impl ProxyRuntime {
     }
 }
 
-fn started_from(vip: &VipState) -> Started {
-    Started { listen: SocketAddr::new(vip.address, vip.port), protocol: vip.protocol, settings: vip.proxy.clone() }
+fn started_from(vip: &VipState, hash_seed: u32) -> Started {
+    Started { listen: SocketAddr::new(vip.address, vip.port), protocol: vip.protocol, settings: vip.proxy.clone(), hash_seed }
 }

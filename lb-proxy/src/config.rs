@@ -30,6 +30,10 @@ pub struct ProxyVipSpec {
     pub retries: Retries,
     #[serde(default)]
     pub outlier: Outlier,
+    /// Seed of the client-address hash (the data plane's `hash_seed`, so a consistent-hash
+    /// VIP places a client as an XDP VIP with `hash = "ip"` would).
+    #[serde(default)]
+    pub hash_seed: u32,
 }
 
 impl ProxyVipSpec {
@@ -47,6 +51,7 @@ impl ProxyVipSpec {
             proxy_protocol: ProxyProtocol::default(),
             retries: Retries::default(),
             outlier: Outlier::default(),
+            hash_seed: 0,
         }
     }
 }

@@ -31,7 +31,7 @@ pub(crate) async fn serve_connection(
 async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
     let _ = client_stream.set_nodelay(true);
     let spec = &vip.spec;
-    let hash = lb_common::hash::client_hash(&ip_bytes(client.ip()), 0);
+    let hash = lb_common::hash::client_hash(&ip_bytes(client.ip()), spec.hash_seed);
     let header = proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr);
     let mut tried = Vec::new();
     for _ in 0..=spec.retries.max {

@@ -108,13 +108,6 @@ async fn wait_active(p: &TestProxy, n: u64) {
 #[tokio::test]
 async fn consistent_hash_on_client_ip_uses_the_data_plane_ring() {
     let b = backends(5).await;
-    let mut spec = http_spec(&b);
-    spec.balance = Balance::ConsistentHash {
-        key: HashKey::ClientIp,
-    };
-    let p = proxy(spec).await;
-    let seen = spread(&p, 30).await;
-    assert_eq!(seen.len(), 1, "one client address, one backend: {seen:?}");
     // The same choice computed with lb-common's ring and flow hash, as the XDP program would.
     let keys: Vec<[u8; 18]> = b
         .iter()
@@ -136,9 +129,21 @@ async fn consistent_hash_on_client_ip_uses_the_data_plane_ring() {
         .collect();
     let ring = build_ring(&members, DEFAULT_RING_SIZE);
     let src = lb_common::ipv4_bytes([127, 0, 0, 1]);
-    let want = ring[(client_hash(&src, 0) % DEFAULT_RING_SIZE) as usize];
-    assert_ne!(want, BACKEND_NONE);
-    assert_eq!(*seen.keys().next().unwrap(), want as usize);
+    let pick = |seed: u32| ring[(client_hash(&src, seed) % DEFAULT_RING_SIZE) as usize];
+    // The data plane's hash seed too: one under which this client lands elsewhere than under 0.
+    let seed = (1..).find(|s| pick(*s) != pick(0)).unwrap();
+    for seed in [0, seed] {
+        let mut spec = http_spec(&b);
+        spec.balance = Balance::ConsistentHash {
+            key: HashKey::ClientIp,
+        };
+        spec.hash_seed = seed;
+        let p = proxy(spec).await;
+        let seen = spread(&p, 30).await;
+        assert_eq!(seen.len(), 1, "one client address, one backend: {seen:?}");
+        assert_ne!(pick(seed), BACKEND_NONE);
+        assert_eq!(*seen.keys().next().unwrap(), pick(seed) as usize, "seed {seed}");
+    }
 }
 
 #[tokio::test]

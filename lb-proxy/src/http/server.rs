@@ -48,7 +48,7 @@ pub(crate) async fn serve_connection(
     let ctx = Arc::new(ConnCtx {
         vip: vip.clone(),
         client,
-        client_hash: lb_common::hash::client_hash(&ip_bytes(client.ip()), 0),
+        client_hash: lb_common::hash::client_hash(&ip_bytes(client.ip()), spec.hash_seed),
         proxy_header: proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr),
         conflicts: conflicts.clone(),
         requests: AtomicU64::new(0),
