@@ -128,7 +128,8 @@ impl<V: FlowValue> FlowSlot<V> {
 }
 
 impl<V: FlowValue> FlowSet<V> {
-    /// The way holding `key`, as userspace finds it (the program has its own, volatile copy).
+    /// The way holding `key`, as userspace finds it (the program refreshes the way's stamp as it
+    /// finds it: `table::find`).
     pub fn find(&self, key: &FlowKey, key_hash: u32) -> Option<&FlowSlot<V>> {
         self.ways.iter().find(|way| way.holds(key, key_hash))
     }

@@ -71,7 +71,11 @@ impl AyaDataplane {
 
     /// The FLOWS (and REVERSE_FLOWS) set `key` lives in.
     pub fn flow_set_of(&self, key: &FlowKey) -> u32 {
-        table_hash(key, self.table_seed) & self.flow_sets.wrapping_sub(1)
+        self.set_of_hash(table_hash(key, self.table_seed))
+    }
+
+    fn set_of_hash(&self, hash: u32) -> u32 {
+        hash & self.flow_sets.wrapping_sub(1)
     }
 
     /// FLOWS set `index`, as it is now.
@@ -256,7 +260,7 @@ impl Dataplane for AyaDataplane {
             return Ok(None);
         }
         let hash = table_hash(key, self.table_seed);
-        Ok(self.flow_set(self.flow_set_of(key))?.find(key, hash).map(|way| way.value))
+        Ok(self.flow_set(self.set_of_hash(hash))?.find(key, hash).map(|way| way.value))
     }
 
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {

@@ -1,5 +1,5 @@
 //! The next hop: `bpf_fib_lookup` for the rewritten packet, then XDP_TX out of the same
-//! interface or a redirect to another.
+//! interface or a redirect to another; and the TTL decrement of packets this program forwards.
 use aya_ebpf::bindings::xdp_action::{XDP_REDIRECT, XDP_TX};
 use aya_ebpf::bindings::{
     BPF_FIB_LKUP_RET_FRAG_NEEDED, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS,
@@ -8,9 +8,11 @@ use aya_ebpf::bindings::{
 use aya_ebpf::helpers::generated::{bpf_fib_lookup as fib_lookup, bpf_redirect};
 use aya_ebpf::programs::XdpContext;
 use aya_ebpf::EbpfContext;
+use lb_common::csum::replace16;
 use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::Counter;
 use network_types::eth::EthHdr;
+use network_types::ip::Ipv4Hdr;
 
 use crate::maps::{self, HopCache};
 use crate::Verdict;
@@ -145,5 +147,18 @@ pub fn send(ctx: &XdpContext, ifindex: u32, smac: [u8; 6], dmac: [u8; 6]) -> Ver
         (XDP_REDIRECT, Counter::ForwardRedirect)
     } else {
         (aya_ebpf::bindings::xdp_action::XDP_DROP, Counter::DropNoRoute)
+    }
+}
+
+/// Decrements an IPv4 header's TTL (checked > 1 before), updating its checksum.
+#[inline(always)]
+pub fn decrement_ttl(ip: *mut Ipv4Hdr) {
+    // SAFETY: the caller's parse() checked the header.
+    unsafe {
+        let ip = &mut *ip;
+        let old = u16::from_ne_bytes([ip.ttl, ip.proto]);
+        ip.ttl -= 1;
+        let new = u16::from_ne_bytes([ip.ttl, ip.proto]);
+        ip.check = replace16(u16::from_ne_bytes(ip.check), old, new).to_ne_bytes();
     }
 }

@@ -15,9 +15,8 @@ use lb_common::vip::{VipInfo, VipKey, forwarding};
 use lb_common::{family, ip_proto, ipv4_octets};
 
 use crate::encap::{self, TooBig};
-use crate::forward::{self, ANY_SOURCE, Route};
+use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::{self, HopCache};
-use crate::nat::decrement_ttl;
 use crate::parse::IcmpError;
 use crate::{Verdict, flow_key, packet_len};
 

@@ -9,11 +9,9 @@ use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 
-use crate::forward::{self, ANY_SOURCE, Route};
-use network_types::ip::Ipv4Hdr;
-
-use crate::parse::Ipv4Packet;
+use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::HopCache;
+use crate::parse::Ipv4Packet;
 use crate::{Flow, Verdict, flow_key, icmp, maps, packet_len, select};
 
 /// Which end of the packet a rewrite changes.
@@ -136,18 +134,5 @@ fn rewrite(pkt: &Ipv4Packet, end: End, addr: [u8; 4], port: u16) {
         }
         let check = replace16(replace32(old_check, old_addr, addr), old_port, port);
         *pkt.l4_check = if ip.proto == ip_proto::UDP { udp_fixup(old_check, check) } else { check };
-    }
-}
-
-/// Decrements an IPv4 header's TTL (checked > 1 before), updating its checksum.
-#[inline(always)]
-pub fn decrement_ttl(ip: *mut Ipv4Hdr) {
-    // SAFETY: the caller's parse() checked the header.
-    unsafe {
-        let ip = &mut *ip;
-        let old = u16::from_ne_bytes([ip.ttl, ip.proto]);
-        ip.ttl -= 1;
-        let new = u16::from_ne_bytes([ip.ttl, ip.proto]);
-        ip.check = replace16(u16::from_ne_bytes(ip.check), old, new).to_ne_bytes();
     }
 }

@@ -2,9 +2,10 @@
 //! way, else the set's least recently used). Layout and the check word: `lb_common::flow`.
 //!
 //! Ways are written without a lock. A writer clears the check word first and sets it last;
-//! a reader accepts a way only if its check word matches the key's hash and the value it read,
-//! so a way being written, or torn by two CPUs writing it at once, reads as empty.
-use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
+//! a reader accepts a way only if its check word matches the key's hash and the value it read
+//! (`FlowSlot::holds`), so a way being written, or torn by two CPUs writing it at once, reads as
+//! empty, whatever order the reader's loads happen in.
+use core::ptr::{addr_of, addr_of_mut, write_volatile};
 
 use aya_ebpf::helpers::generated::bpf_jiffies64;
 use aya_ebpf::maps::Array;
@@ -65,22 +66,15 @@ fn way<V>(set: *mut FlowSet<V>, index: usize) -> *mut FlowSlot<V> {
     unsafe { addr_of_mut!((*set).ways[index]) }
 }
 
-#[inline(always)]
-fn check_of<V>(slot: *mut FlowSlot<V>) -> u32 {
-    // SAFETY: `slot` points into a map value.
-    unsafe { read_volatile(addr_of!((*slot).check)) }
-}
-
 /// The way holding `key` (hash `hash`), its last-used stamp refreshed.
 #[inline(always)]
 pub fn find<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<V>> {
     let set = table.get_ptr_mut(hash & t.set_mask)?;
     for index in 0..FLOW_WAYS {
         let slot = way(set, index);
-        let check = check_of(slot);
         // SAFETY: `slot` points into a map value.
         unsafe {
-            if check != 0 && (*slot).key.same_as(key) && check == slot_check(hash, &(*slot).value) {
+            if (*slot).holds(key, hash) {
                 // Only when it changed: most packets then leave the line clean.
                 if (*slot).used != t.now {
                     (*slot).used = t.now;
@@ -104,7 +98,7 @@ pub fn record<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32,
     for index in 0..FLOW_WAYS {
         let slot = way(set, index);
         // SAFETY: `slot` points into a map value.
-        let (free, age) = unsafe { (check_of(slot) == 0 || (*slot).key.same_as(key), t.now.wrapping_sub((*slot).used)) };
+        let (free, age) = unsafe { ((*slot).check == 0 || (*slot).key.same_as(key), t.now.wrapping_sub((*slot).used)) };
         if free {
             victim = index;
             evicts = false;
