@@ -248,6 +248,10 @@ fn golden_packets_through_lb_ingress() {
     run(&mut dp, c);
     let unknown = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &Frame::tcp(vip_web, 80, CLIENT, 39999));
     run(&mut dp, case("ICMP error about no known flow: pass untouched", unknown, XDP_PASS, None, Counter::PassNotVip));
+    let not_vip_port = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &Frame::tcp(vip_web, 22, CLIENT, 40000));
+    run(&mut dp, case("ICMP error quoting a port no VIP uses: pass untouched", not_vip_port, XDP_PASS, None, Counter::PassNotVip));
+    let last_hop = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 1, 1400, &sent((vip_web, 80)));
+    run(&mut dp, case("ICMP error about a NAT flow, TTL 1: pass to the stack", last_hop, XDP_PASS, None, Counter::PassTtlExpired));
     let tagged = syn.with(|f| { f.vlan = Some(100); f.src_port = 40100 });
     run(&mut dp, case("802.1Q-tagged SYN, NAT: tag kept, rewritten", tagged.bytes(), XDP_TX,
         Some(nat_out(&tagged, (CLIENT, 40100), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx));
