@@ -1,13 +1,12 @@
-//! lb-ctl as a library: the daemon's parts, so tests drive them with temp sockets and a fake
+//! lb-ctl as a library: the daemon's parts, so tests drive them with temp sockets and an in-memory
 //! data plane. `main.rs` is the thin CLI over it.
 pub mod api;
-pub mod attach;
 pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;
 pub mod health;
-pub mod netns;
+pub mod paths;
 pub mod proxy;
 pub mod state;
 

@@ -12,7 +12,7 @@ use lb_proxy::{
 use serde::Deserialize;
 
 use crate::config::Protocol;
-use crate::state::maps::ring_input;
+use crate::state::plan::ring_input;
 use crate::state::{State, VipState};
 
 /// How long a removed proxy VIP's in-flight requests may take to finish.

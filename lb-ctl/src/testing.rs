@@ -1,4 +1,4 @@
-//! Test helpers: a [`FakeDataplane`] shared between the code under test and the test, with a
+//! Test helpers: a [`MemoryDataplane`] shared between the code under test and the test, with a
 //! log of the write operations in order.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,7 +9,7 @@ use lb_common::flow::{FlowEntry, FlowKey};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
-use crate::dataplane::fake::FakeDataplane;
+use crate::dataplane::memory::MemoryDataplane;
 use crate::dataplane::{Dataplane, Result};
 
 /// A write made through the trait.
@@ -26,7 +26,7 @@ pub enum Op {
 
 #[derive(Default)]
 pub struct Inner {
-    pub fake: FakeDataplane,
+    pub fake: MemoryDataplane,
     pub ops: Vec<Op>,
 }
 

@@ -8,7 +8,7 @@ use lb_common::config::{DataplaneConfig, port_flags};
 use lb_common::vip::{VipInfo, VipKey, forwarding, hash_mode};
 use lb_common::{family, ip_proto, ipv4_bytes};
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::maps::AyaDataplane;
+use lb_ctl::dataplane::aya::AyaDataplane;
 
 use crate::netns::Netns;
 use crate::packets::Mac;

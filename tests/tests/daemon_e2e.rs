@@ -276,7 +276,7 @@ impl Drop for Daemon {
             .arg(self.dir.join("state"))
             .output();
         if !detached.is_ok_and(|o| o.status.success()) {
-            let _ = lb_ctl::dataplane::attach::detach(&self.pins);
+            let _ = lb_ctl::dataplane::attach::detach(&lb_ctl::paths::AttachPaths::balancer("eth0", Some(self.pins.clone()), Some(self.dir.join("state"))));
         }
         if std::thread::panicking() {
             eprintln!("--- daemon log ({}) ---\n{}", self.log().display(), self.log_text());

@@ -11,7 +11,7 @@ use lb_common::vip::{forwarding, hash_mode};
 use lb_common::ip_proto;
 use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_decap, load_ingress};
-use lb_ctl::dataplane::maps::AyaDataplane;
+use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_tests::balancer::{VipSpec, configure};
 use lb_tests::lab::{Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, wait_for_listener};
 use lb_tests::privileges::require_root;
@@ -71,14 +71,14 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
 
     // Backends: NAT service on :8080, DSR service on the VIP's port 80 (VIP held on lo).
     let lb_ctl = lb_tests::lb_ctl_bin();
-    let mut decaps: Vec<std::path::PathBuf> = Vec::new();
+    let mut decaps: Vec<lb_ctl::paths::AttachPaths> = Vec::new();
     /// Takes the decapsulators off when the test ends, also by panic (the lab's namespaces
     /// go, but bpffs pins would stay).
-    struct DecapPins(Vec<std::path::PathBuf>);
+    struct DecapPins(Vec<lb_ctl::paths::AttachPaths>);
     impl Drop for DecapPins {
         fn drop(&mut self) {
-            for dir in &self.0 {
-                let _ = lb_ctl::dataplane::attach::detach_decap_dir(dir);
+            for paths in &self.0 {
+                let _ = lb_ctl::dataplane::attach::detach_decap_at(paths);
             }
         }
     }
@@ -94,7 +94,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
             "nsenter", &format!("--net=/run/netns/{ns_name}"), lb_ctl.to_str().unwrap(), "decap", "attach", "eth0", "--from", "198.51.100.1", "--xdp-mode", "native",
         ]);
         let _in = lab.backends[i].enter();
-        decaps.push(lb_ctl::dataplane::attach::decap_pin_dir("eth0"));
+        decaps.push(lb_ctl::paths::AttachPaths::decap("eth0"));
     }
     let _decap_pins = DecapPins(decaps.clone());
 
@@ -147,7 +147,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     }
     let replies = counter(&dp, Counter::NatReply);
     assert!(replies > 700, "NAT replies rewritten by XDP: {replies}");
-    let per_backend: Vec<u64> = decaps.iter().map(|dir| decap_count(dir, DecapCounter::Decapsulated)).collect();
+    let per_backend: Vec<u64> = decaps.iter().map(|paths| decap_count(&paths.pin_dir, DecapCounter::Decapsulated)).collect();
     let decapsulated: u64 = per_backend.iter().sum();
     assert!(per_backend.iter().all(|n| *n > 0), "every DSR backend decapsulated: {per_backend:?}");
     assert!(decapsulated > 64, "IPIP packets decapsulated by lb_decap: {decapsulated}");
@@ -156,7 +156,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     for (i, dir) in decaps.iter().enumerate() {
         let ns = &lab.backends[i].name;
         lb_tests::netns::sh(&["nsenter", &format!("--net=/run/netns/{ns}"), lb_ctl.to_str().unwrap(), "decap", "detach", "eth0"]);
-        assert!(!dir.exists(), "{} left behind", dir.display());
+        assert!(!dir.pin_dir.exists(), "{} left behind", dir.pin_dir.display());
     }
     let icmp = counter(&dp, Counter::ForwardIcmpTooBig);
     assert!(icmp > 0, "the DSR upload needed ICMP fragmentation-needed answers");
@@ -169,6 +169,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
 #[test]
 fn pinned_balancer_survives_a_reload_and_detaches() {
     use lb_ctl::dataplane::attach::{OpenOptions, detach, open};
+    use lb_ctl::paths::AttachPaths;
     use std::io::Read;
     if !require_root("pinned_balancer_survives_a_reload_and_detaches") {
         return;
@@ -183,15 +184,20 @@ fn pinned_balancer_survives_a_reload_and_detaches() {
         attach(&mut pass, program_names::PASS, "p-lb", AttachMode::Native).unwrap();
     }
     let pin_dir = std::path::PathBuf::from(format!("/sys/fs/bpf/{}", lb_tests::netns::run_name("pins")));
+    let state_dir = tempfile::tempdir().unwrap();
+    let paths = {
+        let _in = lab.lb.enter();
+        AttachPaths::balancer("eth0", Some(pin_dir.clone()), Some(state_dir.path().to_path_buf()))
+    };
     /// Detaches (removing the pins) when the test ends, also by panic.
-    struct Pins(std::path::PathBuf);
+    struct Pins(AttachPaths);
     impl Drop for Pins {
         fn drop(&mut self) {
             let _ = detach(&self.0);
         }
     }
-    let _pins = Pins(pin_dir.clone());
-    let options = OpenOptions { mode: AttachMode::Auto, pin_dir: pin_dir.clone(), ring_size: 251, flow_table_size: 4096 };
+    let _pins = Pins(paths.clone());
+    let options = OpenOptions { mode: AttachMode::Auto, paths: paths.clone(), ring_size: 251, flow_table_size: 4096 };
     let spec = || VipSpec { id: 0, addr: NAT_VIP, port: 80, protocol: ip_proto::TCP, forwarding: forwarding::NAT, hash: hash_mode::CLIENT_IP, encap_source: Ipv4Addr::new(198, 51, 100, 1), backends: vec![(0, backend_addr(0), 8080, 100)] };
     let first = {
         let _in = lab.lb.enter();
@@ -239,9 +245,10 @@ fn pinned_balancer_survives_a_reload_and_detaches() {
     drop(dp);
     {
         let _back = lab.lb.enter();
-        detach(&pin_dir).unwrap();
+        detach(&paths).unwrap();
     }
     assert!(!pin_dir.exists(), "detach removed the pins");
+    assert!(!paths.mode_file().exists(), "detach removed the attach mode file");
     let refused = http_get(client_addr(0), SocketAddrV4::new(NAT_VIP, 80), "/");
     assert!(refused.is_err(), "after detach the VIP is no longer served");
     println!("reload kept the connection (flow hits {hits}); detach removed the balancer");

@@ -15,7 +15,7 @@ use lb_common::vip::VipInfo;
 use lb_common::{ip_proto, ipv4_bytes, program_names};
 use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::load::{allow_decap_sources, load_decap, program};
-use lb_ctl::dataplane::maps::AyaDataplane;
+use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_tests::fixture::*;
 use lb_tests::netns::ifindex;
 use lb_tests::packets::{Frame, L4, Mac, icmp_frag_needed, ipip, ipip_frame, patch_ipv4, verify_checksums};

@@ -10,9 +10,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
-use super::server::percent_encode;
 use super::types::{
-    BackendRequest, BackendView, Changed, ErrorBody, ExplainRequest, ExplainView, PREFIX, ReloadView,
+    BackendRequest, BackendView, BackendsQuery, Changed, ErrorBody, ExplainRequest, ExplainView, PREFIX, ReloadView,
     StatsView, StatusView, VipView,
 };
 
@@ -57,7 +56,11 @@ impl Client {
     }
     pub async fn backends(&self, vip: Option<&str>) -> Result<Vec<BackendView>, ClientError> {
         let path = match vip {
-            Some(v) => format!("/backends?vip={}", percent_encode(v)),
+            Some(v) => {
+                let query = BackendsQuery { vip: Some(v.to_string()) };
+                let query = serde_urlencoded::to_string(&query).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                format!("/backends?{query}")
+            }
             None => "/backends".into(),
         };
         self.call(Method::GET, &path, None::<&()>).await

@@ -18,67 +18,60 @@
 //! mistakes), 404 (unknown VIP or backend, unknown path), 405, 409 (duplicate backend, no free
 //! id) or 500 (data plane failure).
 pub mod client;
+pub mod request;
 pub mod server;
 pub mod types;
 
+pub use request::{Request, Response, Service};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json};
+
 use crate::state::StateError;
 
-/// The class of a refused request, which sets its HTTP status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    BadRequest,
-    NotFound,
-    MethodNotAllowed,
-    Conflict,
-    Internal,
-}
-
-impl ErrorKind {
-    pub fn status(self) -> u16 {
-        match self {
-            ErrorKind::BadRequest => 400,
-            ErrorKind::NotFound => 404,
-            ErrorKind::MethodNotAllowed => 405,
-            ErrorKind::Conflict => 409,
-            ErrorKind::Internal => 500,
-        }
-    }
-}
-
-/// A refused or failed request.
+/// A refused or failed request; `status` is the HTTP status it is answered with.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ApiError {
-    pub kind: ErrorKind,
+    pub status: StatusCode,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
-        ApiError { kind, message: message.into() }
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
     }
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::BadRequest, message)
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
     }
     pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::Internal, message)
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> axum::response::Response {
+        (self.status, Json(types::ErrorBody { error: self.message })).into_response()
     }
 }
 
 impl From<StateError> for ApiError {
     fn from(e: StateError) -> ApiError {
-        let kind = match &e {
-            StateError::UnknownVip(_) | StateError::UnknownBackend { .. } => ErrorKind::NotFound,
+        let status = match &e {
+            StateError::UnknownVip(_) | StateError::UnknownBackend { .. } => StatusCode::NOT_FOUND,
             StateError::DuplicateBackend { .. } | StateError::NoFreeId(..) | StateError::RingFull { .. } => {
-                ErrorKind::Conflict
+                StatusCode::CONFLICT
             }
             StateError::AmbiguousVip { .. }
             | StateError::WeightOutOfRange(_)
             | StateError::MalformedAddress(..)
             | StateError::UnsupportedFamily { .. }
-            | StateError::NotApplicable(_) => ErrorKind::BadRequest,
+            | StateError::NotApplicable(_) => StatusCode::BAD_REQUEST,
         };
-        ApiError::new(kind, e.to_string())
+        ApiError::new(status, e.to_string())
     }
 }
 

@@ -1,34 +1,56 @@
-//! Serving the control API: HTTP/1.1 over the Unix socket (and the optional loopback TCP
-//! port), JSON in and out, each request handed to the daemon's writer.
-use std::convert::Infallible;
+//! Serving the control API: an axum router over the Unix socket (and the optional loopback TCP
+//! port), JSON in and out, each request handed to the [`Service`] (the daemon's writer).
+//!
+//! The accept loop is ours rather than `axum::serve`'s: it checks the peer's credentials,
+//! bounds how long a client may take to send its header, and caps the connections held at
+//! once, so a client that opens many connections and sends nothing cannot exhaust the
+//! daemon's file descriptors.
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper::{Method, StatusCode};
-use hyper_util::rt::TokioIo;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{OriginalUri, Query, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::Json;
+use axum::routing::{MethodRouter, get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Semaphore;
 
-use super::types::{BackendRequest, ErrorBody, ExplainRequest, PREFIX};
-use super::{ApiError, ErrorKind};
-use crate::daemon::{DaemonHandle, Request};
+use super::types::{BackendsQuery, PREFIX};
+use super::{ApiError, Request, Service};
+use crate::paths;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 * 1024;
+
+/// Limits of the API's connections.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A client must send a whole request header within this (also bounds idle keep-alive).
+    pub header_timeout: Duration,
+    /// Most connections served at once; more are closed as they arrive.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { header_timeout: Duration::from_secs(10), max_connections: 256 }
+    }
+}
 
 /// Binds the control socket at `path`: creates its directory (mode 0700) if missing, removes a
 /// stale socket left by a dead daemon, refuses to take over the socket of a live one, and
 /// makes the socket mode 0600 (owner only; the daemon runs as root).
 pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
-    if let Some(dir) = path.parent()
-        && !dir.exists()
-    {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    if let Some(dir) = path.parent() {
+        paths::create_private_dir(dir)?;
     }
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -40,7 +62,7 @@ pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
         std::fs::remove_file(path)?;
     }
     let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    paths::make_private(path)?;
     Ok(listener)
 }
 
@@ -50,14 +72,88 @@ fn peer_allowed(uid: u32) -> bool {
     uid == 0 || uid == unsafe { libc::geteuid() }
 }
 
+/// The API's routes over `service`.
+pub fn router<S: Service>(service: S) -> Router {
+    let routes = Router::new()
+        .route("/status", only("GET", get(|State(s): State<S>| call(s, Request::Status))))
+        .route("/vips", only("GET", get(|State(s): State<S>| call(s, Request::Vips))))
+        .route("/stats", only("GET", get(|State(s): State<S>| call(s, Request::Stats))))
+        .route("/reload", only("POST", post(|State(s): State<S>| call(s, Request::Reload))))
+        .route(
+            "/backends",
+            only("POST", get(backends::<S>).post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Add))),
+        )
+        .route(
+            "/backends/remove",
+            only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Remove))),
+        )
+        .route(
+            "/backends/drain",
+            only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Drain))),
+        )
+        .route(
+            "/explain",
+            only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Explain))),
+        );
+    Router::new().nest(PREFIX, routes).fallback(no_such_endpoint).with_state(service)
+}
+
+/// Answers a method the route does not take.
+fn only<S: Service>(takes: &'static str, route: MethodRouter<S>) -> MethodRouter<S> {
+    route.fallback(move |method: Method, OriginalUri(uri): OriginalUri| async move {
+        Err::<(), _>(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{} takes {takes}, not {method}", uri.path()),
+        ))
+    })
+}
+
+async fn no_such_endpoint(uri: Uri) -> ApiError {
+    let path = uri.path();
+    if path.starts_with(&format!("{PREFIX}/")) {
+        ApiError::not_found(format!("no such endpoint: {path}"))
+    } else {
+        ApiError::not_found(format!("no such endpoint: {path} (the API lives under {PREFIX}/)"))
+    }
+}
+
+type Answer = Result<Json<serde_json::Value>, ApiError>;
+
+async fn call<S: Service>(service: S, request: Request) -> Answer {
+    service.call(request).await.map(|r| Json(r.to_json()))
+}
+
+/// A request whose parameters are the JSON body.
+async fn with_body<S: Service, T: DeserializeOwned>(service: S, body: Bytes, request: fn(T) -> Request) -> Answer {
+    call(service, request(json_body(&body)?)).await
+}
+
+async fn backends<S: Service>(
+    State(service): State<S>,
+    query: Result<Query<BackendsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(format!("malformed query: {}", e.body_text())))?;
+    call(service, Request::Backends { vip: query.vip }).await
+}
+
+fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.len() > MAX_BODY {
+        return Err(ApiError::bad_request(format!("request body over {MAX_BODY} bytes")));
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+}
+
 /// Serves the API until `shutdown` resolves, then lets requests in progress finish.
-pub async fn serve(
-    handle: DaemonHandle,
+pub async fn serve<S: Service>(
+    service: S,
     unix: UnixListener,
     tcp: Option<TcpListener>,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
+    let router = router(service).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let unix_path = unix.local_addr().ok().and_then(|a| a.as_pathname().map(Path::to_path_buf));
     tokio::pin!(shutdown);
     loop {
@@ -76,12 +172,12 @@ pub async fn serve(
                             continue;
                         }
                     }
-                    connection(&graceful, handle.clone(), stream);
+                    connection(&graceful, &router, &slots, limits, stream);
                 }
                 Err(e) => tracing::warn!(error = %e, "control socket: accept failed"),
             },
             accepted = accept_tcp(tcp.as_ref()) => match accepted {
-                Ok((stream, _)) => connection(&graceful, handle.clone(), stream),
+                Ok((stream, _)) => connection(&graceful, &router, &slots, limits, stream),
                 Err(e) => tracing::warn!(error = %e, "admin TCP port: accept failed"),
             },
         }
@@ -91,7 +187,7 @@ pub async fn serve(
         let _ = std::fs::remove_file(path);
     }
     // Requests in progress get a moment to finish.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
 }
 
 async fn accept_tcp(tcp: Option<&TcpListener>) -> io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
@@ -101,140 +197,24 @@ async fn accept_tcp(tcp: Option<&TcpListener>) -> io::Result<(tokio::net::TcpStr
     }
 }
 
-fn connection<S>(graceful: &GracefulShutdown, handle: DaemonHandle, stream: S)
+fn connection<St>(graceful: &GracefulShutdown, router: &Router, slots: &Arc<Semaphore>, limits: Limits, stream: St)
 where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    St: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |req| {
-        let handle = handle.clone();
-        async move { Ok::<_, Infallible>(respond(&handle, req).await) }
-    });
-    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let Ok(slot) = slots.clone().try_acquire_owned() else {
+        tracing::warn!(limit = limits.max_connections, "control API: too many connections; closed a new one");
+        return;
+    };
+    let service = TowerToHyperService::new(router.clone());
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(stream), service);
     let conn = graceful.watch(conn);
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "control API connection ended with an error");
         }
+        drop(slot);
     });
-}
-
-async fn respond(handle: &DaemonHandle, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
-    let answer = match route(req).await {
-        Ok(request) => handle.call(request).await.map(|r| r.to_json()),
-        Err(e) => Err(e),
-    };
-    match answer {
-        Ok(json) => reply(StatusCode::OK, &json),
-        Err(e) => {
-            let status = StatusCode::from_u16(e.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            reply(status, &ErrorBody { error: e.message })
-        }
-    }
-}
-
-fn reply(status: StatusCode, body: &impl serde::Serialize) -> hyper::Response<Full<Bytes>> {
-    let mut bytes = serde_json::to_vec_pretty(body).expect("API views serialize to JSON");
-    bytes.push(b'\n');
-    hyper::Response::builder()
-        .status(status)
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(bytes)))
-        .expect("a response with a valid status and header")
-}
-
-/// The writer request an HTTP request stands for.
-async fn route(req: hyper::Request<Incoming>) -> Result<Request, ApiError> {
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let query = req.uri().query().map(str::to_owned);
-    let Some(rest) = path.strip_prefix(PREFIX) else {
-        return Err(ApiError::new(
-            ErrorKind::NotFound,
-            format!("no such endpoint: {path} (the API lives under {PREFIX}/)"),
-        ));
-    };
-    let expect = |want: Method| -> Result<(), ApiError> {
-        if method == want {
-            Ok(())
-        } else {
-            Err(ApiError::new(ErrorKind::MethodNotAllowed, format!("{path} takes {want}, not {method}")))
-        }
-    };
-    match rest {
-        "/status" => expect(Method::GET).map(|()| Request::Status),
-        "/vips" => expect(Method::GET).map(|()| Request::Vips),
-        "/stats" => expect(Method::GET).map(|()| Request::Stats),
-        "/backends" if method == Method::GET => {
-            let vip = query.as_deref().map(|q| query_param(q, "vip")).transpose()?.flatten();
-            Ok(Request::Backends { vip })
-        }
-        "/backends" => {
-            expect(Method::POST)?;
-            Ok(Request::Add(body::<BackendRequest>(req).await?))
-        }
-        "/backends/remove" => {
-            expect(Method::POST)?;
-            Ok(Request::Remove(body::<BackendRequest>(req).await?))
-        }
-        "/backends/drain" => {
-            expect(Method::POST)?;
-            Ok(Request::Drain(body::<BackendRequest>(req).await?))
-        }
-        "/explain" => {
-            expect(Method::POST)?;
-            Ok(Request::Explain(body::<ExplainRequest>(req).await?))
-        }
-        "/reload" => expect(Method::POST).map(|()| Request::Reload),
-        _ => Err(ApiError::new(ErrorKind::NotFound, format!("no such endpoint: {path}"))),
-    }
-}
-
-async fn body<T: DeserializeOwned>(req: hyper::Request<Incoming>) -> Result<T, ApiError> {
-    let bytes = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
-        .to_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
-}
-
-/// The value of `name` in a query string (percent-decoded).
-fn query_param(query: &str, name: &str) -> Result<Option<String>, ApiError> {
-    for pair in query.split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k == name {
-            return percent_decode(v).map(Some);
-        }
-    }
-    Ok(None)
-}
-
-fn percent_decode(s: &str) -> Result<String, ApiError> {
-    let bad = || ApiError::bad_request(format!("malformed query value {s:?}"));
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        match b {
-            b'%' => {
-                let hex = [bytes.next().ok_or_else(bad)?, bytes.next().ok_or_else(bad)?];
-                let hex = std::str::from_utf8(&hex).map_err(|_| bad())?;
-                out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad())
-}
-
-/// Percent-encodes a query value (for the client).
-pub fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -71,7 +71,7 @@ impl Daemon {
         };
         let dp: Box<dyn Dataplane> = Box::new(fake.clone());
         let task = tokio::spawn(async move {
-            daemon::run(config, dp, options, listener, None, async {
+            daemon::serve(config, daemon::Listeners::unix(listener), dp, options, async {
                 let _ = stopped.await;
             })
             .await

@@ -21,6 +21,14 @@ pub struct BackendRequest {
     pub weight: Option<u64>,
 }
 
+/// The query of `GET /v1/backends`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendsQuery {
+    /// Only this VIP's backends (name, `ADDR:PORT[/PROTOCOL]` or `ADDR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vip: Option<String>,
+}
+
 /// `POST /v1/explain`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

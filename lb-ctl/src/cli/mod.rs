@@ -1,3 +1,8 @@
-//! What the CLI prints: API answers as tables and text. `main.rs` parses the command line and
-//! calls the API; the rendering lives here so it can be tested.
+//! The command line: `args` defines it, `start` runs the daemon (`attach`, `proxy`), `local`
+//! runs the commands that need no daemon, `client` the ones that ask a running daemon, and
+//! `render` prints the daemon's answers (kept apart so it can be tested).
+pub mod args;
+pub mod client;
+pub mod local;
 pub mod render;
+pub mod start;

@@ -14,11 +14,6 @@ use serde::{Deserialize, Serialize};
 
 pub use validate::parse_duration;
 
-/// Default path of the control socket of interface `iface`.
-pub fn default_api_socket(iface: &str) -> PathBuf {
-    PathBuf::from(format!("/run/lb-ctl/{iface}{}.sock", crate::netns::suffix()))
-}
-
 /// Highest accepted backend weight. Weights are relative: a backend of weight 200 gets twice
 /// the ring slots of one of weight 100. Weight 0 means drained (no new flows).
 pub const MAX_WEIGHT: u32 = 65_535;
@@ -42,7 +37,7 @@ pub struct Config {
 /// `[daemon]`: settings of the whole balancer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DaemonSettings {
-    /// Control socket; `None` means [`default_api_socket`] of the interface.
+    /// Control socket; `None` means [`crate::paths::api_socket`] of the interface.
     pub api_socket: Option<PathBuf>,
     /// Optional TCP admin listener (same API, no authentication): loopback unless
     /// `api_tcp_allow_remote = true`.
@@ -312,7 +307,7 @@ impl Config {
 
     /// The control socket path for interface `iface`.
     pub fn api_socket(&self, iface: &str) -> PathBuf {
-        self.daemon.api_socket.clone().unwrap_or_else(|| default_api_socket(iface))
+        self.daemon.api_socket.clone().unwrap_or_else(|| crate::paths::api_socket(iface))
     }
 }
 

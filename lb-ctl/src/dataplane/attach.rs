@@ -1,51 +1,35 @@
 //! Putting the balancer on an interface so that it outlives the daemon: maps *and* the XDP link
-//! are pinned under a per-interface bpffs directory. A restarted daemon reuses the maps
-//! (connection table included) and swaps its freshly loaded program into the pinned link
-//! atomically, so packets never see a gap; `detach` unpins everything, which removes the
-//! program. The same for the DSR decapsulator on backends.
+//! are pinned under a per-interface bpffs directory ([`crate::paths`]). A restarted daemon
+//! reuses the maps (connection table included) and swaps its freshly loaded program into the
+//! pinned link atomically, so packets never see a gap; `detach` unpins everything, which
+//! removes the program, and the saved ids with it. The same for the DSR decapsulator on
+//! backends.
 use std::mem::size_of;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use aya::maps::MapInfo;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{XdpMode, xdp::XdpLink};
-use lb_common::backend::Backend;
 use ipnet::Ipv4Net;
+use lb_common::backend::Backend;
 use lb_common::flow::{ForwardSet, ReverseSet, flow_sets};
 use lb_common::limits::MAX_VIPS;
 use lb_common::vip::{VipInfo, VipKey};
 use lb_common::{map_names, program_names};
 
 use super::load::{self, AttachMode, LoadOptions};
-use super::maps::AyaDataplane;
+use super::aya::AyaDataplane;
 use super::{DataplaneError, Result};
+use crate::paths::{self, AttachPaths};
 
-/// Where lb-ctl pins things: one directory per interface.
-pub const BPFFS_ROOT: &str = "/sys/fs/bpf/lb-ctl";
 /// The pinned XDP link's file name inside a pin directory.
 const LINK: &str = "link";
-/// The attach mode of a pinned link, which the link itself does not tell: recorded beside
-/// the daemon's other run-time files (bpffs holds only BPF objects).
-fn mode_file(dir: &Path) -> PathBuf {
-    let name = dir.file_name().map_or_else(|| "lb".into(), |n| n.to_string_lossy().into_owned());
-    Path::new("/run/lb-ctl").join(format!("{name}.xdp-mode"))
-}
-
-/// bpffs directory of the balancer on `iface` (of the caller's network namespace).
-pub fn pin_dir(iface: &str) -> PathBuf {
-    Path::new(BPFFS_ROOT).join(format!("{iface}{}", crate::netns::suffix()))
-}
-
-/// bpffs directory of the decapsulator on `iface` (of the caller's network namespace).
-pub fn decap_pin_dir(iface: &str) -> PathBuf {
-    Path::new(BPFFS_ROOT).join(format!("decap-{iface}{}", crate::netns::suffix()))
-}
 
 /// How to open the balancer.
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
     pub mode: AttachMode,
-    pub pin_dir: PathBuf,
+    pub paths: AttachPaths,
     pub ring_size: u32,
     pub flow_table_size: u32,
 }
@@ -61,6 +45,18 @@ pub struct Opened {
     pub reused_maps: bool,
     /// A pinned link existed and now runs the new program (no detach in between).
     pub replaced_program: bool,
+}
+
+impl Opened {
+    /// The mode as shown to operators.
+    pub fn mode_name(&self) -> &'static str {
+        match self.mode {
+            XdpMode::Skb => "skb",
+            XdpMode::Driver => "native",
+            XdpMode::Hardware => "offload",
+            XdpMode::Default => "default",
+        }
+    }
 }
 
 fn err(what: impl std::fmt::Display) -> DataplaneError {
@@ -121,25 +117,43 @@ fn check_pinned(dir: &Path, ring_size: u32, flow_table_size: u32) -> Result<bool
     Ok(found)
 }
 
-/// Loads the balancer with its maps pinned in (or reused from) `options.pin_dir` and puts it
-/// on `iface`: into the pinned link if there is one, else attached anew and pinned.
+/// Loads the balancer with its maps pinned in (or reused from) `options.paths.pin_dir` and puts
+/// it on `iface`: into the pinned link if there is one, else attached anew and pinned. In
+/// `auto` mode a driver that refuses native XDP gets the program in skb mode, with a warning
+/// saying why.
 pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
     ensure_bpffs()?;
-    let reused_maps = check_pinned(&options.pin_dir, options.ring_size, options.flow_table_size)?;
+    let pin_dir = &options.paths.pin_dir;
+    let reused_maps = check_pinned(pin_dir, options.ring_size, options.flow_table_size)?;
     let mut ebpf = load::load_ingress(&LoadOptions {
-        pin_dir: Some(options.pin_dir.clone()),
+        pin_dir: Some(pin_dir.clone()),
         ring_size: options.ring_size,
         flow_table_size: options.flow_table_size,
     })?;
     let (mode, native_refused, replaced_program) =
-        put_on(&mut ebpf, program_names::INGRESS, iface, options.mode, &options.pin_dir)?;
-    Ok(Opened {
+        put_on(&mut ebpf, program_names::INGRESS, iface, options.mode, &options.paths)?;
+    let opened = Opened {
         dataplane: AyaDataplane::new(ebpf, options.ring_size),
         mode,
         native_refused,
         reused_maps,
         replaced_program,
-    })
+    };
+    if let Some(why) = &opened.native_refused {
+        tracing::warn!(
+            interface = iface,
+            reason = %why,
+            "the driver refused native XDP; attached in skb (generic) mode, which is slower"
+        );
+    }
+    tracing::info!(
+        interface = iface,
+        mode = opened.mode_name(),
+        reused_maps,
+        replaced_program,
+        "balancer on the interface"
+    );
+    Ok(opened)
 }
 
 /// Runs program `name` on `iface` through the link pinned in `dir`: replaces the program of an
@@ -149,8 +163,9 @@ fn put_on(
     name: &str,
     iface: &str,
     mode: AttachMode,
-    dir: &Path,
+    paths: &AttachPaths,
 ) -> Result<(XdpMode, Option<String>, bool)> {
+    let dir = &paths.pin_dir;
     let link_path = dir.join(LINK);
     if link_path.exists() {
         let program = load::program(ebpf, name)?;
@@ -159,7 +174,7 @@ fn put_on(
         let id = program.attach_to_link(link).map_err(|e| err(format!("replacing the program on {iface}: {e}")))?;
         // The kernel keeps the link through its pin; this handle may go without detaching.
         let _ = program.take_link(id).map_err(err)?;
-        let skb = std::fs::read_to_string(mode_file(dir)).is_ok_and(|m| m.trim() == "skb");
+        let skb = std::fs::read_to_string(paths.mode_file()).is_ok_and(|m| m.trim() == "skb");
         return Ok((if skb { XdpMode::Skb } else { XdpMode::Driver }, None, true));
     }
     let attached = load::attach(ebpf, name, iface, mode)?;
@@ -170,31 +185,36 @@ fn put_on(
         std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
         fd_link.pin(&link_path).map_err(|e| err(format!("pinning {}: {e}", link_path.display())))?;
         let label = if attached.mode == XdpMode::Skb { "skb" } else { "native" };
-        let file = mode_file(dir);
-        let _ = std::fs::create_dir_all("/run/lb-ctl");
+        let file = paths.mode_file();
+        paths::create_private_dir(&paths.state_dir).map_err(|e| err(format!("{}: {e}", paths.state_dir.display())))?;
         std::fs::write(&file, label).map_err(|e| err(format!("{}: {e}", file.display())))?;
     }
     Ok((attached.mode, attached.native_refused, false))
 }
 
-/// Takes the balancer off `iface`: unpins the link (the program stops) and the maps (the
-/// connection table goes).
-pub fn detach(dir: &Path) -> Result<()> {
-    unpin_link(dir)?;
-    load::remove_pins(dir).map_err(|e| err(format!("{}: {e}", dir.display())))
+/// Takes the balancer off: unpins the link (the program stops) and the maps (the connection
+/// table goes), and removes its run-time files (attach mode, saved ids).
+pub fn detach(paths: &AttachPaths) -> Result<()> {
+    unpin_link(paths)?;
+    load::remove_pins(&paths.pin_dir).map_err(|e| err(format!("{}: {e}", paths.pin_dir.display())))?;
+    remove_if_present(&paths.ids_file())
 }
 
-fn unpin_link(dir: &Path) -> Result<()> {
-    let link_path = dir.join(LINK);
+fn remove_if_present(file: &Path) -> Result<()> {
+    match std::fs::remove_file(file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(format!("{}: {e}", file.display()))),
+        _ => Ok(()),
+    }
+}
+
+fn unpin_link(paths: &AttachPaths) -> Result<()> {
+    let link_path = paths.pin_dir.join(LINK);
     if link_path.exists() {
         let pinned = PinnedLink::from_pin(&link_path).map_err(|e| err(format!("{}: {e}", link_path.display())))?;
         // Dropping the last reference after unpinning detaches the program.
         drop(pinned.unpin().map_err(|e| err(format!("{}: {e}", link_path.display())))?);
     }
-    match std::fs::remove_file(mode_file(dir)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(format!("{}: {e}", dir.display()))),
-        _ => Ok(()),
-    }
+    remove_if_present(&paths.mode_file())
 }
 
 /// Puts the DSR decapsulator on `iface` (a backend's interface), pinned so it stays after
@@ -202,12 +222,12 @@ fn unpin_link(dir: &Path) -> Result<()> {
 /// got and, for auto mode's fallback, why.
 pub fn attach_decap(iface: &str, mode: AttachMode, sources: &[Ipv4Net]) -> Result<(XdpMode, Option<String>)> {
     ensure_bpffs()?;
-    let dir = decap_pin_dir(iface);
+    let paths = AttachPaths::decap(iface);
     let mut ebpf = load::load_decap()?;
     load::allow_decap_sources(&mut ebpf, sources)?;
-    let (mode, refused, _) = put_on(&mut ebpf, program_names::DECAP, iface, mode, &dir)?;
+    let (mode, refused, _) = put_on(&mut ebpf, program_names::DECAP, iface, mode, &paths)?;
     if let Some(map) = ebpf.map(map_names::DECAP_COUNTERS) {
-        let path = dir.join(map_names::DECAP_COUNTERS);
+        let path = paths.pin_dir.join(map_names::DECAP_COUNTERS);
         if !path.exists() {
             map.pin(&path).map_err(|e| err(format!("pinning {}: {e}", path.display())))?;
         }
@@ -217,16 +237,17 @@ pub fn attach_decap(iface: &str, mode: AttachMode, sources: &[Ipv4Net]) -> Resul
 
 /// Takes the decapsulator off `iface`.
 pub fn detach_decap(iface: &str) -> Result<()> {
-    detach_decap_dir(&decap_pin_dir(iface))
+    detach_decap_at(&AttachPaths::decap(iface))
 }
 
-/// Takes off the decapsulator pinned in `dir`.
-pub fn detach_decap_dir(dir: &Path) -> Result<()> {
-    let dir = dir.to_path_buf();
-    unpin_link(&dir)?;
-    let _ = std::fs::remove_file(dir.join(map_names::DECAP_COUNTERS));
-    match std::fs::remove_dir(&dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(format!("{}: {e}", dir.display()))),
+/// Takes off the decapsulator pinned at `paths`.
+pub fn detach_decap_at(paths: &AttachPaths) -> Result<()> {
+    unpin_link(paths)?;
+    let _ = std::fs::remove_file(paths.pin_dir.join(map_names::DECAP_COUNTERS));
+    match std::fs::remove_dir(&paths.pin_dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(err(format!("{}: {e}", paths.pin_dir.display())))
+        }
         _ => Ok(()),
     }
 }

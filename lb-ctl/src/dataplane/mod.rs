@@ -1,8 +1,9 @@
 //! The data plane as the rest of lb-ctl sees it: the operations on the BPF maps. The daemon's
 //! single map writer holds one `Box<dyn Dataplane>`; nothing else writes maps.
 //!
-//! `maps::AyaDataplane` is the real one (loaded XDP program); `fake::FakeDataplane` keeps the
-//! same state in memory for unit tests without root.
+//! `aya::AyaDataplane` is the real one (loaded XDP program), a thin layer of syscalls;
+//! `memory::MemoryDataplane` keeps the same state in memory, for `lb-ctl proxy` (no XDP) and
+//! for tests without root.
 use std::collections::HashMap;
 
 use lb_common::backend::Backend;
@@ -13,9 +14,9 @@ use lb_common::vip::{VipInfo, VipKey};
 
 mod array_mmap;
 pub mod attach;
-pub mod fake;
+pub mod aya;
 pub mod load;
-pub mod maps;
+pub mod memory;
 pub mod objects;
 mod rings_mmap;
 
@@ -27,7 +28,7 @@ pub enum DataplaneError {
     Map {
         map: &'static str,
         #[source]
-        source: aya::maps::MapError,
+        source: ::aya::maps::MapError,
     },
     /// An id or index is outside the map's size.
     #[error("{what} {index} is out of range (limit {limit})")]

@@ -5,7 +5,7 @@
 //! calls and health transitions. Every change is checked before it is made: a refused change
 //! leaves the state as it was. Only the daemon's writer task holds a `State`.
 pub mod ids;
-pub mod maps;
+pub mod plan;
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -3,7 +3,7 @@ use std::path::Path;
 use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE};
 use lb_common::config::port_flags;
 
-use super::maps::{Applier, MapContents};
+use super::plan::{Applier, MapContents};
 use super::*;
 use crate::testing::{Op, SharedFake};
 
@@ -88,9 +88,9 @@ fn first_apply_writes_everything_in_a_safe_order() {
     let g = dp.lock();
     assert_eq!(g.fake.config.ring_size, RING);
     let web = state.find_vip("web").unwrap();
-    let info = g.fake.vips[&maps::vip_key(web)];
+    let info = g.fake.vips[&plan::vip_key(web)];
     assert_eq!(info.id, web.id);
-    assert_eq!(maps::vip_key(web).port, 80u16.to_be(), "ports are stored in network order");
+    assert_eq!(plan::vip_key(web).port, 80u16.to_be(), "ports are stored in network order");
     let b = g.fake.backends[&web.backends[0].id];
     assert_eq!(
         (b.addr[..4].to_vec(), b.port, b.flags),
@@ -106,8 +106,8 @@ fn first_apply_writes_everything_in_a_safe_order() {
     assert_eq!(g.fake.port_flags.get(&8080), Some(&port_flags::NAT_BACKEND_TCP));
     assert_eq!(g.fake.port_flags.len(), 3);
     let dns = state.find_vip("dns").unwrap();
-    assert_eq!(g.fake.vips[&maps::vip_key(dns)].forwarding, lb_common::vip::forwarding::DSR_IPIP);
-    assert_eq!(g.fake.vips[&maps::vip_key(dns)].encap_source[..4], [198, 51, 100, 254]);
+    assert_eq!(g.fake.vips[&plan::vip_key(dns)].forwarding, lb_common::vip::forwarding::DSR_IPIP);
+    assert_eq!(g.fake.vips[&plan::vip_key(dns)].encap_source[..4], [198, 51, 100, 254]);
 }
 
 #[test]

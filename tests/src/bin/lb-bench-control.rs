@@ -156,7 +156,7 @@ impl Drop for Daemon {
             .arg(self.dir.join("state"))
             .output();
         if self.pins.exists() {
-            let _ = lb_ctl::dataplane::attach::detach(&self.pins);
+            let _ = lb_ctl::dataplane::attach::detach(&lb_ctl::paths::AttachPaths::balancer("lo", Some(self.pins.clone()), Some(self.dir.join("state"))));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -1,4 +1,5 @@
-//! An in-memory [`Dataplane`] for unit tests: records what the writer did, no root needed.
+//! An in-memory [`Dataplane`]: the maps' contents in plain collections. `lb-ctl proxy` runs the
+//! daemon on it (no XDP: only `stats` and `explain` read it), and tests without root inspect it.
 use std::collections::HashMap;
 
 use lb_common::backend::{BACKEND_NONE, Backend};
@@ -13,7 +14,7 @@ use super::{Dataplane, DataplaneError, Result, keep_generation, next_generation}
 /// The maps' contents, kept in plain collections. Fields are public so tests can inspect them
 /// and plant flows or traffic.
 #[derive(Debug, Default, Clone)]
-pub struct FakeDataplane {
+pub struct MemoryDataplane {
     pub config: DataplaneConfig,
     pub vips: HashMap<VipKey, VipInfo>,
     pub backends: HashMap<u32, Backend>,
@@ -33,7 +34,7 @@ fn check(what: &'static str, index: u32, limit: u32) -> Result<()> {
     Ok(())
 }
 
-impl Dataplane for FakeDataplane {
+impl Dataplane for MemoryDataplane {
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {
         let generation = keep_generation(config.nexthop_generation, self.config.nexthop_generation);
         self.config = DataplaneConfig { nexthop_generation: generation, ..config };

@@ -1,0 +1,59 @@
+//! What the control API asks of the daemon, and what the daemon answers: the vocabulary shared
+//! by the HTTP server and whatever serves the requests ([`Service`], the daemon's writer).
+use std::future::Future;
+
+use super::ApiError;
+use super::types::{
+    BackendRequest, BackendView, Changed, ExplainRequest, ExplainView, ReloadView, StatsView, StatusView,
+    VipView,
+};
+
+/// A request to the daemon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Status,
+    Vips,
+    /// Backends of one VIP, or of all.
+    Backends {
+        vip: Option<String>,
+    },
+    Add(BackendRequest),
+    Remove(BackendRequest),
+    Drain(BackendRequest),
+    Stats,
+    Explain(ExplainRequest),
+    Reload,
+}
+
+/// The daemon's answer to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    Status(StatusView),
+    Vips(Vec<VipView>),
+    Backends(Vec<BackendView>),
+    Changed(Changed),
+    Stats(StatsView),
+    Explain(ExplainView),
+    Reloaded(ReloadView),
+}
+
+impl Response {
+    /// The JSON body of the answer.
+    pub fn to_json(&self) -> serde_json::Value {
+        let value = match self {
+            Response::Status(v) => serde_json::to_value(v),
+            Response::Vips(v) => serde_json::to_value(v),
+            Response::Backends(v) => serde_json::to_value(v),
+            Response::Changed(v) => serde_json::to_value(v),
+            Response::Stats(v) => serde_json::to_value(v),
+            Response::Explain(v) => serde_json::to_value(v),
+            Response::Reloaded(v) => serde_json::to_value(v),
+        };
+        value.expect("API views serialize to JSON")
+    }
+}
+
+/// Whatever answers API requests (the daemon's handle). The server knows only this.
+pub trait Service: Clone + Send + Sync + 'static {
+    fn call(&self, request: Request) -> impl Future<Output = Result<Response, ApiError>> + Send;
+}

@@ -1,0 +1,201 @@
+//! The command line: every subcommand and flag, with its help text.
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ipnet::Ipv4Net;
+
+use crate::dataplane::load::AttachMode;
+
+#[derive(Parser)]
+#[command(name = "lb-ctl", version, about = "XDP load balancer: daemon and control commands")]
+pub struct Cli {
+    /// Control socket of the daemon to talk to (or $LB_CTL_SOCKET).
+    #[arg(long, global = true)]
+    pub socket: Option<PathBuf>,
+    /// Interface whose daemon to talk to (its socket is /run/lb-ctl/IFACE.sock). Without this
+    /// or --socket, the only daemon running is used.
+    #[arg(long = "iface", short = 'i', global = true, value_name = "IFACE")]
+    pub daemon_iface: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the balancer on IFACE in the foreground until SIGTERM/SIGINT (SIGHUP reloads).
+    Attach(AttachArgs),
+    /// Check a configuration file and print its mistakes (file:line), without touching anything.
+    Validate {
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+    },
+    /// Re-read the configuration and apply only the difference; a file with mistakes changes
+    /// nothing.
+    Reload,
+    /// Take the balancer off IFACE: the XDP program (which keeps forwarding while the daemon
+    /// is stopped or restarting), its pinned maps with the connection table, and the saved
+    /// ids. Stop the daemon first.
+    Detach {
+        iface: String,
+        /// bpffs directory of the maps (default /sys/fs/bpf/lb-ctl/IFACE).
+        #[arg(long)]
+        pin_dir: Option<PathBuf>,
+        /// Directory of the saved ids, as given to attach (default /run/lb-ctl).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Backends of the VIPs.
+    #[command(subcommand)]
+    Backends(BackendsCommand),
+    /// The VIPs.
+    #[command(subcommand)]
+    Vips(VipsCommand),
+    /// The daemon's state at a glance.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counters of the data plane, per VIP and per backend.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which backend a flow from CLIENT would get, and why (connection table or ring slot).
+    Explain {
+        /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
+        vip: String,
+        /// ADDR, or ADDR:PORT (the port is needed to check the connection table and for
+        /// hash = "flow" VIPs).
+        client: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The DSR decapsulator for backends.
+    #[command(subcommand)]
+    Decap(DecapCommand),
+    /// Run the userspace proxy for the proxy VIPs of a configuration.
+    Proxy(ProxyArgs),
+}
+
+/// `lb-ctl proxy`: the proxy VIPs of a configuration, without XDP (and without root for
+/// unprivileged ports). The same daemon: health checks, reload, the backends API.
+#[derive(Args)]
+pub struct ProxyArgs {
+    /// Configuration file; every VIP in it must be a proxy VIP (protocol "http" or
+    /// forwarding "proxy").
+    #[arg(long, short = 'c')]
+    pub config: PathBuf,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Args)]
+pub struct AttachArgs {
+    /// Network interface to balance on (the one VIP traffic arrives on).
+    pub iface: String,
+    /// lb.toml (see lb.toml.example): checked whole before anything is attached.
+    #[arg(long, short = 'c')]
+    pub config: PathBuf,
+    /// native (driver), skb (generic), or auto: native, else skb with a warning saying why.
+    #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+    pub xdp_mode: XdpMode,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// A tracing filter: error, warn, info, debug, trace, or per module (lb_ctl=debug).
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+    /// bpffs directory to pin the maps in (default /sys/fs/bpf/lb-ctl/IFACE).
+    #[arg(long)]
+    pub pin_dir: Option<PathBuf>,
+    /// Directory of the saved ids (default /run/lb-ctl).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Test only: keep the maps in memory instead of loading the XDP program.
+    #[arg(long, hide = true)]
+    pub fake_dataplane: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum XdpMode {
+    /// Driver mode only.
+    Native,
+    /// Generic mode only.
+    Skb,
+    /// Native, falling back to skb with a warning.
+    Auto,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+pub enum BackendsCommand {
+    /// Add a backend (it takes traffic once healthy).
+    Add {
+        vip: String,
+        /// ADDR:PORT, or ADDR for the VIP's port.
+        address: String,
+        /// Relative weight, 0-65535 (default 100).
+        #[arg(long)]
+        weight: Option<u64>,
+    },
+    /// Remove a backend: its flows move to other backends.
+    Remove { vip: String, address: String },
+    /// Drain a backend: no new flows, established ones stay.
+    Drain { vip: String, address: String },
+    /// Backends with weight, health, state, traffic and active flows.
+    List {
+        vip: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum VipsCommand {
+    /// The VIPs with their forwarding, health summary and traffic.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum DecapCommand {
+    /// Attach the IPIP decapsulator to IFACE (on a DSR backend). It stays attached after this
+    /// command exits (pinned under /sys/fs/bpf/lb-ctl/decap-IFACE).
+    Attach {
+        iface: String,
+        /// Outer sources to accept IPIP from: the balancers' `encap_source` addresses, as
+        /// ADDR or PREFIX/LEN; repeat for more (0.0.0.0/0 accepts any source). IPIP from
+        /// elsewhere is left to the stack, unopened.
+        #[arg(long = "from", required = true, value_name = "PREFIX", value_parser = parse_prefix)]
+        from: Vec<Ipv4Net>,
+        #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+        xdp_mode: XdpMode,
+    },
+    /// Detach it.
+    Detach { iface: String },
+}
+
+/// An IPv4 prefix (`198.51.100.0/24`) or a single address (`198.51.100.1`, as /32).
+pub fn parse_prefix(text: &str) -> Result<Ipv4Net, String> {
+    text.parse::<Ipv4Net>()
+        .or_else(|_| text.parse::<std::net::Ipv4Addr>().map(Ipv4Net::from))
+        .map_err(|_| format!("{text:?} is not an IPv4 address or prefix (like 198.51.100.1 or 198.51.100.0/24)"))
+}
+
+impl From<XdpMode> for AttachMode {
+    fn from(mode: XdpMode) -> AttachMode {
+        match mode {
+            XdpMode::Native => AttachMode::Native,
+            XdpMode::Skb => AttachMode::Skb,
+            XdpMode::Auto => AttachMode::Auto,
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Commands that talk to a running daemon over its control socket.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use super::args::{BackendsCommand, Command, VipsCommand};
+use super::render;
+use crate::api::client::{Client, ClientError};
+use crate::api::types::{BackendRequest, ExplainRequest};
+use crate::paths;
+
+/// The socket to talk to: --socket, $LB_CTL_SOCKET, --iface, or the only one in the run directory
+/// of this network namespace.
+pub fn find_socket(socket: Option<PathBuf>, iface: Option<String>) -> Result<PathBuf, String> {
+    if let Some(s) = socket.or_else(|| std::env::var_os("LB_CTL_SOCKET").map(PathBuf::from)) {
+        return Ok(s);
+    }
+    if let Some(i) = iface {
+        return Ok(paths::api_socket(&i));
+    }
+    let dir = Path::new(paths::RUN_DIR);
+    let sockets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| paths::is_own_socket(p)).collect())
+        .unwrap_or_default();
+    match sockets.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!(
+            "no daemon socket in {} (is `lb-ctl attach` running? or give --iface / --socket)",
+            dir.display()
+        )),
+        _ => Err(format!(
+            "several daemons run ({} sockets in {}): pick one with --iface",
+            sockets.len(),
+            dir.display()
+        )),
+    }
+}
+
+pub fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: Command) -> ExitCode {
+    let socket = match find_socket(socket, iface) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lb-ctl: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let client = Client::new(socket);
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("lb-ctl: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run_client(&client, command)) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e @ ClientError::Connect { .. }) => {
+            eprintln!("lb-ctl: {e} (is the daemon running? are you root?)");
+            ExitCode::from(3)
+        }
+        Err(e) => {
+            eprintln!("lb-ctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn json(value: &impl Serialize) -> String {
+    serde_json::to_string_pretty(value).expect("API answers serialize") + "\n"
+}
+
+async fn run_client(c: &Client, command: Command) -> Result<String, ClientError> {
+    let req = |vip: String, address: String, weight: Option<u64>| BackendRequest { vip, address, weight };
+    Ok(match command {
+        Command::Reload => format!("reloaded: {}\n", c.reload().await?.message),
+        Command::Backends(BackendsCommand::Add { vip, address, weight }) => {
+            c.add_backend(&req(vip, address, weight)).await?.message + "\n"
+        }
+        Command::Backends(BackendsCommand::Remove { vip, address }) => {
+            c.remove_backend(&req(vip, address, None)).await?.message + "\n"
+        }
+        Command::Backends(BackendsCommand::Drain { vip, address }) => {
+            c.drain_backend(&req(vip, address, None)).await?.message + "\n"
+        }
+        Command::Backends(BackendsCommand::List { vip, json: as_json }) => {
+            let list = c.backends(vip.as_deref()).await?;
+            if as_json { json(&list) } else { render::backends(&list) }
+        }
+        Command::Vips(VipsCommand::List { json: as_json }) => {
+            let list = c.vips().await?;
+            if as_json { json(&list) } else { render::vips(&list) }
+        }
+        Command::Status { json: as_json } => {
+            let s = c.status().await?;
+            if as_json { json(&s) } else { render::status(&s) }
+        }
+        Command::Stats { json: as_json } => {
+            let s = c.stats().await?;
+            if as_json { json(&s) } else { render::stats(&s) }
+        }
+        Command::Explain { vip, client, json: as_json } => {
+            let e = c.explain(&ExplainRequest { vip, client }).await?;
+            if as_json { json(&e) } else { render::explain(&e) }
+        }
+        Command::Attach(_)
+        | Command::Validate { .. }
+        | Command::Detach { .. }
+        | Command::Decap(_)
+        | Command::Proxy { .. } => unreachable!("handled without the daemon"),
+    })
+}

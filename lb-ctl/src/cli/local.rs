@@ -1,0 +1,64 @@
+//! Commands that run here, without a daemon: `validate`, `detach`, `decap`.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+
+use super::args::DecapCommand;
+use crate::config::Config;
+use crate::dataplane::attach::{self, attach_decap, detach_decap};
+use crate::paths::{self, AttachPaths};
+
+pub fn validate(path: &Path) -> anyhow::Result<ExitCode> {
+    match Config::load(path) {
+        Ok(c) => {
+            let backends: usize = c.vips.iter().map(|v| v.backends.len()).sum();
+            println!("{}: ok ({} VIPs, {backends} backends)", path.display(), c.vips.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Removes the pins and saved ids of a stopped daemon. `socket` is the daemon's control socket
+/// when it is not the default one (`--socket`): a daemon still answering there is not detached.
+pub fn detach(
+    iface: &str,
+    pin_dir: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    socket: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let socket = socket.unwrap_or_else(|| paths::api_socket(iface));
+    if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+        bail!(
+            "the daemon on {iface} is running ({}); stop it first (systemctl stop lb-ctl@{iface})",
+            socket.display()
+        );
+    }
+    let paths = AttachPaths::balancer(iface, pin_dir, state_dir);
+    attach::detach(&paths).with_context(|| format!("detaching from {iface} ({})", paths.pin_dir.display()))?;
+    println!("{iface}: pinned maps and saved ids removed");
+    Ok(())
+}
+
+pub fn decap(command: DecapCommand) -> anyhow::Result<()> {
+    match command {
+        DecapCommand::Attach { iface, from, xdp_mode } => {
+            let (mode, native_refused) = attach_decap(&iface, xdp_mode.into(), &from)
+                .with_context(|| format!("attaching the decapsulator to {iface}"))?;
+            if let Some(why) = native_refused {
+                eprintln!("lb-ctl: warning: native XDP refused on {iface} ({why}); using skb mode");
+            }
+            println!("decapsulator attached to {iface} ({})", if mode == aya::programs::XdpMode::Skb { "skb" } else { "native" });
+        }
+        DecapCommand::Detach { iface } => {
+            detach_decap(&iface).with_context(|| format!("detaching the decapsulator from {iface}"))?;
+            println!("decapsulator detached from {iface}");
+        }
+    }
+    Ok(())
+}
+

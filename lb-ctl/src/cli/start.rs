@@ -1,0 +1,127 @@
+//! Commands that run the daemon in the foreground: `attach` (XDP, and the proxy VIPs) and
+//! `proxy` (proxy VIPs only, no XDP).
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+
+use super::args::{AttachArgs, LogFormat, ProxyArgs};
+use crate::config::Config;
+use crate::daemon::{self, Listeners};
+use crate::dataplane::Dataplane;
+use crate::dataplane::attach::{self, OpenOptions};
+use crate::dataplane::memory::MemoryDataplane;
+use crate::paths::{self, AttachPaths};
+use crate::state::IdSnapshot;
+
+fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    Ok(())
+}
+
+pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format, &args.log_level)?;
+    // The whole file is checked before anything is touched.
+    let config = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => bail!("{} has mistakes, nothing was attached:\n{e}", args.config.display()),
+    };
+    let iface = args.iface.clone();
+    let paths = AttachPaths::balancer(&iface, args.pin_dir.clone(), args.state_dir.clone());
+    check_pinned_ring_size(&paths, &config, &iface)?;
+    let socket = config.api_socket(&iface);
+    let options = daemon::Options { interface: iface.clone(), xdp_mode: None, ids_file: Some(paths.ids_file()) };
+    let memory = args.fake_dataplane;
+    run(config, socket, options, move |config| {
+        paths::create_private_dir(&paths.state_dir)
+            .with_context(|| format!("creating {}", paths.state_dir.display()))?;
+        if memory {
+            tracing::warn!("test mode: in-memory maps, no XDP program");
+            return Ok((Box::new(MemoryDataplane::default()), None));
+        }
+        let options = OpenOptions {
+            mode: args.xdp_mode.into(),
+            paths,
+            ring_size: config.daemon.ring_size,
+            flow_table_size: config.daemon.flow_table_size,
+        };
+        let opened = attach::open(&iface, &options).with_context(|| format!("attaching the balancer to {iface}"))?;
+        let mode = opened.mode_name().to_string();
+        Ok((Box::new(opened.dataplane), Some(mode)))
+    })
+}
+
+pub fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format, &args.log_level)?;
+    let config = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => bail!("{} has mistakes, nothing was started:\n{e}", args.config.display()),
+    };
+    if let Some(v) = config.vips.iter().find(|v| v.forwarding.is_xdp()) {
+        bail!(
+            "{}: VIP {} is forwarded by XDP (forwarding = \"{}\"); `lb-ctl proxy` serves proxy VIPs only \
+             (use `lb-ctl attach IFACE` for XDP VIPs: it runs the proxy VIPs too)",
+            args.config.display(),
+            v.label(),
+            v.forwarding.as_str()
+        );
+    }
+    let socket = config.daemon.api_socket.clone().unwrap_or_else(paths::proxy_socket);
+    let options = daemon::Options { interface: "proxy".into(), xdp_mode: None, ids_file: None };
+    // No XDP: the map writer writes to memory, which only `stats` and `explain` read.
+    run(config, socket, options, |_| Ok((Box::new(MemoryDataplane::default()), None)))
+}
+
+/// The data plane a command runs the daemon with, and its attach mode if it is XDP.
+type Opened = (Box<dyn Dataplane>, Option<String>);
+
+/// Runs the daemon until SIGTERM/SIGINT: binds the control socket (and admin TCP port), then
+/// opens the data plane with `open`, then serves.
+fn run(
+    config: Config,
+    socket: PathBuf,
+    mut options: daemon::Options,
+    open: impl FnOnce(&Config) -> anyhow::Result<Opened>,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async move {
+        let unix = crate::api::server::bind_unix(&socket)
+            .with_context(|| format!("binding the control socket {}", socket.display()))?;
+        let mut listeners = Listeners::unix(unix);
+        if let Some(addr) = config.daemon.api_tcp {
+            let tcp = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the admin TCP port {addr}"))?;
+            listeners.tcp = Some(tcp);
+        }
+        let (dataplane, mode) = open(&config)?;
+        options.xdp_mode = mode;
+        daemon::serve(config, listeners, dataplane, options, daemon::termination())
+            .await
+            .context("writing the initial map contents")?;
+        Ok(())
+    })
+}
+
+/// Pinned maps are sized for one ring size: a daemon with another cannot reuse them.
+fn check_pinned_ring_size(paths: &AttachPaths, config: &Config, iface: &str) -> anyhow::Result<()> {
+    if !paths.pin_dir.join(lb_common::map_names::RINGS).exists() {
+        return Ok(());
+    }
+    let Ok(text) = std::fs::read_to_string(paths.ids_file()) else { return Ok(()) };
+    let Ok(ids) = serde_json::from_str::<IdSnapshot>(&text) else { return Ok(()) };
+    match ids.ring_size {
+        Some(pinned) if pinned != config.daemon.ring_size => bail!(
+            "the maps pinned in {} were written with ring_size {pinned}, the configuration asks for {}; \
+             keep {pinned}, or run `lb-ctl detach {iface}` first (established flows are then lost)",
+            paths.pin_dir.display(),
+            config.daemon.ring_size
+        ),
+        _ => Ok(()),
+    }
+}

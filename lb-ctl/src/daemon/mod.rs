@@ -1,0 +1,198 @@
+//! The daemon: one writer owns the data plane and the desired state, and handles every change
+//! — API calls, reloads, health transitions — one message at a time, in arrival order.
+//!
+//! The writer runs on a blocking thread of the tokio runtime (map syscalls and Maglev builds
+//! block) and receives [`Command`]s on one channel; the API server and the health checkers
+//! only send messages. Every change is made on a copy of the state, applied as a map
+//! difference, and kept only if the data plane accepted it.
+mod explain;
+mod serve;
+mod views;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, oneshot};
+
+pub use serve::{Listeners, serve, termination};
+
+use crate::api::{ApiError, Request, Response, Service};
+use crate::config::Config;
+use crate::dataplane::{Dataplane, DataplaneError};
+use crate::health::{self, Checkers};
+use crate::state::plan::{Applier, ApplyReport, MapContents};
+use crate::state::{IdSnapshot, State, StateError};
+use writer::Writer;
+
+enum Command {
+    Call(Request, oneshot::Sender<Result<Response, ApiError>>),
+    Health(health::Event),
+    /// Time to start a new next-hop cache generation (every `nexthop_ttl`).
+    RefreshNextHops,
+    Stop,
+}
+
+/// A failure to start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The configuration does not fit the ids available.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// Writing the initial map contents failed.
+    #[error("writing the maps: {0}")]
+    Dataplane(#[from] DataplaneError),
+}
+
+/// How to reach the writer; cheap to clone.
+#[derive(Clone)]
+pub struct DaemonHandle {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl DaemonHandle {
+    /// Sends `request` to the writer and waits for its answer.
+    pub async fn call(&self, request: Request) -> Result<Response, ApiError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Call(request, reply))
+            .map_err(|_| ApiError::internal("the daemon is stopping"))?;
+        answer.await.map_err(|_| ApiError::internal("the daemon is stopping"))?
+    }
+}
+
+impl Service for DaemonHandle {
+    async fn call(&self, request: Request) -> Result<Response, ApiError> {
+        DaemonHandle::call(self, request).await
+    }
+}
+
+
+/// Settings that do not come from lb.toml.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The interface served (shown in the status).
+    pub interface: String,
+    /// How the program is attached (`native`, `skb`), shown in the status.
+    pub xdp_mode: Option<String>,
+    /// Where to keep the ids of VIPs and backends across restarts (next to the pinned maps);
+    /// `None` keeps them in memory only.
+    pub ids_file: Option<PathBuf>,
+}
+
+/// A started daemon: its writer is running.
+pub struct Daemon {
+    handle: DaemonHandle,
+    writer: Option<tokio::task::JoinHandle<Box<dyn Dataplane>>>,
+}
+
+impl Daemon {
+    /// Builds the state of `config`, writes it to `dataplane`, starts the health checkers and
+    /// the writer. Must be called from within a tokio runtime.
+    pub fn start(
+        config: Config,
+        mut dataplane: Box<dyn Dataplane>,
+        options: Options,
+    ) -> Result<Daemon, DaemonError> {
+        let previous = options.ids_file.as_deref().and_then(load_ids);
+        let (skeleton, mut applier) = match &previous {
+            Some(ids) => {
+                let skeleton = State::from_id_snapshot(ids);
+                let applier = Applier::assuming(MapContents::of(&skeleton));
+                (skeleton, applier)
+            }
+            None => (State::default(), Applier::default()),
+        };
+        let state = State::from_config(&config, &skeleton)?;
+        let report = applier.apply(&mut *dataplane, &MapContents::of(&state))?;
+        tracing::info!(
+            vips = state.vips.len(),
+            backends = state.vips.iter().map(|v| v.backends.len()).sum::<usize>(),
+            reused_ids = previous.is_some(),
+            changes = %describe(&report),
+            "maps written"
+        );
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sink_tx = tx.clone();
+        let sink: health::Sink = Arc::new(move |event| {
+            let _ = sink_tx.send(Command::Health(event));
+        });
+        if config.daemon.nexthop_ttl_ms > 0 {
+            let period = std::time::Duration::from_millis(config.daemon.nexthop_ttl_ms as u64);
+            let tick_tx = tx.clone();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(period);
+                ticks.tick().await;
+                loop {
+                    ticks.tick().await;
+                    if tick_tx.send(Command::RefreshNextHops).is_err() {
+                        break; // the writer has stopped
+                    }
+                }
+            });
+        }
+        let mut checkers = Checkers::new(tokio::runtime::Handle::current(), sink);
+        checkers.sync(&state);
+        let writer = Writer::new(dataplane, state, applier, checkers, config, options);
+        let writer = tokio::task::spawn_blocking(move || writer.run(rx));
+        Ok(Daemon { handle: DaemonHandle { tx }, writer: Some(writer) })
+    }
+
+    pub fn handle(&self) -> DaemonHandle {
+        self.handle.clone()
+    }
+
+    /// Stops the health checkers and the writer (after the messages already sent), and gives
+    /// back the data plane. The maps keep their contents: traffic keeps flowing.
+    pub async fn stop(mut self) -> Box<dyn Dataplane> {
+        let _ = self.handle.tx.send(Command::Stop);
+        let writer = self.writer.take().expect("a daemon is stopped once");
+        writer.await.expect("the writer does not panic")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.handle.tx.send(Command::Stop);
+    }
+}
+
+fn load_ids(path: &Path) -> Option<IdSnapshot> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read the saved ids; ids start afresh");
+            return None;
+        }
+    };
+    match serde_json::from_str(&text) {
+        Ok(ids) => Some(ids),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "saved ids are unreadable; ids start afresh");
+            None
+        }
+    }
+}
+
+/// A map apply report in words.
+pub fn describe(r: &ApplyReport) -> String {
+    if r.is_empty() {
+        return "no change".into();
+    }
+    let parts = [
+        (r.config, "config"),
+        (r.vips_upserted, "VIPs written"),
+        (r.vips_removed, "VIPs removed"),
+        (r.backends_upserted, "backends written"),
+        (r.backends_removed, "backends removed"),
+        (r.rings_written, "rings written"),
+        (r.port_flags, "port flags"),
+    ];
+    parts.iter().filter(|(n, _)| *n > 0).map(|(n, what)| format!("{n} {what}")).collect::<Vec<_>>().join(", ")
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}

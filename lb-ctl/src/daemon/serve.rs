@@ -1,0 +1,73 @@
+//! The daemon's run loop: the writer, the health checkers, the control API and SIGHUP reloads,
+//! until a shutdown future resolves. `lb-ctl attach` and `lb-ctl proxy` call [`serve`] with
+//! the sockets they bound and the data plane they opened; the tests call the same function.
+use tokio::net::{TcpListener, UnixListener};
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::{Daemon, DaemonError, Options};
+use crate::api::{self, Request};
+use crate::config::Config;
+use crate::dataplane::Dataplane;
+
+/// The sockets the control API is served on, bound before the data plane is opened (a second
+/// daemon for the same interface fails there, before it touches anything).
+pub struct Listeners {
+    pub unix: UnixListener,
+    /// The optional admin TCP port (`[daemon] api_tcp`).
+    pub tcp: Option<TcpListener>,
+    pub limits: api::server::Limits,
+}
+
+impl Listeners {
+    pub fn unix(unix: UnixListener) -> Listeners {
+        Listeners { unix, tcp: None, limits: api::server::Limits::default() }
+    }
+}
+
+/// Runs the daemon until `shutdown` resolves: writes the state of `config` to `dataplane`,
+/// starts the health checkers, serves the API, reloads on SIGHUP. Returns the data plane after
+/// a clean stop; the maps keep their contents, so an attached balancer keeps forwarding.
+pub async fn serve(
+    config: Config,
+    listeners: Listeners,
+    dataplane: Box<dyn Dataplane>,
+    options: Options,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Box<dyn Dataplane>, DaemonError> {
+    let interface = options.interface.clone();
+    tracing::info!(
+        interface = %interface,
+        xdp_mode = options.xdp_mode.as_deref().unwrap_or("none"),
+        config = %config.source.display(),
+        socket = ?listeners.unix.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())),
+        "started"
+    );
+    let daemon = Daemon::start(config, dataplane, options)?;
+    let handle = daemon.handle();
+    let reloads = tokio::spawn(async move {
+        let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading");
+            // The writer logs the outcome.
+            let _ = handle.call(Request::Reload).await;
+        }
+    });
+    api::server::serve(daemon.handle(), listeners.unix, listeners.tcp, listeners.limits, shutdown).await;
+    reloads.abort();
+    let dataplane = daemon.stop().await;
+    tracing::info!(interface = %interface, "stopped; an attached balancer keeps forwarding (`lb-ctl detach` removes it)");
+    Ok(dataplane)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn termination() {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    let which = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!("{which}: stopping");
+}

@@ -1,0 +1,275 @@
+//! The writer: the one task that owns the data plane and the desired state. Every change (API
+//! calls, reloads, health transitions) is made on a copy of the state, applied as a map
+//! difference, and kept only if the data plane accepted it.
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::{Command, Options, describe, unix_now};
+use crate::api::types::{Changed, ReloadView};
+use crate::api::{ApiError, Request, Response};
+use crate::config::{Config, ConfigError};
+use crate::dataplane::Dataplane;
+use crate::health::{self, Checkers};
+use crate::proxy::ProxyRuntime;
+use crate::state::plan::{Applier, ApplyReport, MapContents};
+use crate::state::{IdSnapshot, State, StateError};
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+enum ReloadError {
+    /// The file has mistakes.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The file changes settings that hold for the life of the maps.
+    #[error("{}", .0.join("\n"))]
+    Fixed(Vec<String>),
+    /// The new state does not fit (ids, ring).
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The data plane or the proxy refused it.
+    #[error(transparent)]
+    Apply(#[from] ApiError),
+}
+
+pub(super) struct Writer {
+    pub(super) dp: Box<dyn Dataplane>,
+    pub(super) state: State,
+    applier: Applier,
+    pub(super) checkers: Checkers,
+    /// The configuration in force (the last one loaded without mistakes).
+    pub(super) config: Config,
+    pub(super) options: Options,
+    pub(super) started: Instant,
+    pub(super) last_reload: Option<ReloadView>,
+    saved_ids: Option<IdSnapshot>,
+    /// The userspace proxy for proxy VIPs, started with the first of them.
+    pub(super) proxy: Option<ProxyRuntime>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Writer {
+    pub(super) fn new(
+        dp: Box<dyn Dataplane>,
+        state: State,
+        applier: Applier,
+        checkers: Checkers,
+        config: Config,
+        options: Options,
+    ) -> Writer {
+        let mut writer = Writer {
+            dp,
+            state,
+            applier,
+            checkers,
+            config,
+            options,
+            started: Instant::now(),
+            last_reload: None,
+            saved_ids: None,
+            proxy: None,
+            runtime: tokio::runtime::Handle::current(),
+        };
+        writer.save_ids();
+        writer
+    }
+
+    /// Brings the in-process proxy in line with `state` (starting it with the first proxy VIP).
+    fn sync_proxy(&mut self, state: &State) -> Result<(), ApiError> {
+        if self.proxy.is_none() {
+            if state.vips.iter().all(|v| v.forwarding.is_xdp()) {
+                return Ok(());
+            }
+            self.proxy = Some(ProxyRuntime::new(self.runtime.clone()).map_err(ApiError::internal)?);
+        }
+        let proxy = self.proxy.as_mut().expect("started above");
+        proxy.sync(state).map_err(|e| ApiError::internal(format!("proxy: {e}")))
+    }
+
+    pub(super) fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) -> Box<dyn Dataplane> {
+        let state = self.state.clone();
+        if let Err(e) = self.sync_proxy(&state) {
+            tracing::error!(error = %e, "the proxy VIPs could not start");
+        }
+        while let Some(command) = rx.blocking_recv() {
+            match command {
+                Command::Call(request, reply) => {
+                    let answer = self.handle(request);
+                    let _ = reply.send(answer);
+                }
+                Command::Health(event) => self.on_health(event),
+                Command::RefreshNextHops => {
+                    if let Err(e) = self.dp.refresh_next_hops() {
+                        tracing::warn!(error = %e, "could not start a new next-hop cache generation");
+                    }
+                }
+                Command::Stop => break,
+            }
+        }
+        self.checkers.stop();
+        if let Some(proxy) = &self.proxy {
+            proxy.shutdown(std::time::Duration::from_secs(5));
+        }
+        self.dp
+    }
+
+    fn handle(&mut self, request: Request) -> Result<Response, ApiError> {
+        match request {
+            Request::Status => Ok(Response::Status(self.status())),
+            Request::Vips => self.vips().map(Response::Vips),
+            Request::Backends { vip } => self.backends(vip.as_deref()).map(Response::Backends),
+            Request::Add(r) => {
+                self.change("added", |s| s.add_backend(&r.vip, &r.address, r.weight)).map(Response::Changed)
+            }
+            Request::Remove(r) => {
+                self.change("removed", |s| s.remove_backend(&r.vip, &r.address)).map(Response::Changed)
+            }
+            Request::Drain(r) => self
+                .change("draining: no new flows, established ones stay", |s| {
+                    s.drain_backend(&r.vip, &r.address)
+                })
+                .map(Response::Changed),
+            Request::Stats => self.stats().map(Response::Stats),
+            Request::Explain(r) => self.explain(&r).map(Response::Explain),
+            Request::Reload => {
+                let view = self.reload();
+                if !view.ok {
+                    return Err(ApiError::bad_request(view.message));
+                }
+                Ok(Response::Reloaded(view))
+            }
+        }
+    }
+
+    /// Makes `next` the state: applies its map difference, or, if the data plane refuses,
+    /// puts the maps back to the current state and keeps it.
+    fn commit(&mut self, next: State) -> Result<ApplyReport, ApiError> {
+        match self.applier.apply(&mut *self.dp, &MapContents::of(&next)) {
+            Ok(report) => {
+                if let Err(e) = self.sync_proxy(&next) {
+                    tracing::error!(error = %e, "proxy update failed; restoring the previous state");
+                    let previous = self.state.clone();
+                    if let Err(e2) = self.applier.apply(&mut *self.dp, &MapContents::of(&previous)) {
+                        tracing::error!(error = %e2, "restoring the previous map contents failed too");
+                    }
+                    let _ = self.sync_proxy(&previous);
+                    return Err(e);
+                }
+                self.state = next;
+                self.checkers.sync(&self.state);
+                self.save_ids();
+                Ok(report)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "map update failed; restoring the previous state");
+                if let Err(e2) = self.applier.apply(&mut *self.dp, &MapContents::of(&self.state)) {
+                    tracing::error!(error = %e2, "restoring the previous map contents failed too");
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// An API change: made on a copy of the state; refused changes leave everything as it was.
+    fn change(
+        &mut self,
+        done: &str,
+        f: impl FnOnce(&mut State) -> Result<u32, StateError>,
+    ) -> Result<Changed, ApiError> {
+        let mut next = self.state.clone();
+        let id = f(&mut next)?;
+        let (vip, backend) = match self.state.backend_by_id(id).or_else(|| next.backend_by_id(id)) {
+            Some((v, b)) => (v.label(), b.address),
+            None => return Err(ApiError::internal("backend vanished")),
+        };
+        let report = self.commit(next)?;
+        let message = format!("{vip}: backend {backend} {done}");
+        tracing::info!(vip = %vip, backend = %backend, via = "api", changes = %describe(&report), "{message}");
+        Ok(Changed { vip, backend, backend_id: id, message })
+    }
+
+    fn on_health(&mut self, event: health::Event) {
+        if !self.checkers.is_current(&event) {
+            return;
+        }
+        let mut next = self.state.clone();
+        if !next.set_health(event.backend_id, event.health) {
+            return;
+        }
+        match self.commit(next) {
+            Ok(report) => {
+                tracing::debug!(backend_id = event.backend_id, changes = %describe(&report), "health applied")
+            }
+            Err(e) => {
+                tracing::error!(backend_id = event.backend_id, error = %e, "health transition not applied")
+            }
+        }
+    }
+
+    fn reload(&mut self) -> ReloadView {
+        let result = self.try_reload();
+        let view = match result {
+            Ok(message) => {
+                tracing::info!(config = %self.config.source.display(), "reloaded: {message}");
+                ReloadView { at_unix: unix_now(), ok: true, message }
+            }
+            Err(message) => {
+                tracing::error!(config = %self.config.source.display(), "reload refused, nothing changed: {message}");
+                ReloadView {
+                    at_unix: unix_now(),
+                    ok: false,
+                    message: format!("reload refused, nothing changed:\n{message}"),
+                }
+            }
+        };
+        self.last_reload = Some(view.clone());
+        view
+    }
+
+    fn try_reload(&mut self) -> Result<String, ReloadError> {
+        let config = Config::load(&self.config.source)?;
+        let (old, new) = (&self.config.daemon, &config.daemon);
+        let fixed = [
+            ("ring_size", old.ring_size.to_string(), new.ring_size.to_string()),
+            ("flow_table_size", old.flow_table_size.to_string(), new.flow_table_size.to_string()),
+            ("api_socket", format!("{:?}", old.api_socket), format!("{:?}", new.api_socket)),
+            ("api_tcp", format!("{:?}", old.api_tcp), format!("{:?}", new.api_tcp)),
+        ];
+        let changed: Vec<String> = fixed
+            .iter()
+            .filter(|(_, a, b)| a != b)
+            .map(|(key, a, b)| {
+                format!(
+                    "{}: daemon.{key} cannot change without a restart (running {a}, file {b})",
+                    config.source.display()
+                )
+            })
+            .collect();
+        if !changed.is_empty() {
+            return Err(ReloadError::Fixed(changed));
+        }
+        let next = State::from_config(&config, &self.state)?;
+        let report = self.commit(next)?;
+        self.config = config;
+        Ok(describe(&report))
+    }
+
+    fn save_ids(&mut self) {
+        let Some(path) = &self.options.ids_file else { return };
+        let ids = self.state.id_snapshot();
+        if self.saved_ids.as_ref() == Some(&ids) {
+            return;
+        }
+        let tmp = path.with_extension("tmp");
+        let result = serde_json::to_vec(&ids)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        match result {
+            Ok(()) => self.saved_ids = Some(ids),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot save the ids; a restart may re-place flows")
+            }
+        }
+    }
+}
