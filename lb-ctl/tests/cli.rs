@@ -123,7 +123,7 @@ fn commands_and_exit_codes() {
     );
     assert_eq!(
         d.fails(&["backends", "add", "web", "198.51.100.4:8080", "--weight", "70000"]),
-        (1, "lb-ctl: weight 70000 is out of range (0-65535)\n".into())
+        (1, "lb-ctl: VIP \"web\": weight 70000 is out of range (0-65535)\n".into())
     );
     assert_eq!(d.fails(&["backends", "add", "web", "not-an-address"]).0, 1);
     // A malformed command line is clap's: exit 2.

@@ -27,6 +27,7 @@ pub use request::{Request, Response, Service};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json};
 
+use crate::config::rules::BackendRule;
 use crate::state::StateError;
 
 /// A refused or failed request; `status` is the HTTP status it is answered with.
@@ -62,13 +63,12 @@ impl From<StateError> for ApiError {
     fn from(e: StateError) -> ApiError {
         let status = match &e {
             StateError::UnknownVip(_) | StateError::UnknownBackend { .. } => StatusCode::NOT_FOUND,
-            StateError::DuplicateBackend { .. } | StateError::NoFreeId(..) | StateError::RingFull { .. } => {
-                StatusCode::CONFLICT
-            }
+            StateError::Rejected { rule: BackendRule::RingFull { .. }, .. }
+            | StateError::DuplicateBackend { .. }
+            | StateError::NoFreeId(..) => StatusCode::CONFLICT,
             StateError::AmbiguousVip { .. }
-            | StateError::WeightOutOfRange(_)
+            | StateError::Rejected { .. }
             | StateError::MalformedAddress(..)
-            | StateError::UnsupportedFamily { .. }
             | StateError::NotApplicable(_) => StatusCode::BAD_REQUEST,
         };
         ApiError::new(status, e.to_string())

@@ -225,7 +225,7 @@ async fn bad_requests_are_refused_and_change_nothing() {
         ),
         (
             refused(c.add_backend(&d.req("web", "198.51.100.9:8080", Some(70000))).await),
-            (400, "weight 70000 is out of range (0-65535)"),
+            (400, "VIP \"web\": weight 70000 is out of range (0-65535)"),
         ),
         (
             refused(c.remove_backend(&d.req("web", "198.51.100.9:8080", None)).await),

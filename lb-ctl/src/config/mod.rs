@@ -4,6 +4,7 @@
 //! reported as `FILE:LINE: what is wrong`, all of them at once, and a file with any mistake
 //! yields no [`Config`]. Every key is documented in `lb-ctl/lb.toml.example`.
 mod raw;
+pub mod rules;
 mod validate;
 
 use std::net::{IpAddr, SocketAddr};
@@ -69,9 +70,10 @@ impl Default for DaemonSettings {
     }
 }
 
-/// `[[vip]]`: one virtual service.
+/// What a VIP is, apart from its backends: the same for the file ([`VipConfig`]) and the
+/// running state (`state::VipState`), which both hold one.
 #[derive(Clone, Debug, PartialEq)]
-pub struct VipConfig {
+pub struct VipSpec {
     /// Optional name, usable wherever a VIP is referred to.
     pub name: Option<String>,
     pub address: IpAddr,
@@ -84,20 +86,45 @@ pub struct VipConfig {
     pub all_down: AllDownPolicy,
     /// The VIP's own health table (with defaults): what backends added at run time get.
     pub health: Option<HealthSpec>,
-    pub backends: Vec<BackendConfig>,
     /// `[vip.proxy]`: settings for the userspace proxy, kept raw (proxy VIPs only).
     pub proxy: Option<toml::Table>,
+}
+
+/// What identifies a VIP across reloads and restarts: address, port, wire protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct VipIdentity {
+    pub address: IpAddr,
+    pub port: u16,
+    pub ip_proto: u8,
+}
+
+impl VipSpec {
+    pub fn identity(&self) -> VipIdentity {
+        VipIdentity { address: self.address, port: self.port, ip_proto: self.protocol.ip_proto() }
+    }
+    /// How the VIP is named in messages: its name, or `ADDR:PORT/PROTOCOL`.
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.address_label())
+    }
+    /// `ADDR:PORT/PROTOCOL`.
+    pub fn address_label(&self) -> String {
+        format!("{}/{}", SocketAddr::new(self.address, self.port), self.protocol.as_str())
+    }
+}
+
+/// `[[vip]]`: one virtual service.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VipConfig {
+    pub spec: VipSpec,
+    pub backends: Vec<BackendConfig>,
     /// Line of the VIP's `address` key, for messages.
     pub line: usize,
 }
 
-impl VipConfig {
-    /// How the VIP is named in messages: its name, or `ADDR:PORT/PROTOCOL`.
-    pub fn label(&self) -> String {
-        match &self.name {
-            Some(name) => name.clone(),
-            None => format!("{}/{}", SocketAddr::new(self.address, self.port), self.protocol.as_str()),
-        }
+impl std::ops::Deref for VipConfig {
+    type Target = VipSpec;
+    fn deref(&self) -> &VipSpec {
+        &self.spec
     }
 }
 

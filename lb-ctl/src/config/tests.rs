@@ -112,8 +112,8 @@ fn bad_files_give_exact_messages() {
                 "{VIP}backends = [\n  {{ address = \"198.51.100.1\", weight = 70000 }},\n  {{ address = \"198.51.100.2\", weight = -1 }},\n]\n"
             ),
             &[
-                "lb.toml:6: vip \"web\": backend weight must be 0-65535, got 70000",
-                "lb.toml:7: vip \"web\": backend weight must be 0-65535, got -1",
+                "lb.toml:6: vip \"web\": backend weight 70000 is out of range (0-65535)",
+                "lb.toml:7: vip \"web\": backend weight -1 is out of range (0-65535)",
             ],
         ),
         (
@@ -185,7 +185,7 @@ fn bad_files_give_exact_messages() {
             "IPv6 backend of an XDP VIP",
             format!("{VIP}backends = [ {{ address = \"2001:db8::2\" }} ]\n"),
             &[
-                "lb.toml:5: vip \"web\": backend 2001:db8::2: IPv6 backends are not supported by the XDP data plane yet",
+                "lb.toml:5: vip \"web\": backend [2001:db8::2]:80: IPv6 backends are not supported by the XDP data plane yet",
             ],
         ),
         (

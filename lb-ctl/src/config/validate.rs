@@ -10,9 +10,10 @@ use lb_common::maglev::is_prime;
 use toml::Spanned;
 
 use super::raw::{RawBackend, RawDaemon, RawFile, RawHealth, RawVip};
+use super::rules;
 use super::{
     BackendConfig, CheckKind, Config, ConfigError, DEFAULT_WEIGHT, DaemonSettings, Forwarding, HashMode,
-    HealthKind, HealthSpec, MAX_FLOW_TABLE_SIZE, MAX_RING_SIZE, MAX_WEIGHT, Problem, Protocol, VipConfig,
+    HealthKind, HealthSpec, MAX_FLOW_TABLE_SIZE, MAX_RING_SIZE, Problem, Protocol, VipConfig, VipSpec,
     health_defaults,
 };
 
@@ -256,7 +257,8 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
     let mut backends = Vec::new();
     let mut seen = HashSet::new();
     for b in &v.backends {
-        let Some(backend) = backend(c, &at, b.get_ref(), port, forwarding, vip_health) else {
+        let vip_addr = address.zip(port).map(|(a, p)| SocketAddr::new(a, p));
+        let Some(backend) = backend(c, &at, b.get_ref(), vip_addr, forwarding, vip_health) else {
             continue;
         };
         if !seen.insert(backend.address) {
@@ -265,15 +267,8 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
         }
         backends.push(backend);
     }
-    if backends.len() as u64 > daemon.ring_size as u64 {
-        c.error(
-            v.address.span(),
-            format!(
-                "{at}: {} backends do not fit a ring of {} slots (raise daemon.ring_size)",
-                backends.len(),
-                daemon.ring_size
-            ),
-        );
+    if let Err(rule) = rules::ring_room(backends.len(), daemon.ring_size) {
+        c.error(v.address.span(), format!("{at}: {rule}"));
     }
     // The VIP's own check (its mistakes are reported once: problems are deduplicated).
     let own_health = vip_health.and_then(|h| health(c, &at, &[h]));
@@ -281,7 +276,7 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
     if c.problems.len() > before {
         return None;
     }
-    Some(VipConfig {
+    let spec = VipSpec {
         name: v.name.as_ref().map(|n| n.get_ref().clone()),
         address: address?,
         port: port?,
@@ -291,39 +286,32 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
         encap_source,
         all_down,
         health: own_health,
-        backends,
         proxy: v.proxy.as_ref().map(|p| p.get_ref().clone()),
-        line,
-    })
+    };
+    Some(VipConfig { spec, backends, line })
 }
 
 fn backend(
     c: &mut Checker<'_>,
     at: &str,
     b: &RawBackend,
-    vip_port: Option<u16>,
+    vip: Option<SocketAddr>,
     forwarding: Forwarding,
     vip_health: Option<&Spanned<RawHealth>>,
 ) -> Option<BackendConfig> {
     let before = c.problems.len();
     let ip = c.ip(&b.address, &format!("{at}: backend address"));
-    if forwarding.is_xdp()
-        && let Some(IpAddr::V6(_)) = ip
-    {
-        c.error(
-            b.address.span(),
-            format!(
-                "{at}: backend {}: IPv6 backends are not supported by the XDP data plane yet",
-                b.address.get_ref()
-            ),
-        );
-    }
     let port = match &b.port {
         Some(p) => c.int(p, 1..=65535, &format!("{at}: backend port")).map(|p| p as u16),
-        None => vip_port,
+        None => vip.map(|v| v.port()),
     };
+    if let (Some(ip), Some(port), Some(vip)) = (ip, port, vip)
+        && let Err(rule) = rules::address(forwarding, vip, SocketAddr::new(ip, port))
+    {
+        c.error(b.address.span(), format!("{at}: {rule}"));
+    }
     let weight = match &b.weight {
-        Some(w) => c.int(w, 0..=MAX_WEIGHT as i64, &format!("{at}: backend weight")).map(|w| w as u32),
+        Some(w) => rules::weight(*w.get_ref()).map_err(|rule| c.error(w.span(), format!("{at}: backend {rule}"))).ok(),
         None => Some(DEFAULT_WEIGHT),
     };
     let layers: Vec<&Spanned<RawHealth>> = vip_health.into_iter().chain(b.health.as_ref()).collect();

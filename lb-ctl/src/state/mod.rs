@@ -12,7 +12,9 @@ use std::net::{IpAddr, SocketAddr};
 use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{AllDownPolicy, Config, Forwarding, HashMode, HealthSpec, MAX_WEIGHT, Protocol};
+pub use crate::config::VipIdentity;
+use crate::config::rules::{self, BackendRule};
+use crate::config::{AllDownPolicy, Config, Forwarding, HashMode, HealthSpec, Protocol, VipSpec};
 use ids::IdAllocator;
 
 /// A refused change, or a reference to something that does not exist.
@@ -30,21 +32,15 @@ pub enum StateError {
     /// The VIP already has this backend.
     #[error("VIP {vip:?} already has backend {backend}")]
     DuplicateBackend { vip: String, backend: SocketAddr },
-    /// A weight outside `0..=MAX_WEIGHT`.
-    #[error("weight {0} is out of range (0-{MAX_WEIGHT})")]
-    WeightOutOfRange(u64),
+    /// The backend breaks a rule (weight, address).
+    #[error("VIP {vip:?}: {rule}")]
+    Rejected { vip: String, rule: BackendRule },
     /// An address that does not parse.
     #[error("malformed address {0:?}: expected {1}")]
     MalformedAddress(String, &'static str),
-    /// A backend the data plane cannot reach (IPv6 behind an XDP VIP).
-    #[error("VIP {vip:?} is served by XDP, which supports IPv4 backends only, not {backend}")]
-    UnsupportedFamily { vip: String, backend: SocketAddr },
     /// Every id is taken.
     #[error("no free {0} id (at most {1})")]
     NoFreeId(&'static str, u32),
-    /// More backends than the VIP's ring has slots.
-    #[error("VIP {vip:?} cannot have more backends than ring slots ({ring_size})")]
-    RingFull { vip: String, ring_size: u32 },
     /// The request does not apply to this VIP.
     #[error("{0}")]
     NotApplicable(String),
@@ -117,40 +113,19 @@ impl BackendState {
 pub struct VipState {
     /// Index of the VIP's ring in RINGS and of its counters in VIP_STATS.
     pub id: u32,
-    pub name: Option<String>,
-    pub address: IpAddr,
-    pub port: u16,
-    pub protocol: Protocol,
-    pub forwarding: Forwarding,
-    pub hash: HashMode,
-    pub encap_source: Option<IpAddr>,
-    pub all_down: AllDownPolicy,
-    /// The check given to backends added at run time.
-    pub health: Option<HealthSpec>,
-    pub proxy: Option<toml::Table>,
+    /// The VIP as configured; its health table is what backends added at run time get.
+    pub spec: VipSpec,
     pub backends: Vec<BackendState>,
 }
 
-/// What identifies a VIP across reloads and restarts: address, port, wire protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct VipIdentity {
-    pub address: IpAddr,
-    pub port: u16,
-    pub ip_proto: u8,
+impl std::ops::Deref for VipState {
+    type Target = VipSpec;
+    fn deref(&self) -> &VipSpec {
+        &self.spec
+    }
 }
 
 impl VipState {
-    pub fn identity(&self) -> VipIdentity {
-        VipIdentity { address: self.address, port: self.port, ip_proto: self.protocol.ip_proto() }
-    }
-    /// `name`, or `ADDR:PORT/PROTOCOL`.
-    pub fn label(&self) -> String {
-        self.name.clone().unwrap_or_else(|| self.address_label())
-    }
-    /// `ADDR:PORT/PROTOCOL`.
-    pub fn address_label(&self) -> String {
-        format!("{}/{}", SocketAddr::new(self.address, self.port), self.protocol.as_str())
-    }
     pub fn backend(&self, address: SocketAddr) -> Option<&BackendState> {
         self.backends.iter().find(|b| b.address == address)
     }
@@ -208,11 +183,7 @@ impl State {
         let mut vip_ids = previous.vip_ids.clone();
         let mut backend_ids = previous.backend_ids.clone();
         // Free what disappears first, so its ids count as used-then-freed for round-robin.
-        let identities: Vec<VipIdentity> = config
-            .vips
-            .iter()
-            .map(|v| VipIdentity { address: v.address, port: v.port, ip_proto: v.protocol.ip_proto() })
-            .collect();
+        let identities: Vec<VipIdentity> = config.vips.iter().map(|v| v.identity()).collect();
         for old in &previous.vips {
             let new = config.vips.iter().zip(&identities).find(|(_, id)| **id == old.identity());
             match new {
@@ -256,20 +227,7 @@ impl State {
                     origin: Origin::Config,
                 });
             }
-            vips.push(VipState {
-                id,
-                name: v.name.clone(),
-                address: v.address,
-                port: v.port,
-                protocol: v.protocol,
-                forwarding: v.forwarding,
-                hash: v.hash,
-                encap_source: v.encap_source,
-                all_down: v.all_down,
-                health: v.health.clone(),
-                proxy: v.proxy.clone(),
-                backends,
-            });
+            vips.push(VipState { id, spec: v.spec.clone(), backends });
         }
         Ok(State {
             ring_size: config.daemon.ring_size,
@@ -307,20 +265,22 @@ impl State {
             .iter()
             .map(|SavedVip { identity, id, backends }| VipState {
                 id: *id,
-                name: None,
-                address: identity.address,
-                port: identity.port,
-                protocol: if identity.ip_proto == lb_common::ip_proto::UDP {
-                    Protocol::Udp
-                } else {
-                    Protocol::Tcp
+                spec: VipSpec {
+                    name: None,
+                    address: identity.address,
+                    port: identity.port,
+                    protocol: if identity.ip_proto == lb_common::ip_proto::UDP {
+                        Protocol::Udp
+                    } else {
+                        Protocol::Tcp
+                    },
+                    forwarding: Forwarding::Nat,
+                    hash: HashMode::Ip,
+                    encap_source: None,
+                    all_down: AllDownPolicy::Forward,
+                    health: None,
+                    proxy: None,
                 },
-                forwarding: Forwarding::Nat,
-                hash: HashMode::Ip,
-                encap_source: None,
-                all_down: AllDownPolicy::Forward,
-                health: None,
-                proxy: None,
                 backends: backends
                     .iter()
                     .map(|(address, id)| BackendState {
@@ -390,20 +350,16 @@ impl State {
         let i = self.vip_index(vip)?;
         let v = &self.vips[i];
         let address = parse_backend(address, v.port)?;
-        let weight = match weight {
-            None => crate::config::DEFAULT_WEIGHT,
-            Some(w) if w <= MAX_WEIGHT as u64 => w as u32,
-            Some(w) => return Err(StateError::WeightOutOfRange(w)),
-        };
         if v.backend(address).is_some() {
             return Err(StateError::DuplicateBackend { vip: v.label(), backend: address });
         }
-        if v.forwarding.is_xdp() && address.is_ipv6() {
-            return Err(StateError::UnsupportedFamily { vip: v.label(), backend: address });
-        }
-        if v.backends.len() as u64 >= self.ring_size as u64 {
-            return Err(StateError::RingFull { vip: v.label(), ring_size: self.ring_size });
-        }
+        let rejected = |rule| StateError::Rejected { vip: v.label(), rule };
+        let weight = match weight {
+            None => crate::config::DEFAULT_WEIGHT,
+            Some(w) => rules::weight(i64::try_from(w).unwrap_or(i64::MAX)).map_err(rejected)?,
+        };
+        rules::address(v.forwarding, SocketAddr::new(v.address, v.port), address).map_err(rejected)?;
+        rules::ring_room(v.backends.len() + 1, self.ring_size).map_err(rejected)?;
         let id = self.backend_ids.alloc().ok_or(StateError::NoFreeId("backend", MAX_BACKENDS))?;
         let v = &mut self.vips[i];
         let check = v.health.clone();

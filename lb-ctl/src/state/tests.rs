@@ -196,11 +196,11 @@ fn bad_changes_are_refused_and_change_nothing() {
         ),
         (
             rig.state.add_backend("web", "198.51.100.9:8080", Some(65536)),
-            "weight 65536 is out of range (0-65535)",
+            "VIP \"web\": weight 65536 is out of range (0-65535)",
         ),
         (
             rig.state.add_backend("web", "[2001:db8::1]:80", None),
-            "VIP \"web\" is served by XDP, which supports IPv4 backends only, not [2001:db8::1]:80",
+            "VIP \"web\": backend [2001:db8::1]:80: IPv6 backends are not supported by the XDP data plane yet",
         ),
         (
             rig.state.remove_backend("web", "198.51.100.9:8080"),
