@@ -91,10 +91,10 @@ impl Dataplane for SharedFake {
         g.ops.push(Op::RemoveBackend(id));
         g.fake.remove_backend(id)
     }
-    fn write_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<()> {
+    fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
         let mut g = self.lock();
         g.ops.push(Op::WriteRing(vip_id));
-        g.fake.write_ring(vip_id, ring)
+        g.fake.write_ring_slots(vip_id, slots)
     }
     fn set_port_flags(&mut self, port: u16, flags: u32) -> Result<()> {
         let mut g = self.lock();

@@ -15,8 +15,8 @@ use super::array_mmap::ArrayMmap;
 use super::rings_mmap::RingsMmap;
 use super::{Dataplane, DataplaneError, Result, keep_generation, next_generation};
 
-/// The loaded balancer and what was last written to its rings (so rewrites touch only the
-/// slots that changed).
+/// The loaded balancer: map operations as syscalls (or stores into memory-mapped arrays). It
+/// keeps no record of what the maps hold beyond CONFIG; the planner (`state::plan`) does.
 pub struct AyaDataplane {
     ebpf: Ebpf,
     ring_size: u32,
@@ -24,7 +24,6 @@ pub struct AyaDataplane {
     config: DataplaneConfig,
     /// RINGS in our memory, when the map allows it.
     rings_mmap: Option<RingsMmap>,
-    rings: HashMap<u32, Vec<u32>>,
     /// Sets in the connection tables, as loaded.
     flow_sets: u32,
     /// The tables' hash seed: kept from reused maps, else random.
@@ -66,7 +65,7 @@ impl AyaDataplane {
             .and_then(|a| a.get(&0, 0).ok())
             .unwrap_or_default();
         let table_seed = if config.table_seed != 0 { config.table_seed } else { random_seed() };
-        Self { ebpf, ring_size, config, rings_mmap, rings: HashMap::new(), flow_sets, table_seed, flows_mmap }
+        Self { ebpf, ring_size, config, rings_mmap, flow_sets, table_seed, flows_mmap }
     }
 
     /// The FLOWS (and REVERSE_FLOWS) set `key` lives in.
@@ -188,34 +187,21 @@ impl Dataplane for AyaDataplane {
         self.upsert_backend(id, Backend::default())
     }
 
-    fn write_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<()> {
-        if ring.len() != self.ring_size as usize {
-            return Err(DataplaneError::OutOfRange {
-                what: "ring length",
-                index: ring.len() as u32,
-                limit: self.ring_size,
-            });
-        }
+    fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
         let base = vip_id * self.ring_size;
-        let previous = self.rings.remove(&vip_id);
+        if let Some(&(slot, _)) = slots.iter().find(|(slot, _)| *slot >= self.ring_size) {
+            return Err(DataplaneError::OutOfRange { what: "ring slot", index: slot, limit: self.ring_size });
+        }
         if let Some(mmap) = &self.rings_mmap {
-            for (slot, &id) in ring.iter().enumerate() {
-                let index = (base + slot as u32) as usize;
-                if mmap.get(index) != id {
-                    mmap.set(index, id);
-                }
+            for &(slot, id) in slots {
+                mmap.set((base + slot) as usize, id);
             }
-            self.rings.insert(vip_id, ring.to_vec());
             return Ok(());
         }
         let mut map = self.array_mut::<u32>(map_names::RINGS)?;
-        for (slot, &id) in ring.iter().enumerate() {
-            if previous.as_ref().is_some_and(|old| old[slot] == id) {
-                continue;
-            }
-            map.set(base + slot as u32, id, 0).map_err(map_err(map_names::RINGS))?;
+        for &(slot, id) in slots {
+            map.set(base + slot, id, 0).map_err(map_err(map_names::RINGS))?;
         }
-        self.rings.insert(vip_id, ring.to_vec());
         Ok(())
     }
 

@@ -65,12 +65,17 @@ impl Dataplane for MemoryDataplane {
         self.backends.insert(id, Backend::default());
         Ok(())
     }
-    fn write_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<()> {
+    fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
         check("VIP id", vip_id, MAX_VIPS)?;
-        let old = self.rings.entry(vip_id).or_insert_with(|| vec![BACKEND_NONE; ring.len()]);
-        old.resize(ring.len(), BACKEND_NONE);
-        self.ring_slot_writes += old.iter().zip(ring).filter(|(a, b)| a != b).count() as u64;
-        old.copy_from_slice(ring);
+        let size = self.config.ring_size;
+        let ring = self.rings.entry(vip_id).or_insert_with(|| vec![BACKEND_NONE; size as usize]);
+        for &(slot, id) in slots {
+            check("ring slot", slot, size)?;
+            if ring[slot as usize] != id {
+                ring[slot as usize] = id;
+                self.ring_slot_writes += 1;
+            }
+        }
         Ok(())
     }
     fn set_port_flags(&mut self, port: u16, flags: u32) -> Result<()> {

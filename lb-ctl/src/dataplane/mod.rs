@@ -56,9 +56,14 @@ pub trait Dataplane: Send {
     fn upsert_backend(&mut self, id: u32, backend: Backend) -> Result<()>;
     /// Marks backend `id` removed: flows pinned to it are re-placed on the ring.
     fn remove_backend(&mut self, id: u32) -> Result<()>;
-    /// Writes VIP `vip_id`'s ring (`ring.len()` must equal the configured ring size). Only
-    /// slots that differ from what was last written need a syscall.
-    fn write_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<()>;
+    /// Writes `(slot, backend id)` pairs of VIP `vip_id`'s ring. The planner sends only the
+    /// slots that changed: the data plane keeps no copy of the rings.
+    fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()>;
+    /// Writes VIP `vip_id`'s whole ring.
+    fn write_ring(&mut self, vip_id: u32, ring: &[u32]) -> Result<()> {
+        let slots: Vec<(u32, u32)> = ring.iter().enumerate().map(|(slot, &id)| (slot as u32, id)).collect();
+        self.write_ring_slots(vip_id, &slots)
+    }
     /// Sets the PORT_FLAGS pre-filter bits of one port.
     fn set_port_flags(&mut self, port: u16, flags: u32) -> Result<()>;
     /// Totals over CPUs of every named counter.

@@ -163,9 +163,10 @@ impl ApplyReport {
 /// failed syscall the next apply redoes exactly what is still missing.
 #[derive(Debug, Default)]
 pub struct Applier {
+    /// What the maps hold, rings as their inputs: the one record of the maps' contents.
     applied: MapContents,
-    /// Built rings, with what they were built from.
-    rings: BTreeMap<u32, (RingInput, Vec<u32>)>,
+    /// The rings built from `applied.rings`, as written.
+    built: BTreeMap<u32, Vec<u32>>,
 }
 
 impl Applier {
@@ -174,7 +175,7 @@ impl Applier {
     /// that the new state lacks are removed.
     pub fn assuming(mut contents: MapContents) -> Applier {
         contents.rings.clear();
-        Applier { applied: contents, rings: BTreeMap::new() }
+        Applier { applied: contents, built: BTreeMap::new() }
     }
 
     /// What the maps hold as far as this applier knows.
@@ -184,7 +185,29 @@ impl Applier {
 
     /// The ring last written for VIP `vip_id`.
     pub fn ring(&self, vip_id: u32) -> Option<&[u32]> {
-        self.rings.get(&vip_id).map(|(_, r)| r.as_slice())
+        self.built.get(&vip_id).map(Vec::as_slice)
+    }
+
+    /// Writes `ring` as VIP `vip_id`'s ring: only the slots that differ from the one built
+    /// before (every slot when none was). Returns whether anything was written.
+    fn write_ring(&mut self, dp: &mut dyn Dataplane, vip_id: u32, ring: Vec<u32>) -> Result<bool> {
+        let changed: Vec<(u32, u32)> = match self.built.get(&vip_id).filter(|old| old.len() == ring.len()) {
+            Some(old) => ring.iter().zip(old).enumerate().filter(|(_, (new, old))| new != old).map(|(slot, (new, _))| (slot as u32, *new)).collect(),
+            None => ring.iter().enumerate().map(|(slot, &id)| (slot as u32, id)).collect(),
+        };
+        if !changed.is_empty() {
+            dp.write_ring_slots(vip_id, &changed)?;
+        }
+        self.built.insert(vip_id, ring);
+        Ok(!changed.is_empty())
+    }
+
+    /// Empties VIP `vip_id`'s ring and forgets it.
+    fn clear_ring(&mut self, dp: &mut dyn Dataplane, vip_id: u32, size: u32) -> Result<()> {
+        self.write_ring(dp, vip_id, vec![BACKEND_NONE; size as usize])?;
+        self.built.remove(&vip_id);
+        self.applied.rings.remove(&vip_id);
+        Ok(())
     }
 
     pub fn apply(&mut self, dp: &mut dyn Dataplane, want: &MapContents) -> Result<ApplyReport> {
@@ -195,7 +218,7 @@ impl Applier {
             self.applied.config = want.config;
             report.config += 1;
             // Rings of another size must all be rebuilt.
-            self.rings.retain(|_, (_, ring)| ring.len() == size as usize);
+            self.built.retain(|_, ring| ring.len() == size as usize);
         }
         for (id, b) in &want.backends {
             if self.applied.backends.get(id) != Some(b) {
@@ -205,16 +228,12 @@ impl Applier {
             }
         }
         for (vip_id, input) in &want.rings {
-            if self.applied.rings.get(vip_id) == Some(input) && self.rings.contains_key(vip_id) {
+            if self.applied.rings.get(vip_id) == Some(input) && self.built.contains_key(vip_id) {
                 continue;
             }
-            let ring = input.build(size);
-            let unchanged = self.rings.get(vip_id).is_some_and(|(_, old)| *old == ring);
-            if !unchanged {
-                dp.write_ring(*vip_id, &ring)?;
+            if self.write_ring(dp, *vip_id, input.build(size))? {
                 report.rings_written += 1;
             }
-            self.rings.insert(*vip_id, (input.clone(), ring));
             self.applied.rings.insert(*vip_id, input.clone());
         }
         for (key, info) in &want.vips {
@@ -245,9 +264,7 @@ impl Applier {
             self.applied.vips.remove(&key);
             report.vips_removed += 1;
             if !want.rings.contains_key(&info.id) {
-                dp.write_ring(info.id, &vec![BACKEND_NONE; size as usize])?;
-                self.rings.remove(&info.id);
-                self.applied.rings.remove(&info.id);
+                self.clear_ring(dp, info.id, size)?;
                 report.rings_written += 1;
             }
         }
@@ -255,9 +272,7 @@ impl Applier {
         let stale: Vec<u32> =
             self.applied.rings.keys().filter(|id| !want.rings.contains_key(id)).copied().collect();
         for id in stale {
-            dp.write_ring(id, &vec![BACKEND_NONE; size as usize])?;
-            self.rings.remove(&id);
-            self.applied.rings.remove(&id);
+            self.clear_ring(dp, id, size)?;
             report.rings_written += 1;
         }
         let gone: Vec<u32> =
