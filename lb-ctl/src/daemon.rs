@@ -25,7 +25,8 @@ use crate::config::{Config, HashMode};
 use crate::dataplane::{Dataplane, DataplaneError};
 use crate::health::{self, Checkers};
 use crate::proxy::ProxyRuntime;
-use crate::state::maps::{Applier, ApplyReport, MapContents, ip_bytes, ring_input};
+use crate::state::maps::{Applier, ApplyReport, MapContents, ring_input};
+use lb_common::ip_bytes;
 use crate::state::{IdSnapshot, State, StateError, VipState};
 
 /// A request to the writer.
