@@ -106,6 +106,24 @@ pub const fn ipv4_octets(addr: &IpBytes) -> [u8; 4] {
     [addr[0], addr[1], addr[2], addr[3]]
 }
 
+/// An address in the maps' 16-byte form, with its family (`family::IPV4` or `IPV6`).
+pub fn ip_bytes(ip: core::net::IpAddr) -> (IpBytes, u8) {
+    match ip {
+        core::net::IpAddr::V4(v4) => (ipv4_bytes(v4.octets()), family::IPV4),
+        core::net::IpAddr::V6(v6) => (v6.octets(), family::IPV6),
+    }
+}
+
+/// The bytes that place a backend on a Maglev ring: its 16-byte address then its port (big
+/// endian), so a backend keeps its slots whatever else changes. The daemon (XDP rings) and the
+/// userspace proxy build their rings from it, and so agree.
+pub fn ring_key(address: core::net::SocketAddr) -> [u8; 18] {
+    let mut key = [0u8; 18];
+    key[..16].copy_from_slice(&ip_bytes(address.ip()).0);
+    key[16..].copy_from_slice(&address.port().to_be_bytes());
+    key
+}
+
 /// Implements `aya::Pod` for map types in userspace builds.
 macro_rules! user_pod {
     ($($t:ty),* $(,)?) => {
@@ -175,5 +193,20 @@ mod layout_tests {
         assert_eq!(back::<ReverseEntry>(bytes(&reverse)), reverse);
         let info = VipInfo { id: 3, forwarding: 1, hash: 1, _pad: [0; 2], encap_source: ipv4_bytes([198, 51, 100, 1]), key: VipKey::default() };
         assert_eq!(back::<VipInfo>(bytes(&info)), info);
+    }
+
+    #[test]
+    fn addresses_and_ring_keys() {
+        use crate::{family, ip_bytes, ring_key};
+        let v4: core::net::IpAddr = core::net::Ipv4Addr::new(198, 51, 100, 11).into();
+        assert_eq!(ip_bytes(v4), (ipv4_bytes([198, 51, 100, 11]), family::IPV4));
+        let v6: core::net::IpAddr = core::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into();
+        assert_eq!(ip_bytes(v6).1, family::IPV6);
+        assert_eq!(&ip_bytes(v6).0[..4], &[0x20, 0x01, 0x0d, 0xb8]);
+        let key = ring_key(core::net::SocketAddr::new(v4, 8080));
+        assert_eq!(&key[..4], &[198, 51, 100, 11]);
+        assert_eq!(&key[4..16], &[0; 12]);
+        assert_eq!(&key[16..], &[0x1f, 0x90], "port big-endian");
+        assert_ne!(key, ring_key(core::net::SocketAddr::new(v4, 8081)));
     }
 }

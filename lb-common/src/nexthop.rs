@@ -1,5 +1,6 @@
 //! The next-hop cache. `bpf_fib_lookup` (route + neighbour) is the most expensive step of the
-//! forwarding path (about 300 ns per packet on a small VM), and its answer only changes when
+//! forwarding path (about 300 ns per packet: `cargo xtask bench dataplane` with the cache off,
+//! `nexthop_ttl_ms = 0`, against on), and its answer only changes when
 //! routes or neighbours do. Each CPU keeps the answers it got, per (source, destination,
 //! ingress interface, TOS) until userspace bumps `DataplaneConfig::nexthop_generation` (the
 //! daemon does every `nexthop_ttl_ms`, default 1000); only successful lookups are kept, so a

@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
+use lb_common::ip_bytes;
 use tokio::net::TcpStream;
 
-use crate::balance::ip_bytes;
 use crate::error::UpstreamError;
 use crate::outlier::now_ms;
 use crate::pool::dial;
@@ -31,7 +31,7 @@ pub(crate) async fn serve_connection(
 async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
     let _ = client_stream.set_nodelay(true);
     let spec = &vip.spec;
-    let hash = lb_common::hash::client_hash(&ip_bytes(client.ip()), spec.hash_seed);
+    let hash = lb_common::hash::client_hash(&ip_bytes(client.ip()).0, spec.hash_seed);
     let header = proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr);
     let mut tried = Vec::new();
     for _ in 0..=spec.retries.max {

@@ -240,6 +240,13 @@ impl HashMode {
             HashMode::Flow => "flow",
         }
     }
+    /// The mode as VIP_INFO stores it (`lb_common::vip::hash_mode`).
+    pub fn wire(self) -> u8 {
+        match self {
+            HashMode::Ip => lb_common::vip::hash_mode::CLIENT_IP,
+            HashMode::Flow => lb_common::vip::hash_mode::FLOW,
+        }
+    }
 }
 
 /// `all_down`: what a VIP does when none of its backends is healthy.

@@ -3,13 +3,13 @@ use std::net::IpAddr;
 
 use lb_common::backend::BACKEND_NONE;
 use lb_common::flow::FlowKey;
-use lb_common::hash::{client_hash, flow_hash};
+use lb_common::hash::{ring_hash, ring_slot};
 
 use super::writer::Writer;
 use crate::api::ApiError;
 use crate::api::types::{Decision, ExplainRequest, ExplainView};
 use crate::config::HashMode;
-use crate::state::plan::ip_bytes;
+use lb_common::ip_bytes;
 
 impl Writer {
     /// Which backend a flow from `client` to the VIP gets, computed the way the XDP program
@@ -55,17 +55,23 @@ impl Writer {
             ring_size,
             reason: String::new(),
         };
+        if v.hash == HashMode::Flow && port.is_none() {
+            return Err(ApiError::bad_request(format!(
+                "VIP {:?} hashes the 5-tuple (hash = \"flow\"): give the client as ADDR:PORT",
+                v.label()
+            )));
+        }
+        let key = FlowKey {
+            src,
+            dst,
+            src_port: port.unwrap_or(0).to_be(),
+            dst_port: v.port.to_be(),
+            protocol,
+            family,
+            _pad: [0; 2],
+        };
         let mut notes = Vec::new();
-        if let Some(port) = port {
-            let key = FlowKey {
-                src,
-                dst,
-                src_port: port.to_be(),
-                dst_port: v.port.to_be(),
-                protocol,
-                family,
-                _pad: [0; 2],
-            };
+        if port.is_some() {
             match self.dp.lookup_flow(&key)? {
                 Some(entry) => match v.backends.iter().find(|b| b.id == entry.backend_id) {
                     Some(b) => {
@@ -88,20 +94,10 @@ impl Writer {
                 None => notes.push("not in the connection table: a new flow".to_string()),
             }
         }
+        // The data plane's own choice, from lb-common: explain cannot drift from it.
         let seed = self.state.hash_seed;
-        let hash = match (v.hash, port) {
-            (HashMode::Ip, _) => client_hash(&src, seed),
-            (HashMode::Flow, Some(port)) => {
-                flow_hash(&src, &dst, port.to_be(), v.port.to_be(), protocol, seed)
-            }
-            (HashMode::Flow, None) => {
-                return Err(ApiError::bad_request(format!(
-                    "VIP {:?} hashes the 5-tuple (hash = \"flow\"): give the client as ADDR:PORT",
-                    v.label()
-                )));
-            }
-        };
-        let slot = hash % ring_size;
+        let hash = ring_hash(v.hash.wire(), &key, seed);
+        let slot = ring_slot(v.hash.wire(), &key, seed, ring_size);
         let id = self.dp.ring_slot(v.id, slot)?;
         view.hash = Some(hash);
         view.slot = Some(slot);

@@ -1,33 +1,15 @@
 //! From [`State`] to map contents, and applying only the difference to a [`Dataplane`].
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, SocketAddr};
 
 use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend};
 use lb_common::config::{DataplaneConfig, port_flags};
 use lb_common::maglev::{RingMember, build_ring};
-use lb_common::vip::{VipInfo, VipKey, forwarding, hash_mode};
-use lb_common::{IpBytes, family, ip_proto};
+use lb_common::vip::{VipInfo, VipKey, forwarding};
+use lb_common::{ip_bytes, ip_proto, ring_key};
 
 use super::{BackendState, State, VipState};
-use crate::config::{AllDownPolicy, Forwarding, HashMode};
+use crate::config::{AllDownPolicy, Forwarding};
 use crate::dataplane::{Dataplane, Result};
-
-/// An address in the maps' 16-byte form, with its family.
-pub fn ip_bytes(ip: IpAddr) -> (IpBytes, u8) {
-    match ip {
-        IpAddr::V4(v4) => (lb_common::ipv4_bytes(v4.octets()), family::IPV4),
-        IpAddr::V6(v6) => (v6.octets(), family::IPV6),
-    }
-}
-
-/// The bytes that place a backend on a Maglev ring: its 16-byte address then its port (big
-/// endian). The userspace proxy must use the same key to build the same ring.
-pub fn ring_key(address: SocketAddr) -> Vec<u8> {
-    let (bytes, _) = ip_bytes(address.ip());
-    let mut key = bytes.to_vec();
-    key.extend_from_slice(&address.port().to_be_bytes());
-    key
-}
 
 /// The VIPS key of a VIP.
 pub fn vip_key(v: &VipState) -> VipKey {
@@ -38,7 +20,7 @@ pub fn vip_key(v: &VipState) -> VipKey {
 /// What a VIP's ring is built from: `(backend id, weight, ring key)` in a fixed order.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct RingInput {
-    pub members: Vec<(u32, u32, Vec<u8>)>,
+    pub members: Vec<(u32, u32, [u8; 18])>,
 }
 
 impl RingInput {
@@ -107,10 +89,7 @@ impl MapContents {
                     Forwarding::DsrIpip => forwarding::DSR_IPIP,
                     Forwarding::Nat | Forwarding::Proxy => forwarding::NAT,
                 },
-                hash: match v.hash {
-                    HashMode::Ip => hash_mode::CLIENT_IP,
-                    HashMode::Flow => hash_mode::FLOW,
-                },
+                hash: v.hash.wire(),
                 _pad: [0; 2],
                 encap_source,
                 key: vip_key(v),

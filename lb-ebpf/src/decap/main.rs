@@ -18,13 +18,9 @@ use aya_ebpf::maps::{LpmTrie, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
 use lb_common::ip_proto;
 use lb_common::stats::DecapCounter;
+use lb_ebpf::packet::{ETH_P_IPV4, IPV4_LEN, link_layer, ptr_at};
 use network_types::eth::EthHdr;
 use network_types::ip::Ipv4Hdr;
-use network_types::vlan::VlanHdr;
-
-const ETH_P_IPV4: u16 = 0x0800u16.to_be();
-const ETH_P_8021Q: u16 = 0x8100u16.to_be();
-const IPV4_LEN: usize = 20;
 
 #[map]
 static DECAP_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DecapCounter::COUNT, 0);
@@ -48,29 +44,10 @@ pub fn lb_pass(_ctx: XdpContext) -> u32 {
 }
 
 #[inline(always)]
-fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
-    if ctx.data() + offset + core::mem::size_of::<T>() > ctx.data_end() {
-        return None;
-    }
-    Some((ctx.data() + offset) as *mut T)
-}
-
-#[inline(always)]
 fn decap(ctx: &XdpContext) -> DecapCounter {
-    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+    let Some((ether_type, l2)) = link_layer(ctx) else {
         return DecapCounter::Passed;
     };
-    // SAFETY: bounds checked.
-    let mut ether_type = unsafe { (*eth).ether_type };
-    let mut l2 = EthHdr::LEN;
-    if ether_type == ETH_P_8021Q {
-        let Some(vlan) = ptr_at::<VlanHdr>(ctx, EthHdr::LEN) else {
-            return DecapCounter::Passed;
-        };
-        // SAFETY: bounds checked.
-        ether_type = unsafe { (*vlan).ether_type };
-        l2 += VlanHdr::LEN;
-    }
     if ether_type != ETH_P_IPV4 {
         return DecapCounter::Passed;
     }
@@ -117,12 +94,6 @@ fn strip<const L2: usize>(ctx: &XdpContext) -> bool {
     // SAFETY: bounds checked after the head moved.
     unsafe { *l2 = saved };
     true
-}
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
 }
 
 #[unsafe(link_section = "license")]

@@ -9,12 +9,15 @@ use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 use lb_common::{csum, ipv4_octets};
+use lb_ebpf::packet::{IPV4_LEN, packet_len, ptr_at};
 use network_types::ip::Ipv4Hdr;
 
 use crate::forward::{self, Route};
 use crate::maps::{self, HopCache};
-use crate::parse::{IPV4_LEN, Ipv4Packet, ptr_at};
-use crate::{Flow, Verdict, icmp, packet_len, select};
+use crate::flow::Flow;
+use crate::parse::Ipv4Packet;
+use crate::verdict::Verdict;
+use crate::{icmp, select};
 
 /// TTL of the outer header.
 const OUTER_TTL: u8 = 64;
@@ -65,7 +68,7 @@ pub fn send_ipip(
             Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
             Route::NoNeighbour => return Ok((XDP_DROP, Counter::DropNoNeighbour)),
             Route::TooBig { mtu } => return Err(TooBig { mtu: mtu.saturating_sub(IPV4_LEN as u16) }),
-            Route::NoRoute => return Ok((XDP_DROP, Counter::DropNoRoute)),
+            Route::Unreachable => return Ok((XDP_DROP, Counter::DropNoRoute)),
         };
 
     let mut outer = [0u8; IPV4_LEN];

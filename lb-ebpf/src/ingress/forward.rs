@@ -11,12 +11,12 @@ use aya_ebpf::EbpfContext;
 use lb_common::csum::replace16;
 use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::Counter;
+use lb_ebpf::packet::ptr_at;
 use network_types::eth::EthHdr;
 use network_types::ip::Ipv4Hdr;
 
 use crate::maps::{self, HopCache};
-use crate::Verdict;
-use crate::parse::ptr_at;
+use crate::verdict::Verdict;
 
 const AF_INET: u8 = 2;
 
@@ -33,7 +33,7 @@ pub enum Route {
     /// Larger than the egress MTU, which is `mtu`.
     TooBig { mtu: u16 },
     /// No usable route (unreachable, blackhole, prohibited, forwarding disabled).
-    NoRoute,
+    Unreachable,
 }
 
 /// Where an IPv4 packet `src → dst` of `tot_len` bytes goes: this CPU's cached answer if it is
@@ -107,7 +107,7 @@ fn fib(
         BPF_FIB_LKUP_RET_NO_NEIGH => Route::NoNeighbour,
         // SAFETY: the kernel sets mtu_result with this return code.
         BPF_FIB_LKUP_RET_FRAG_NEEDED => Route::TooBig { mtu: unsafe { params.__bindgen_anon_1.mtu_result } },
-        _ => Route::NoRoute,
+        _ => Route::Unreachable,
     }
 }
 

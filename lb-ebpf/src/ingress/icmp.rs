@@ -7,9 +7,10 @@ use aya_ebpf::helpers::generated::bpf_xdp_adjust_tail;
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum;
 use lb_common::stats::Counter;
+use lb_ebpf::packet::{IPV4_LEN, ptr_at};
 
-use crate::Verdict;
-use crate::parse::{IPV4_LEN, Ipv4Packet, ptr_at};
+use crate::parse::Ipv4Packet;
+use crate::verdict::Verdict;
 
 const IPPROTO_ICMP: u8 = 1;
 /// Destination unreachable / fragmentation needed and DF set.

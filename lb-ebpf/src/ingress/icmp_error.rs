@@ -13,12 +13,14 @@ use lb_common::csum::{replace16, replace32};
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, VipKey, forwarding};
 use lb_common::{family, ip_proto, ipv4_octets};
+use lb_ebpf::packet::packet_len;
 
 use crate::encap::{self, TooBig};
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::{self, HopCache};
+use crate::flow::flow_key;
 use crate::parse::IcmpError;
-use crate::{Verdict, flow_key, packet_len};
+use crate::verdict::Verdict;
 
 const NOT_OURS: Verdict = (XDP_PASS, Counter::PassNotVip);
 
@@ -78,7 +80,7 @@ fn to_nat_backend(ctx: &XdpContext, err: &IcmpError, vip: &VipInfo, backend_id: 
                 return (XDP_PASS, Counter::PassNoNeighbour);
             }
             Route::TooBig { .. } => return (XDP_DROP, Counter::DropTooBig),
-            Route::NoRoute => return (XDP_DROP, Counter::DropNoRoute),
+            Route::Unreachable => return (XDP_DROP, Counter::DropNoRoute),
         };
     rewrite(err, backend_addr, backend.port);
     decrement_ttl(err.ip);

@@ -165,7 +165,7 @@ pub fn remember_next_hop(cache: HopCache, hop: &NextHop) {
         }
         // A lost entry only costs a lookup on the next packet.
         HopCache::Address => {
-            let _ = NEXT_HOPS.insert(&hop.key, hop, 0);
+            let _ = NEXT_HOPS.insert(hop.key, hop, 0);
         }
     }
 }

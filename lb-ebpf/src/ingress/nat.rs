@@ -8,11 +8,14 @@ use lb_common::flow::ReverseEntry;
 use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
+use lb_ebpf::packet::packet_len;
 
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::HopCache;
+use crate::flow::{Flow, flow_key};
 use crate::parse::Ipv4Packet;
-use crate::{Flow, Verdict, flow_key, icmp, maps, packet_len, select};
+use crate::verdict::Verdict;
+use crate::{icmp, maps, select};
 
 /// Which end of the packet a rewrite changes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -107,7 +110,7 @@ fn rewrite_and_send(
             (XDP_PASS, Counter::PassNoNeighbour)
         }
         Route::TooBig { mtu } => icmp::too_big(ctx, pkt, mtu),
-        Route::NoRoute => (XDP_DROP, Counter::DropNoRoute),
+        Route::Unreachable => (XDP_DROP, Counter::DropNoRoute),
     }
 }
 

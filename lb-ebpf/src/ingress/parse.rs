@@ -2,16 +2,8 @@
 //! a short or odd packet gets a defined verdict, never an out-of-bounds read).
 use aya_ebpf::programs::XdpContext;
 use lb_common::ip_proto;
-use network_types::eth::EthHdr;
+use lb_ebpf::packet::{ETH_P_IPV4, IPV4_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv4Hdr;
-use network_types::vlan::VlanHdr;
-
-/// EtherType values as they sit in memory (network order read as a native u16).
-const ETH_P_IPV4: u16 = 0x0800u16.to_be();
-const ETH_P_8021Q: u16 = 0x8100u16.to_be();
-
-/// Length of an IPv4 header without options.
-pub const IPV4_LEN: usize = 20;
 
 /// A parsed IPv4 TCP/UDP packet: pointers into the packet, all bounds-checked.
 pub struct Ipv4Packet {
@@ -63,33 +55,11 @@ pub enum Parsed {
     Malformed,
 }
 
-/// A pointer to a `T` at `offset`, if the whole `T` lies inside the packet.
-#[inline(always)]
-pub fn ptr_at<T>(ctx: &XdpContext, offset: usize) -> Option<*mut T> {
-    let start = ctx.data();
-    let end = ctx.data_end();
-    if start + offset + core::mem::size_of::<T>() > end {
-        return None;
-    }
-    Some((start + offset) as *mut T)
-}
-
 #[inline(always)]
 pub fn parse(ctx: &XdpContext) -> Parsed {
-    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+    let Some((ether_type, l3_offset)) = link_layer(ctx) else {
         return Parsed::Malformed;
     };
-    // SAFETY: bounds checked by ptr_at.
-    let mut ether_type = unsafe { (*eth).ether_type };
-    let mut l3_offset = EthHdr::LEN;
-    if ether_type == ETH_P_8021Q {
-        let Some(vlan) = ptr_at::<VlanHdr>(ctx, EthHdr::LEN) else {
-            return Parsed::Malformed;
-        };
-        // SAFETY: bounds checked by ptr_at.
-        ether_type = unsafe { (*vlan).ether_type };
-        l3_offset += VlanHdr::LEN;
-    }
     if ether_type != ETH_P_IPV4 {
         return Parsed::NotIpv4;
     }

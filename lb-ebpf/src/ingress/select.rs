@@ -3,12 +3,14 @@
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use lb_common::backend::{BACKEND_NONE, Backend};
 use lb_common::flow::FlowEntry;
-use lb_common::hash::{client_hash, flow_hash};
+use lb_common::hash::ring_slot;
 use lb_common::stats::Counter;
-use lb_common::vip::{VipInfo, hash_mode};
+use lb_common::vip::VipInfo;
 
 use crate::table::{self, Recorded, Tables};
-use crate::{Flow, Verdict, maps};
+use crate::flow::Flow;
+use crate::maps;
+use crate::verdict::Verdict;
 
 pub struct Choice {
     pub backend_id: u32,
@@ -54,13 +56,9 @@ pub fn choose(vip: &VipInfo, flow: &Flow, opens_connection: bool) -> Result<Choi
 
 #[inline(always)]
 fn from_ring(vip: &VipInfo, flow: &Flow, t: &Tables) -> Result<(u32, &'static Backend), Verdict> {
-    let key = flow.key;
-    let hash = if vip.hash == hash_mode::FLOW {
-        flow_hash(&key.src, &key.dst, key.src_port, key.dst_port, key.protocol, t.ring_seed)
-    } else {
-        client_hash(&key.src, t.ring_seed)
-    };
-    let slot = vip.id.wrapping_mul(t.ring_size).wrapping_add(hash % t.ring_size);
+    // Tables::new made sure ring_size is not 0.
+    let in_ring = ring_slot(vip.hash, flow.key, t.ring_seed, t.ring_size);
+    let slot = vip.id.wrapping_mul(t.ring_size).wrapping_add(in_ring);
     let no_backend = Err((XDP_DROP, Counter::DropNoBackend));
     let Some(backend_id) = maps::ring_slot(slot) else {
         return no_backend;

@@ -5,7 +5,7 @@ mod schedule;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-pub(crate) use schedule::{Schedule, ip_bytes};
+pub(crate) use schedule::Schedule;
 
 use crate::backend::{Backend, BackendSet};
 use crate::config::Balance;

@@ -1,11 +1,11 @@
 //! Precomputed schedules, rebuilt whenever a VIP's backends, weights or health change:
 //! the smooth weighted round-robin sequence and the Maglev ring.
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use lb_common::IpBytes;
 use lb_common::limits::DEFAULT_RING_SIZE;
 use lb_common::maglev::{RingMember, build_ring};
+use lb_common::ring_key;
 
 use crate::backend::Backend;
 use crate::config::Balance;
@@ -79,25 +79,8 @@ fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-/// The ring key of a backend: its address in the data plane's 16-byte form plus the port
-/// (big-endian), so a backend keeps its slots whatever else changes.
-pub(crate) fn ring_key(addr: &SocketAddr) -> [u8; 18] {
-    let mut key = [0u8; 18];
-    key[..16].copy_from_slice(&ip_bytes(addr.ip()));
-    key[16..].copy_from_slice(&addr.port().to_be_bytes());
-    key
-}
-
-/// An address in the data plane's form (IPv4 in the first four bytes).
-pub(crate) fn ip_bytes(ip: IpAddr) -> IpBytes {
-    match ip {
-        IpAddr::V4(v4) => lb_common::ipv4_bytes(v4.octets()),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
 fn ring(addrs: &[SocketAddr], weights: &[u32]) -> Vec<u32> {
-    let keys: Vec<[u8; 18]> = addrs.iter().map(ring_key).collect();
+    let keys: Vec<[u8; 18]> = addrs.iter().copied().map(ring_key).collect();
     let members: Vec<RingMember<'_>> = keys
         .iter()
         .zip(weights)
@@ -138,7 +121,7 @@ mod tests {
     fn ring_keys_differ_by_port() {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
-        assert_ne!(ring_key(&a), ring_key(&b));
-        assert_eq!(&ring_key(&a)[..4], &[127, 0, 0, 1]);
+        assert_ne!(ring_key(a), ring_key(b));
+        assert_eq!(&ring_key(a)[..4], &[127, 0, 0, 1]);
     }
 }

@@ -8,13 +8,13 @@ use std::time::Duration;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use lb_common::ip_bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::forward::{ConnCtx, handle};
 use super::respond::BUSY_RESPONSE;
 use super::sniff::{Conflicts, Sniffer};
-use crate::balance::ip_bytes;
 use crate::proxy_protocol;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
@@ -48,7 +48,7 @@ pub(crate) async fn serve_connection(
     let ctx = Arc::new(ConnCtx {
         vip: vip.clone(),
         client,
-        client_hash: lb_common::hash::client_hash(&ip_bytes(client.ip()), spec.hash_seed),
+        client_hash: lb_common::hash::client_hash(&ip_bytes(client.ip()).0, spec.hash_seed),
         proxy_header: proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr),
         conflicts: conflicts.clone(),
         requests: AtomicU64::new(0),

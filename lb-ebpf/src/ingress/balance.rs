@@ -1,0 +1,78 @@
+//! The balancer's decision for one packet: a VIP packet goes to its backend (NAT or IPIP), a
+//! NAT backend's reply back to its client, ICMP errors about VIP flows to the flow's backend;
+//! everything else passes untouched.
+use aya_ebpf::bindings::xdp_action::XDP_PASS;
+use aya_ebpf::programs::XdpContext;
+use lb_common::config::port_flags;
+use lb_common::family;
+use lb_common::ip_proto;
+use lb_common::stats::Counter;
+use lb_common::vip::{VipKey, forwarding};
+
+use crate::flow::{Flow, flow_key};
+use crate::parse::Parsed;
+use crate::verdict::Verdict;
+use crate::{encap, icmp_error, maps, nat, parse};
+
+#[inline(always)]
+pub fn try_balance(ctx: &XdpContext) -> Verdict {
+    let pkt = match parse::parse(ctx) {
+        Parsed::Ipv4(pkt) => pkt,
+        Parsed::IcmpError(err) => return icmp_error::to_backend(ctx, &err),
+        Parsed::NotIpv4 => return (XDP_PASS, Counter::PassNotIpv4),
+        Parsed::NotTcpUdp => return (XDP_PASS, Counter::PassNotVip),
+        Parsed::Fragment => return (XDP_PASS, Counter::PassFragment),
+        Parsed::Options => return (XDP_PASS, Counter::PassIpOptions),
+        Parsed::Malformed => return (XDP_PASS, Counter::PassMalformed),
+    };
+    // SAFETY: parse() checked that the IPv4 and L4 headers lie inside the packet.
+    let (src_port, dst_port, protocol) = unsafe { (*pkt.src_port, *pkt.dst_port, (*pkt.ip).proto) };
+    // Addresses are read only once a port says the packet may concern us: most traffic that
+    // passes through is decided by the two port lookups alone.
+    // SAFETY: as above.
+    let addresses = || unsafe { ((*pkt.ip).src_addr, (*pkt.ip).dst_addr) };
+    let (vip_bit, backend_bit) = if protocol == ip_proto::TCP {
+        (port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP)
+    } else {
+        (port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP)
+    };
+
+    if maps::port_flags(u16::from_be(dst_port)) & vip_bit != 0 {
+        let (src, dst) = addresses();
+        let vip_key = VipKey {
+            addr: lb_common::ipv4_bytes(dst),
+            port: dst_port,
+            protocol,
+            family: family::IPV4,
+        };
+        let key = flow_key(src, dst, src_port, dst_port, protocol);
+        let tables = maps::tables();
+        let hash = tables.map_or(0, |t| t.hash(&key));
+        // An established flow costs no hash-map lookup: the connection table names its VIP by
+        // id, and VIP_INFO (an array) confirms that VIP still exists. Otherwise look the VIP up.
+        let flow = tables.and_then(|t| maps::flow(&key, hash, &t));
+        // SAFETY: a valid map value pointer.
+        let by_flow = flow.and_then(|slot| maps::vip_info(unsafe { (*slot).value.vip_id }));
+        let vip = match by_flow {
+            Some(vip) if vip.key == vip_key => Some(vip),
+            _ => maps::vip(&vip_key),
+        };
+        if let Some(vip) = vip {
+            let flow = Flow { key: &key, hash, slot: flow, tables };
+            return match vip.forwarding {
+                forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, &flow),
+                _ => nat::balance_nat(ctx, &pkt, vip, &flow),
+            };
+        }
+    }
+    if maps::port_flags(u16::from_be(src_port)) & backend_bit != 0
+        && let Some(t) = maps::tables()
+    {
+        let (src, dst) = addresses();
+        let key = flow_key(src, dst, src_port, dst_port, protocol);
+        if let Some(reverse) = maps::reverse_flow(&key, t.hash(&key), &t) {
+            return nat::reply_to_client(ctx, &pkt, &reverse);
+        }
+    }
+    (XDP_PASS, Counter::PassNotVip)
+}
