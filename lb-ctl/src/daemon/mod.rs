@@ -196,3 +196,6 @@ pub fn describe(r: &ApplyReport) -> String {
 fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,7 @@
 //! Test helpers: a [`MemoryDataplane`] shared between the code under test and the test, with a
 //! log of the write operations in order.
+pub mod rig;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 

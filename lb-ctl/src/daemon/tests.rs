@@ -1,0 +1,120 @@
+//! The daemon's life through its API: reloads, health transitions, restarts.
+use std::time::Duration;
+
+use crate::state::Health;
+use crate::testing::SharedFake;
+use crate::testing::rig::{Daemon, RING, lb_toml, refused};
+
+#[tokio::test]
+async fn reload_applies_the_difference_and_a_bad_file_changes_nothing() {
+    let d = Daemon::start(&lb_toml("")).await;
+    let web_id = d.list().await[0].id;
+    // A good reload: one more backend for dns.
+    std::fs::write(
+        d.config_path(),
+        lb_toml("").replace(
+            "{ address = \"198.51.100.3\" }",
+            "{ address = \"198.51.100.3\" }, { address = \"198.51.100.4\" }",
+        ),
+    )
+    .unwrap();
+    let r = d.client.reload().await.unwrap();
+    assert!(r.ok);
+    assert_eq!(r.message, "1 backends written, 1 rings written");
+    assert_eq!(d.list().await.len(), 4);
+    assert_eq!(d.list().await[0].id, web_id, "ids are kept");
+
+    // A file with mistakes: refused, with file:line, nothing changes.
+    let before = (d.fake.snapshot(), d.list().await);
+    std::fs::write(d.config_path(), lb_toml("[[vip]]\naddress = \"203.0.113.12\"\nport = 99999\n")).unwrap();
+    let (status, message) = refused(d.client.reload().await);
+    assert_eq!(status, 400);
+    let path = d.config_path().display().to_string();
+    assert_eq!(
+        message,
+        format!(
+            "reload refused, nothing changed:\n{path}:21: vip \"203.0.113.12:99999/tcp\": port must be 1-65535, got 99999"
+        )
+    );
+    assert_eq!((d.fake.snapshot(), d.list().await), before);
+    let last = d.client.status().await.unwrap().last_reload.unwrap();
+    assert!(!last.ok);
+
+    // Settings fixed for the life of the maps.
+    std::fs::write(d.config_path(), lb_toml("").replace("ring_size = 251", "ring_size = 257")).unwrap();
+    let (_, message) = refused(d.client.reload().await);
+    assert!(
+        message.ends_with("daemon.ring_size cannot change without a restart (running 251, file 257)"),
+        "{message}"
+    );
+    assert_eq!((d.fake.snapshot(), d.list().await), before);
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn health_transitions_reach_the_ring_through_the_writer() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accept = tokio::spawn(async move {
+        loop {
+            let _ = listener.accept().await;
+        }
+    });
+    let text = format!(
+        "[daemon]\nring_size = {RING}\n[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\n\
+         health = {{ kind = \"tcp\", interval = \"50ms\", rise = 2, fall = 3 }}\n\
+         backends = [ {{ address = \"127.0.0.1\", port = {port} }}, {{ address = \"127.0.0.2\", port = {port}, health = {{ kind = \"none\" }} }} ]\n"
+    );
+    let d = Daemon::start(&text).await;
+    let web = d.client.vips().await.unwrap()[0].id;
+    let checked = d.list().await[0].id;
+    let wait_for = |want: Health| {
+        let d = &d;
+        async move {
+            for _ in 0..100 {
+                if d.list().await[0].health == want {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            panic!("backend never became {want:?}");
+        }
+    };
+    wait_for(Health::Up).await;
+    assert!(d.fake.lock().fake.rings[&web].contains(&checked));
+    // Nothing listens any more: refused, down at the next check.
+    accept.abort();
+    let _ = accept.await;
+    wait_for(Health::Down).await;
+    assert!(!d.fake.lock().fake.rings[&web].contains(&checked), "a down backend leaves the ring");
+    assert!(d.list().await[1].in_ring);
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_reuses_the_ids_and_drops_what_the_file_lacks() {
+    let fake = SharedFake::default();
+    let d = Daemon::start_on(tempfile::tempdir().unwrap(), fake.clone(), &lb_toml("")).await;
+    let before: Vec<(String, u32)> =
+        d.list().await.into_iter().map(|b| (b.address.to_string(), b.id)).collect();
+    let added = d.client.add_backend(&d.req("web", "198.51.100.9:8080", None)).await.unwrap();
+    let dir = d.stop().await;
+    // Same maps (pinned), same directory (ids file), config listing web's backends reversed.
+    let text = lb_toml("").replace(
+        "{ address = \"198.51.100.1\", port = 8080 }, { address = \"198.51.100.2\", port = 8080, weight = 50 }",
+        "{ address = \"198.51.100.2\", port = 8080, weight = 50 }, { address = \"198.51.100.1\", port = 8080 }",
+    );
+    let d = Daemon::start_on(dir, fake.clone(), &text).await;
+    let mut after: Vec<(String, u32)> =
+        d.list().await.into_iter().map(|b| (b.address.to_string(), b.id)).collect();
+    after.sort();
+    let mut before = before;
+    before.sort();
+    assert_eq!(after, before, "every backend keeps its id");
+    assert!(
+        !fake.lock().fake.backends[&added.backend_id].is_active(),
+        "the API-added backend is not in the file"
+    );
+    d.stop().await;
+}
+
