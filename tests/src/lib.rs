@@ -1,6 +1,8 @@
 //! Support for the root-requiring suites: privilege checks that fail in CI instead of
-//! skipping, network namespaces that clean up after themselves, and BPF_PROG_TEST_RUN.
+//! skipping, network namespaces that clean up after themselves, the namespace lab, and
+//! BPF_PROG_TEST_RUN; and the benchmarks, which run in the same lab.
 pub mod balancer;
+pub mod bench;
 pub mod fixture;
 pub mod lab;
 pub mod netns;

@@ -19,15 +19,28 @@ pub fn sh(args: &[&str]) -> Output {
     out
 }
 
-/// A name unique to this process: `lbt-<pid>-<suffix>`. Interface names are limited to 15
-/// bytes, so suffixes should be short.
+static PREFIX: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Names what this process creates `PREFIX-<pid>-…` instead of the suites' `lbt-<pid>-…` (the
+/// demo uses `lbd`, the lab benchmark `lbb`). Call it before the first namespace; later calls
+/// are ignored.
+pub fn set_run_prefix(prefix: &'static str) {
+    let _ = PREFIX.set(prefix);
+}
+
+fn prefix() -> &'static str {
+    PREFIX.get_or_init(|| "lbt")
+}
+
+/// A name unique to this process: `lbt-<pid>-<suffix>` (see [`set_run_prefix`]). Interface
+/// names are limited to 15 bytes, so suffixes should be short.
 pub fn run_name(suffix: &str) -> String {
-    format!("lbt-{}-{suffix}", std::process::id())
+    format!("{}-{}-{suffix}", prefix(), std::process::id())
 }
 
 /// The pid in a name `lbt-<pid>-…`, if the name has that form.
 fn run_pid(name: &str) -> Option<u32> {
-    name.strip_prefix("lbt-")?.split('-').next()?.parse().ok()
+    name.strip_prefix(prefix())?.strip_prefix('-')?.split('-').next()?.parse().ok()
 }
 
 /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
@@ -39,7 +52,8 @@ fn is_dead(pid: u32) -> bool {
     }
 }
 
-/// Removes bpffs pin directories `/sys/fs/bpf/lbt-<pid>-*` whose process is gone.
+/// Removes bpffs pin directories `/sys/fs/bpf/lbt-<pid>-*` whose process is gone, and the
+/// run directories `$TMPDIR/lbt-<pid>-*` of the daemons it started.
 fn remove_stale_pins() {
     let Ok(dirs) = std::fs::read_dir("/sys/fs/bpf") else { return };
     for dir in dirs.flatten() {
@@ -53,10 +67,17 @@ fn remove_stale_pins() {
             let _ = std::fs::remove_dir(dir.path());
         }
     }
+    let Ok(dirs) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for dir in dirs.flatten() {
+        if run_pid(&dir.file_name().to_string_lossy()).is_some_and(is_dead) {
+            let _ = std::fs::remove_dir_all(dir.path());
+        }
+    }
 }
 
-/// Removes namespaces and pin directories named `lbt-<pid>-*` whose process is gone (a
-/// crashed earlier run).
+/// Removes namespaces, pin and run directories named `lbt-<pid>-*` whose process is gone (a
+/// crashed or killed earlier run; the processes it started died with it, see
+/// [`die_with_parent`]).
 pub fn remove_stale() {
     remove_stale_pins();
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
@@ -65,6 +86,21 @@ pub fn remove_stale() {
         if run_pid(name).is_some_and(is_dead) {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
         }
+    }
+}
+
+/// Makes `command`'s process receive SIGKILL when the thread that started it ends, so a run
+/// killed outright (SIGKILL, a crash) leaves no daemon or backend running in a namespace.
+pub fn die_with_parent(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: prctl is async-signal-safe and touches only the child being started.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
     }
 }
 

@@ -3,24 +3,21 @@
 //! the tests drive it with the real CLI over its control socket while HTTP flows from the
 //! client namespace through the XDP program to the backends. Needs root.
 //!
-//! Each test has its own lab, pin directory, state directory and socket (named
-//! `lbt-<pid>-<tag>`), and a guard that stops the daemon and runs `lb-ctl detach` even when the
-//! test panics.
+//! Each test has its own lab and daemon ([`lb_tests::lab`]: pin directory, state directory and
+//! socket named `lbt-<pid>-<tag>`, the daemon stopped and detached even when the test panics).
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lb_common::program_names;
 use lb_ctl::api::types::BackendView;
-use lb_ctl::dataplane::load::{AttachMode, attach, load_decap};
 use lb_ctl::state::Health;
-use lb_tests::lab::{Lab, backend_addr, client_addr, http_get, wait_for_listener};
-use lb_tests::netns::{enter_named, run_name};
+use lb_tests::lab::{Daemon, LB_PORT, Lab, backend_addr, client_addr, http_get, wait_for_listener};
+use lb_tests::netns::enter_named;
 use lb_tests::privileges::require_root;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
@@ -67,21 +64,14 @@ fn config_text(socket: &Path, members: &[(usize, u32)], extra: &str) -> String {
 }
 
 /// A lab with `backends` test backends on :8080 (named `backend-i`), `CLIENTS` client
-/// addresses, and the XDP_PASS program on the switch port facing the balancer (native XDP_TX
-/// on veth delivers only to a peer with an XDP program). Returns the lab, the pass program
-/// (detached when dropped) and the backends' pids.
-fn lab(tag: &str, backends: usize) -> (Lab, aya::Ebpf, Vec<u32>) {
+/// addresses, and the XDP_PASS program on the switch port facing the balancer. Returns the
+/// lab and the backends' pids.
+fn lab(tag: &str, backends: usize) -> (Lab, Vec<u32>) {
     let mut lab = Lab::new(tag, backends, CLIENTS);
     let pids = (0..backends).map(|i| start_backend(&mut lab, i)).collect();
-    let mut pass = load_decap().expect("loading lb_pass");
-    {
-        let _in = lab.switch.enter();
-        attach(&mut pass, program_names::PASS, "p-lb", AttachMode::Native).expect("lb_pass on p-lb");
-    }
-    for i in 0..backends {
-        lab.lb.exec(&["ping", "-c1", "-W2", &backend_addr(i).to_string()]);
-    }
-    (lab, pass, pids)
+    lab.pass_on_switch_port(LB_PORT);
+    lab.resolve_backends();
+    (lab, pids)
 }
 
 fn start_backend(lab: &mut Lab, i: usize) -> u32 {
@@ -92,196 +82,37 @@ fn start_backend(lab: &mut Lab, i: usize) -> u32 {
     pid
 }
 
-/// The daemon under test, with its per-run files. Dropping it stops the daemon (by pid) and
-/// runs `lb-ctl detach` on its pin directory, then removes its files.
-struct Daemon {
-    netns: String,
-    dir: PathBuf,
-    pins: PathBuf,
-    child: Option<Child>,
+/// The daemon under test: `lb-ctl attach eth0` in the balancer namespace, native XDP.
+fn daemon(lab: &Lab, tag: &str) -> Daemon {
+    Daemon::new(&lab.lb, "eth0", tag, &["--xdp-mode", "native", "--log-level", "info,lb_ctl=debug"])
 }
 
-impl Daemon {
-    fn new(lab: &Lab, tag: &str) -> Daemon {
-        let dir = std::env::temp_dir().join(run_name(tag));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Daemon {
-            netns: lab.lb.name.clone(),
-            dir,
-            pins: PathBuf::from("/sys/fs/bpf").join(run_name(tag)),
-            child: None,
-        }
-    }
+/// What the tests ask of the daemon, by backend index.
+trait WebDaemon {
+    /// Writes lb.toml with `members` (see [`config_text`]); returns its text.
+    fn write_config(&self, members: &[(usize, u32)], extra: &str) -> String;
+    fn backend(&self, i: usize) -> Option<BackendView>;
+    fn wait_backend(&self, i: usize, within: Duration, what: &str, pred: impl Fn(&BackendView) -> bool) -> Duration;
+    fn wait_up(&self, i: usize, within: Duration) -> Duration;
+}
 
-    fn socket(&self) -> PathBuf {
-        self.dir.join("ctl/lb.sock")
-    }
-
-    fn config(&self) -> PathBuf {
-        self.dir.join("lb.toml")
-    }
-
-    fn log(&self) -> PathBuf {
-        self.dir.join("daemon.log")
-    }
-
+impl WebDaemon for Daemon {
     fn write_config(&self, members: &[(usize, u32)], extra: &str) -> String {
         let text = config_text(&self.socket(), members, extra);
-        std::fs::write(self.config(), &text).unwrap();
+        self.write_config_text(&text);
         text
     }
 
-    /// Starts `lb-ctl attach eth0` in the balancer namespace and waits for its socket.
-    fn start(&mut self) -> Duration {
-        assert!(self.child.is_none(), "the daemon is already running");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log()).unwrap();
-        let started = Instant::now();
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", self.netns))
-            .arg(lb_tests::lb_ctl_bin())
-            .args(["attach", "eth0", "--xdp-mode", "native", "--log-level", "info,lb_ctl=debug"])
-            .arg("--config")
-            .arg(self.config())
-            .arg("--pin-dir")
-            .arg(&self.pins)
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting lb-ctl attach");
-        self.child = Some(child);
-        let deadline = started + Duration::from_secs(20);
-        loop {
-            if self.ctl(&["status"]).status.success() {
-                return started.elapsed();
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
-                panic!("lb-ctl attach exited with {status}:\n{}", self.log_text());
-            }
-            assert!(Instant::now() < deadline, "the daemon did not answer within 20 s:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// SIGTERM, then waits for the exit; returns the exit status.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("the daemon is running");
-        // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the daemon did not stop within 10 s of SIGTERM:\n{}", self.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The daemon's log so far, without terminal colour codes.
-    fn log_text(&self) -> String {
-        let raw = std::fs::read_to_string(self.log()).unwrap_or_default();
-        let mut out = String::with_capacity(raw.len());
-        let mut chars = raw.chars();
-        while let Some(c) = chars.next() {
-            if c == '\u{1b}' {
-                // CSI: ESC [ parameters final-byte
-                for c in chars.by_ref() {
-                    if c.is_ascii_alphabetic() {
-                        break;
-                    }
-                }
-            } else {
-                out.push(c);
-            }
-        }
-        out
-    }
-
-    /// `lb-ctl --socket SOCKET ARGS...`, as root.
-    fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(lb_tests::lb_ctl_bin()).arg("--socket").arg(self.socket()).args(args).output().unwrap()
-    }
-
-    /// Like [`Daemon::ctl`], asserting success; returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.ctl(args);
-        assert!(
-            out.status.success(),
-            "lb-ctl {args:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn backends(&self) -> Vec<BackendView> {
-        serde_json::from_str(&self.ok(&["backends", "list", "--json"])).unwrap()
-    }
-
     fn backend(&self, i: usize) -> Option<BackendView> {
-        let address: SocketAddr = backend(i).parse().unwrap();
-        self.backends().into_iter().find(|b| b.address == address)
+        self.find_backend(backend(i).parse().unwrap())
     }
 
-    /// Polls the backend list until `pred` holds for backend `i`; returns the time it took.
     fn wait_backend(&self, i: usize, within: Duration, what: &str, pred: impl Fn(&BackendView) -> bool) -> Duration {
-        let started = Instant::now();
-        loop {
-            if self.backend(i).as_ref().is_some_and(&pred) {
-                return started.elapsed();
-            }
-            assert!(
-                started.elapsed() < within,
-                "backend {i} not {what} within {within:?}: {:?}\n{}",
-                self.backend(i),
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_for_backend(backend(i).parse().unwrap(), within, what, pred)
     }
 
     fn wait_up(&self, i: usize, within: Duration) -> Duration {
         self.wait_backend(i, within, "up and in the ring", |b| b.health == Health::Up && b.in_ring)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: kill(2) on the pid of our own child.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let detached = Command::new(lb_tests::lb_ctl_bin())
-            .arg("--socket")
-            .arg(self.socket())
-            .args(["detach", "eth0", "--pin-dir"])
-            .arg(&self.pins)
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
-            .output();
-        if !detached.is_ok_and(|o| o.status.success()) {
-            let _ = lb_ctl::dataplane::attach::detach(&lb_ctl::paths::AttachPaths::balancer("eth0", Some(self.pins.clone()), Some(self.dir.join("state"))));
-        }
-        if std::thread::panicking() {
-            eprintln!("--- daemon log ({}) ---\n{}", self.log().display(), self.log_text());
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -409,9 +240,9 @@ fn backends_change_while_traffic_flows() {
     if !require_root("backends_change_while_traffic_flows") {
         return;
     }
-    let (mut lab, _pass, pids) = lab("a", 4);
+    let (mut lab, pids) = lab("a", 4);
     let cns = lab.client.name.clone();
-    let mut d = Daemon::new(&lab, "a");
+    let mut d = daemon(&lab, "a");
     d.write_config(&[(0, 100), (1, 100), (2, 100)], "");
     let took = d.start();
     println!("daemon answering {} ms after start", took.as_millis());
@@ -491,9 +322,9 @@ fn health_failover_and_recovery() {
     if !require_root("health_failover_and_recovery") {
         return;
     }
-    let (mut lab, _pass, pids) = lab("h", 3);
+    let (mut lab, pids) = lab("h", 3);
     let cns = lab.client.name.clone();
-    let mut d = Daemon::new(&lab, "h");
+    let mut d = daemon(&lab, "h");
     d.write_config(&[(0, 100), (1, 100), (2, 100)], "");
     d.start();
     for i in 0..3 {
@@ -559,9 +390,9 @@ fn reload_refuses_mistakes_and_applies_differences() {
     if !require_root("reload_refuses_mistakes_and_applies_differences") {
         return;
     }
-    let (lab, _pass, _pids) = lab("r", 3);
+    let (lab, _pids) = lab("r", 3);
     let cns = lab.client.name.clone();
-    let mut d = Daemon::new(&lab, "r");
+    let mut d = daemon(&lab, "r");
     d.write_config(&[(0, 100), (1, 100)], "");
     d.start();
     d.wait_up(0, Duration::from_secs(5));
@@ -628,9 +459,9 @@ fn restart_keeps_established_connections() {
     if !require_root("restart_keeps_established_connections") {
         return;
     }
-    let (lab, _pass, _pids) = lab("s", 2);
+    let (lab, _pids) = lab("s", 2);
     let cns = lab.client.name.clone();
-    let mut d = Daemon::new(&lab, "s");
+    let mut d = daemon(&lab, "s");
     d.write_config(&[(0, 100), (1, 100)], "");
     d.start();
     d.wait_up(0, Duration::from_secs(5));
@@ -665,8 +496,8 @@ fn control_socket_refuses_non_root() {
     if !require_root("control_socket_refuses_non_root") {
         return;
     }
-    let (lab, _pass, _pids) = lab("p", 1);
-    let mut d = Daemon::new(&lab, "p");
+    let (lab, _pids) = lab("p", 1);
+    let mut d = daemon(&lab, "p");
     d.write_config(&[(0, 100)], "");
     d.start();
     let socket = d.socket();
@@ -674,9 +505,9 @@ fn control_socket_refuses_non_root() {
     assert_eq!(mode(&socket), 0o600, "socket mode");
     assert_eq!(mode(socket.parent().unwrap()), 0o700, "socket directory mode");
     // A copy of the CLI that user nobody can run (the build tree may not be readable).
-    let bin = d.dir.join("lb-ctl");
+    let bin = d.dir().join("lb-ctl");
     std::fs::copy(lb_tests::lb_ctl_bin(), &bin).unwrap();
-    std::fs::set_permissions(&d.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let as_nobody = |args: &[&str]| {
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

@@ -10,10 +10,10 @@ use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::{forwarding, hash_mode};
 use lb_common::ip_proto;
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_decap, load_ingress};
+use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_ingress};
 use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_tests::balancer::{VipSpec, configure};
-use lb_tests::lab::{Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, wait_for_listener};
+use lb_tests::lab::{LB_PORT, Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, wait_for_listener};
 use lb_tests::privileges::require_root;
 
 const CLIENTS: usize = 16;
@@ -99,11 +99,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     let _decap_pins = DecapPins(decaps.clone());
 
     // The switch port facing the balancer needs an XDP program for native XDP_TX to deliver.
-    let mut pass = load_decap().unwrap();
-    {
-        let _in = lab.switch.enter();
-        attach(&mut pass, program_names::PASS, "p-lb", AttachMode::Native).unwrap();
-    }
+    lab.pass_on_switch_port(LB_PORT);
 
     let mut dp = {
         let _in = lab.lb.enter();
@@ -178,11 +174,7 @@ fn pinned_balancer_survives_a_reload_and_detaches() {
     let mut lab = Lab::new("r", 1, 1);
     let b0 = lab.backends[0].name.clone();
     lab.spawn(&b0, &[backend_bin, "0.0.0.0:8080", "backend-0"]);
-    let mut pass = load_decap().unwrap();
-    {
-        let _in = lab.switch.enter();
-        attach(&mut pass, program_names::PASS, "p-lb", AttachMode::Native).unwrap();
-    }
+    lab.pass_on_switch_port(LB_PORT);
     let pin_dir = std::path::PathBuf::from(format!("/sys/fs/bpf/{}", lb_tests::netns::run_name("pins")));
     let state_dir = tempfile::tempdir().unwrap();
     let paths = {

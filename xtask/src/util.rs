@@ -30,3 +30,10 @@ pub fn output(program: &str, args: &[&str]) -> Option<String> {
 pub fn is_root() -> bool {
     output("id", &["-u"]).is_some_and(|uid| uid.trim() == "0")
 }
+
+/// The workspace's target directory (`CARGO_TARGET_DIR`, else `target/`).
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}

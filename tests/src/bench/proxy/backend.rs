@@ -1,6 +1,6 @@
 //! Benchmark backend: a minimal HTTP/1.1 keep-alive server on each given port, answering
 //! `/1k` and `/300k` with fixed bodies (anything else: 2 bytes).
-//! Usage: bench_backend <threads> <port>...
+//! Usage: lb-bench proxy-backend <threads> <port>...
 use std::convert::Infallible;
 
 use bytes::Bytes;
@@ -10,12 +10,11 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+pub fn run(args: &[String]) {
     let threads: usize = args
         .first()
         .and_then(|a| a.parse().ok())
-        .expect("usage: bench_backend <threads> <port>...");
+        .expect("usage: lb-bench proxy-backend <threads> <port>...");
     let ports: Vec<u16> = args[1..].iter().map(|p| p.parse().expect("port")).collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)

@@ -9,8 +9,6 @@
 //! 3. Daemon RSS at rest with 64 VIPs x 64 backends (MAX_VIPS is 64 and MAX_BACKENDS 4096 in
 //!    all, so 64 x 100 does not fit), unchecked backends, next to 1 VIP x 1 backend.
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, Map, MapData};
@@ -18,20 +16,21 @@ use lb_common::backend::BACKEND_NONE;
 use lb_common::maglev::{RingMember, build_ring};
 use lb_common::map_names;
 use lb_ctl::api::types::{BackendView, VipView};
-use lb_tests::netns::{Netns, run_name};
-use lb_tests::privileges::require_root;
+
+use crate::lab::Daemon;
+use crate::netns::Netns;
+use crate::privileges::require_root;
 
 const RING: u32 = 65537;
 const ROUNDS: usize = 20;
 
-fn main() {
-    if !require_root("lb-bench-control") {
-        std::process::exit(1);
-    }
+pub fn run() -> anyhow::Result<()> {
+    anyhow::ensure!(require_root("lb-bench control"), "the control-plane benchmark needs root");
     maglev();
     let ns = Netns::new("bc");
     remove_to_map(&ns);
     rss(&ns);
+    Ok(())
 }
 
 fn percentiles(mut v: Vec<f64>) -> String {
@@ -62,104 +61,25 @@ fn maglev() {
     }
 }
 
-/// A daemon on `lo` of namespace `ns`, with its own files; stopped and detached on drop.
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-    pins: PathBuf,
+/// A daemon on `lo` of namespace `ns` (skb mode: no traffic is involved) with `vips_toml`;
+/// returns it and how long it took to answer. Stopped and detached on drop.
+fn start_daemon(ns: &Netns, tag: &str, vips_toml: &str) -> (Daemon, Duration) {
+    let mut d = Daemon::new(ns, "lo", tag, &["--xdp-mode", "skb", "--log-level", "warn"]);
+    d.write_config_text(&format!(
+        "[daemon]\napi_socket = \"{}\"\nring_size = {RING}\nflow_table_size = 65536\nnexthop_ttl = \"0s\"\n\n{vips_toml}",
+        d.socket().display()
+    ));
+    let started = d.start();
+    (d, started)
 }
 
-impl Daemon {
-    fn start(ns: &Netns, tag: &str, vips_toml: &str) -> (Daemon, Duration) {
-        let dir = std::env::temp_dir().join(run_name(tag));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let pins = PathBuf::from("/sys/fs/bpf").join(run_name(tag));
-        let config = format!(
-            "[daemon]\napi_socket = \"{}\"\nring_size = {RING}\nflow_table_size = 65536\nnexthop_ttl = \"0s\"\n\n{vips_toml}",
-            dir.join("ctl/lb.sock").display()
-        );
-        std::fs::write(dir.join("lb.toml"), config).unwrap();
-        let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
-        let started = Instant::now();
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", ns.name))
-            .arg(lb_tests::lb_ctl_bin())
-            .args(["attach", "lo", "--xdp-mode", "skb", "--log-level", "warn", "--config"])
-            .arg(dir.join("lb.toml"))
-            .arg("--pin-dir")
-            .arg(&pins)
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("lb-ctl attach");
-        let mut d = Daemon { child, dir, pins };
-        loop {
-            if d.ctl(&["status"]).status.success() {
-                break;
-            }
-            if let Some(status) = d.child.try_wait().unwrap() {
-                panic!(
-                    "lb-ctl attach exited ({status}): {}",
-                    std::fs::read_to_string(d.dir.join("daemon.log")).unwrap_or_default()
-                );
-            }
-            assert!(started.elapsed() < Duration::from_secs(60), "the daemon did not answer within 60 s");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        (d, started.elapsed())
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("ctl/lb.sock")
-    }
-
-    fn ctl(&self, args: &[&str]) -> std::process::Output {
-        Command::new(lb_tests::lb_ctl_bin()).arg("--socket").arg(self.socket()).args(args).output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.ctl(args);
-        assert!(out.status.success(), "lb-ctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("VmRSS")
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new(lb_tests::lb_ctl_bin())
-            .arg("--socket")
-            .arg(self.socket())
-            .args(["detach", "lo", "--pin-dir"])
-            .arg(&self.pins)
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
-            .output();
-        if self.pins.exists() {
-            let _ = lb_ctl::dataplane::attach::detach(&lb_ctl::paths::AttachPaths::balancer("lo", Some(self.pins.clone()), Some(self.dir.join("state"))));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+fn rss_kib(d: &Daemon) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid().expect("the daemon runs"))).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
 }
 
 fn backend_line(addr: Ipv4Addr, port: u16) -> String {
@@ -174,10 +94,10 @@ fn remove_to_map(ns: &Netns) {
         "[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nbackends = [\n{}\n]\n",
         backends.join("\n")
     );
-    let (d, _) = Daemon::start(ns, "bcr", &vip);
+    let (d, _) = start_daemon(ns, "bcr", &vip);
     let vips: Vec<VipView> = serde_json::from_str(&d.ok(&["vips", "list", "--json"])).unwrap();
     let base = vips[0].id * RING;
-    let rings = MapData::from_pin(d.pins.join(map_names::RINGS)).expect("pinned RINGS");
+    let rings = MapData::from_pin(d.pins().join(map_names::RINGS)).expect("pinned RINGS");
     let rings: Array<MapData, u32> = Array::try_from(Map::Array(rings)).unwrap();
     let victim = "198.51.100.11:8080";
     let backend_id = || -> Option<u32> {
@@ -194,7 +114,7 @@ fn remove_to_map(ns: &Netns) {
         let id = backend_id().unwrap();
         assert_eq!(rings.get(&(base + last), 0).unwrap(), id);
         let (seen_tx, seen_rx) = std::sync::mpsc::channel();
-        let path = d.pins.join(map_names::RINGS);
+        let path = d.pins().join(map_names::RINGS);
         let poller = std::thread::spawn(move || {
             let map = MapData::from_pin(path).unwrap();
             let map: Array<MapData, u32> = Array::try_from(Map::Array(map)).unwrap();
@@ -252,9 +172,9 @@ fn rss(ns: &Netns) {
         ));
     }
     for (label, toml, tag) in [("1 VIP x 1 backend", one.to_string(), "bc1"), (&*format!("{vips} VIPs x {per_vip} backends"), many, "bcm")] {
-        let (d, started) = Daemon::start(ns, tag, &toml);
+        let (d, started) = start_daemon(ns, tag, &toml);
         std::thread::sleep(Duration::from_secs(2));
-        let rss = d.rss_kib();
+        let rss = rss_kib(&d);
         println!(
             "   {label:<24} start to answering {:>6.0} ms, RSS {:>7.1} MiB",
             started.as_secs_f64() * 1e3,

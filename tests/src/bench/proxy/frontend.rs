@@ -1,12 +1,11 @@
 //! Benchmark front end: lb-proxy with an HTTP VIP and a TCP VIP over the same backends.
-//! Usage: bench_proxy <workers> <http port> <tcp port> <backend port>...
+//! Usage: lb-bench proxy-frontend <workers> <http port> <tcp port> <backend port>...
 use std::net::SocketAddr;
 
 use lb_proxy::{BackendSpec, Mode, Proxy, ProxyVipSpec};
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: bench_proxy <workers> <http port> <tcp port> <backend port>...";
+pub fn run(args: &[String]) {
+    let usage = "usage: lb-bench proxy-frontend <workers> <http port> <tcp port> <backend port>...";
     let threads: usize = args.first().and_then(|a| a.parse().ok()).expect(usage);
     let port = |i: usize| -> u16 { args.get(i).and_then(|a| a.parse().ok()).expect(usage) };
     let (http, tcp) = (port(1), port(2));

@@ -12,10 +12,10 @@ use aya::sys::{Stats, enable_stats};
 use lb_common::flow::{FlowKey, FlowSet, ForwardSet, ReverseSet};
 use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
 use lb_ctl::dataplane::load::{load_decap, program};
-use lb_tests::fixture::{CLIENT, SEED, balancer, configure, lab, vips};
-use lb_tests::netns::ifindex;
-use lb_tests::packets::{Frame, L4};
-use lb_tests::testrun::{action_name, run_xdp};
+use crate::fixture::{CLIENT, SEED, balancer, configure, lab, vips};
+use crate::netns::ifindex;
+use crate::packets::{Frame, L4};
+use crate::testrun::{action_name, run_xdp};
 
 const ROUNDS: usize = 31;
 const CALLS_PER_ROUND: usize = 2000;
@@ -53,7 +53,7 @@ where
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
+pub fn run() -> anyhow::Result<()> {
     anyhow::ensure!(unsafe { libc::geteuid() } == 0, "the data-plane benchmark needs root");
     let ns = lab();
     let _inside = ns.enter();
@@ -79,7 +79,7 @@ fn main() -> anyhow::Result<()> {
         _pad: [0; 2],
     };
     // The reply's key names the backend the SYN is given; the ring alternates backends by slot.
-    let b = lb_tests::fixture::by_hash(&vips[0], lb_common::hash::client_hash(&ipv4_bytes(CLIENT), SEED));
+    let b = crate::fixture::by_hash(&vips[0], lb_common::hash::client_hash(&ipv4_bytes(CLIENT), SEED));
     let reply_key = FlowKey {
         src: ipv4_bytes(b.0),
         dst: ipv4_bytes(CLIENT),

@@ -1,0 +1,85 @@
+//! nginx and HAProxy configured as an operator would for this test: the same worker count
+//! as lb-proxy, keep-alive to the backends, no logging.
+use std::path::Path;
+
+use super::WORKERS;
+
+pub fn nginx_conf(dir: &Path, http: u16, tcp: u16, backends: &[u16]) -> String {
+    let servers: String = backends
+        .iter()
+        .map(|p| format!("        server 127.0.0.1:{p};\n"))
+        .collect();
+    format!(
+        "load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+daemon off;
+master_process on;
+worker_processes {WORKERS};
+pid {dir}/nginx.pid;
+error_log stderr error;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    keepalive_requests 100000;
+    upstream backends {{
+{servers}        keepalive 128;
+    }}
+    server {{
+        listen 127.0.0.1:{http};
+        location / {{
+            proxy_pass http://backends;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+        }}
+    }}
+}}
+stream {{
+    upstream tcp_backends {{
+{servers}    }}
+    server {{
+        listen 127.0.0.1:{tcp};
+        proxy_pass tcp_backends;
+    }}
+}}
+",
+        dir = dir.display()
+    )
+}
+
+pub fn haproxy_conf(http: u16, tcp: u16, backends: &[u16]) -> String {
+    let servers: String = backends
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("    server b{i} 127.0.0.1:{p}\n"))
+        .collect();
+    format!(
+        "global
+    nbthread {WORKERS}
+    maxconn 4000
+defaults
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend http_in
+    mode http
+    bind 127.0.0.1:{http}
+    default_backend http_out
+backend http_out
+    mode http
+    balance roundrobin
+    http-reuse always
+{servers}frontend tcp_in
+    mode tcp
+    bind 127.0.0.1:{tcp}
+    default_backend tcp_out
+backend tcp_out
+    mode tcp
+    balance roundrobin
+{servers}"
+    )
+}
+

@@ -1,0 +1,121 @@
+//! wrk runs against one port, and what they print.
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use super::{CONNECTIONS, DURATION, WORKERS};
+
+pub struct WrkResult {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+}
+
+pub fn print_row(peer: &str, test: &str, r: &WrkResult) {
+    println!(
+        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {:>8}",
+        r.rps,
+        fmt_ms(r.p50_ms),
+        fmt_ms(r.p99_ms),
+        r.errors
+    );
+}
+
+pub fn fmt_ms(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{:.0}us", ms * 1000.0)
+    } else {
+        format!("{ms:.2}ms")
+    }
+}
+
+pub fn wrk(port: u16, path: &str) -> Result<WrkResult> {
+    let out = Command::new("wrk")
+        .args([
+            format!("-t{WORKERS}"),
+            format!("-c{CONNECTIONS}"),
+            format!("-d{DURATION}"),
+            "--timeout".into(),
+            "5s".into(),
+            "--latency".into(),
+            format!("http://127.0.0.1:{port}{path}"),
+        ])
+        .output()
+        .context("running wrk")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!("wrk failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    }
+    parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))
+}
+
+pub fn parse_wrk(text: &str) -> Option<WrkResult> {
+    let mut rps = None;
+    let (mut p50, mut p99) = (None, None);
+    let mut errors = 0u64;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["Requests/sec:", v] => rps = v.parse().ok(),
+            ["50%", v] => p50 = parse_duration_ms(v),
+            ["99%", v] => p99 = parse_duration_ms(v),
+            // "Non-2xx or 3xx responses: N" and "Socket errors: connect A, read B, write C, timeout D"
+            ["Non-2xx", "or", "3xx", "responses:", n] => errors += n.parse::<u64>().unwrap_or(0),
+            ["Socket", "errors:", rest @ ..] => {
+                errors += rest
+                    .iter()
+                    .filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok())
+                    .sum::<u64>()
+            }
+            _ => {}
+        }
+    }
+    Some(WrkResult {
+        rps: rps?,
+        p50_ms: p50?,
+        p99_ms: p99?,
+        errors,
+    })
+}
+
+/// wrk prints latencies like `812.00us`, `1.23ms`, `2.01s`.
+fn parse_duration_ms(v: &str) -> Option<f64> {
+    let split = v.find(|c: char| c.is_ascii_alphabetic())?;
+    let (num, unit) = v.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    Some(match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "m" => n * 60_000.0,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_wrk_output() {
+        let text = "Running 4s test @ http://127.0.0.1:1/1k
+  2 threads and 50 connections
+  Latency Distribution
+     50%  812.00us
+     75%    1.10ms
+     90%    1.50ms
+     99%    3.20ms
+  80000 requests in 4.00s, 90.00MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 5
+Requests/sec:  20000.50
+Transfer/sec:     22.50MB
+";
+        let r = parse_wrk(text).unwrap();
+        assert_eq!(r.rps, 20000.5);
+        assert!((r.p50_ms - 0.812).abs() < 1e-9);
+        assert_eq!(r.p99_ms, 3.2);
+        assert_eq!(r.errors, 8);
+    }
+}

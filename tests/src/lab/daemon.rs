@@ -1,0 +1,229 @@
+//! The real daemon, `lb-ctl attach IFACE`, in a namespace of the lab (entered with
+//! `nsenter --net`, so its bpffs pins live in the host's mount), driven by the real CLI over
+//! its control socket. Each daemon has its own run directory (config, log, socket, state) and
+//! pin directory, both named `lbt-<pid>-<tag>`; dropping it stops the daemon and runs
+//! `lb-ctl detach`, also when the run panics.
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use lb_ctl::api::types::BackendView;
+
+use crate::netns::{Netns, die_with_parent, run_name};
+
+/// How long a starting daemon may take to answer (a full 64 x 64 table takes a while).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Daemon {
+    netns: String,
+    iface: String,
+    /// Arguments of `lb-ctl attach IFACE` besides config, pins and state (XDP mode, logging).
+    args: Vec<String>,
+    dir: PathBuf,
+    pins: PathBuf,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    /// A daemon for `iface` in namespace `netns`, not started yet; `args` are added to
+    /// `lb-ctl attach IFACE` (for example `--xdp-mode native`).
+    pub fn new(netns: &Netns, iface: &str, tag: &str, args: &[&str]) -> Daemon {
+        let dir = std::env::temp_dir().join(run_name(tag));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        Daemon {
+            netns: netns.name.clone(),
+            iface: iface.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            dir,
+            pins: PathBuf::from("/sys/fs/bpf").join(run_name(tag)),
+            child: None,
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("ctl/lb.sock")
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("lb.toml")
+    }
+
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("daemon.log")
+    }
+
+    /// The run directory (config, log, socket, state).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn pins(&self) -> &Path {
+        &self.pins
+    }
+
+    /// Writes lb.toml (whose `api_socket` should be [`Daemon::socket`]).
+    pub fn write_config_text(&self, text: &str) {
+        std::fs::write(self.config(), text).expect("writing lb.toml");
+    }
+
+    /// The daemon's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts the daemon and waits until its socket answers; returns how long that took.
+    pub fn start(&mut self) -> Duration {
+        assert!(self.child.is_none(), "the daemon is already running");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log()).unwrap();
+        let started = Instant::now();
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(crate::lb_ctl_bin())
+            .args(["attach", &self.iface])
+            .args(&self.args)
+            .arg("--config")
+            .arg(self.config())
+            .arg("--pin-dir")
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        self.child = Some(die_with_parent(&mut command).spawn().expect("starting lb-ctl attach"));
+        loop {
+            if self.ctl(&["status"]).status.success() {
+                return started.elapsed();
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("lb-ctl attach exited with {status}:\n{}", self.log_text());
+            }
+            assert!(started.elapsed() < START_TIMEOUT, "the daemon did not answer within {START_TIMEOUT:?}:\n{}", self.log_text());
+            super::stop_if_interrupted();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM, then waits for the exit; returns the exit status.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("the daemon is running");
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the daemon did not stop within 10 s of SIGTERM:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's log so far, without terminal colour codes.
+    pub fn log_text(&self) -> String {
+        let raw = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let mut out = String::with_capacity(raw.len());
+        let mut chars = raw.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                // CSI: ESC [ parameters final-byte
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// `lb-ctl --socket SOCKET ARGS...`, as root.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(crate::lb_ctl_bin()).arg("--socket").arg(self.socket()).args(args).output().expect("running lb-ctl")
+    }
+
+    /// Like [`Daemon::ctl`], asserting success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            out.status.success(),
+            "lb-ctl {args:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `lb-ctl backends list --json`.
+    pub fn backends(&self) -> Vec<BackendView> {
+        serde_json::from_str(&self.ok(&["backends", "list", "--json"])).expect("backends list --json")
+    }
+
+    pub fn find_backend(&self, address: SocketAddr) -> Option<BackendView> {
+        self.backends().into_iter().find(|b| b.address == address)
+    }
+
+    /// Polls the backend list until `pred` holds for the backend at `address`; returns the
+    /// time it took.
+    pub fn wait_for_backend(
+        &self,
+        address: SocketAddr,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&BackendView) -> bool,
+    ) -> Duration {
+        let started = Instant::now();
+        loop {
+            let found = self.find_backend(address);
+            if found.as_ref().is_some_and(&pred) {
+                return started.elapsed();
+            }
+            assert!(started.elapsed() < within, "backend {address} not {what} within {within:?}: {found:?}\n{}", self.log_text());
+            super::stop_if_interrupted();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on the pid of our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let detached = Command::new(crate::lb_ctl_bin())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["detach", &self.iface, "--pin-dir"])
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .output();
+        if !detached.is_ok_and(|o| o.status.success()) && self.pins.exists() {
+            let paths = lb_ctl::paths::AttachPaths::balancer(&self.iface, Some(self.pins.clone()), Some(self.dir.join("state")));
+            let _ = lb_ctl::dataplane::attach::detach(&paths);
+        }
+        if std::thread::panicking() && !super::interrupted() {
+            eprintln!("--- daemon log ({}) ---\n{}", self.log().display(), self.log_text());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,56 @@
+//! The lab's clients: bounded HTTP/1.1 exchanges from a chosen source address, and the byte
+//! pattern the test backend answers with.
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+/// Waits until a TCP connect to `addr` succeeds from the calling thread's namespace.
+pub fn wait_for_listener(addr: SocketAddr, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(Instant::now() < deadline, "{addr} did not start listening");
+        super::stop_if_interrupted();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One HTTP/1.1 GET from source address `src`, `Connection: close`; returns status and body.
+pub fn http_get(src: Ipv4Addr, dst: SocketAddrV4, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    exchange(src, dst, format!("GET {path} HTTP/1.1\r\nHost: {dst}\r\nConnection: close\r\n\r\n").as_bytes(), &[])
+}
+
+/// Sends `head` and `body` from `src` to `dst`, reads the response to the end.
+fn exchange(src: Ipv4Addr, dst: SocketAddrV4, head: &[u8], body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
+    use std::io::{Read, Write};
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::from((src, 0)).into())?;
+    socket.set_read_timeout(Some(Duration::from_secs(10)))?;
+    socket.set_write_timeout(Some(Duration::from_secs(10)))?;
+    socket.connect_timeout(&SocketAddr::V4(dst).into(), Duration::from_secs(5))?;
+    let mut stream: std::net::TcpStream = socket.into();
+    stream.write_all(head)?;
+    stream.write_all(body)?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line: {head}")))?;
+    Ok((status, raw[split + 4..].to_vec()))
+}
+
+/// One HTTP/1.1 POST of `body` from source address `src`, `Connection: close`; returns status
+/// and response body.
+pub fn http_post(src: Ipv4Addr, dst: SocketAddrV4, path: &str, body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
+    exchange(src, dst, format!("POST {path} HTTP/1.1\r\nHost: {dst}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).as_bytes(), body)
+}
+
+/// The byte at offset `i` of the test backend's `/bytes/N` responses.
+pub fn pattern_byte(i: usize) -> u8 {
+    (i % 251) as u8
+}

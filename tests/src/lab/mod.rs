@@ -1,0 +1,210 @@
+//! The namespace lab every root suite, the demo and the benchmarks run in: one L2 segment, a
+//! switch namespace with a bridge, and hosts (client, balancer, backends) each linked to it by
+//! a veth pair whose host end is `eth0`. The balancer has one interface, as on a real
+//! single-NIC host: XDP_TX sends VIP traffic back out of it.
+//!
+//! Everything is named with the run's prefix (`lbt-<pid>-…`, see [`crate::netns`]) and goes
+//! away when the lab is dropped (also when the run panics); Ctrl-C is caught by
+//! [`catch_ctrl_c`] and a run killed outright is cleaned up by the next one.
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lb_common::program_names;
+use lb_ctl::dataplane::load::{AttachMode, attach, load_decap};
+
+use crate::netns::{Netns, die_with_parent};
+
+mod daemon;
+mod http;
+
+pub use daemon::Daemon;
+pub use http::{http_get, http_post, pattern_byte, wait_for_listener};
+
+pub const LB_CLIENT_SIDE: &str = "192.0.2.1";
+pub const LB_BACKEND_SIDE: &str = "198.51.100.1";
+/// The switch port facing the balancer.
+pub const LB_PORT: &str = "p-lb";
+
+/// The address of client `i` (0-based).
+pub fn client_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(192, 0, 2, 10 + i as u8)
+}
+
+/// The address of backend `i` (0-based).
+pub fn backend_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 51, 100, 11 + i as u8)
+}
+
+pub struct Lab {
+    pub switch: Netns,
+    pub lb: Netns,
+    pub client: Netns,
+    pub backends: Vec<Netns>,
+    children: Vec<Child>,
+    /// XDP programs attached by the lab (dropping them detaches them).
+    programs: Vec<aya::Ebpf>,
+}
+
+impl Lab {
+    /// Builds the lab: `backends` backends, one client namespace holding `clients` addresses.
+    pub fn new(tag: &str, backends: usize, clients: usize) -> Lab {
+        let switch = Netns::new(&format!("{tag}sw"));
+        switch.exec(&["ip", "link", "add", "br0", "type", "bridge"]);
+        switch.exec(&["ip", "link", "set", "br0", "up"]);
+        let lab = Lab {
+            lb: Netns::new(&format!("{tag}lb")),
+            client: Netns::new(&format!("{tag}c")),
+            backends: (0..backends).map(|i| Netns::new(&format!("{tag}b{i}"))).collect(),
+            switch,
+            children: Vec::new(),
+            programs: Vec::new(),
+        };
+        lab.plug(&lab.lb, LB_PORT);
+        lab.lb.exec(&["ip", "addr", "add", &format!("{LB_CLIENT_SIDE}/24"), "dev", "eth0"]);
+        lab.lb.exec(&["ip", "addr", "add", &format!("{LB_BACKEND_SIDE}/24"), "dev", "eth0"]);
+        for key in ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf.eth0.send_redirects=0"] {
+            lab.lb.exec(&["sysctl", "-qw", key]);
+        }
+
+        lab.plug(&lab.client, "p-c");
+        for i in 0..clients {
+            lab.client.exec(&["ip", "addr", "add", &format!("{}/24", client_addr(i)), "dev", "eth0"]);
+        }
+        lab.client.exec(&["ip", "route", "add", "203.0.113.0/24", "via", LB_CLIENT_SIDE]);
+
+        for (i, b) in lab.backends.iter().enumerate() {
+            lab.plug(b, &format!("p-b{i}"));
+            b.exec(&["ip", "addr", "add", &format!("{}/24", backend_addr(i)), "dev", "eth0"]);
+            b.exec(&["ip", "route", "add", "default", "via", LB_BACKEND_SIDE]);
+            // VIPs held on lo for DSR must not be announced or answered for on eth0.
+            for key in ["net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.eth0.rp_filter=0"] {
+                b.exec(&["sysctl", "-qw", key]);
+            }
+        }
+        lab
+    }
+
+    /// Links `host` to the bridge: `eth0` in the host, `port` on the bridge. Two queues each
+    /// (XDP on single-queue veths serialises on one core), and no checksum/segmentation
+    /// offloads on the host end: frames the stack sends are complete and MTU-sized, as XDP on
+    /// the other side needs.
+    fn plug(&self, host: &Netns, port: &str) {
+        self.switch.exec(&[
+            "ip", "link", "add", port, "numtxqueues", "2", "numrxqueues", "2", "type", "veth", "peer", "name", "eth0",
+            "netns", &host.name, "numtxqueues", "2", "numrxqueues", "2",
+        ]);
+        self.switch.exec(&["ip", "link", "set", port, "master", "br0", "up"]);
+        host.exec(&["ip", "link", "set", "eth0", "up"]);
+        host.exec(&["ethtool", "-K", "eth0", "tx", "off", "tso", "off", "gso", "off"]);
+    }
+
+    /// Attaches the bare XDP_PASS program (`lb_pass`, native mode) to `port` in the switch:
+    /// native XDP_TX on a veth delivers only to a peer that runs an XDP program. Detached when
+    /// the lab is dropped.
+    pub fn pass_on_switch_port(&mut self, port: &str) {
+        let mut pass = load_decap().expect("loading lb_pass");
+        {
+            let _in = self.switch.enter();
+            attach(&mut pass, program_names::PASS, port, AttachMode::Native)
+                .unwrap_or_else(|e| panic!("lb_pass on {port}: {e}"));
+        }
+        self.programs.push(pass);
+    }
+
+    /// Pings every backend from the balancer, so their neighbour entries exist before the
+    /// first packet the XDP program forwards.
+    pub fn resolve_backends(&self) {
+        for i in 0..self.backends.len() {
+            self.lb.exec(&["ping", "-c1", "-W2", &backend_addr(i).to_string()]);
+        }
+    }
+
+    /// Settings for load (the benchmarks): static bridge FDB entries for every host (otherwise
+    /// frames to a silent receiver flood every port), TIME_WAIT reuse in the client (otherwise
+    /// connect/close runs exhaust its ports), and no bridge netfilter (when the host has it).
+    pub fn tune_for_load(&self) {
+        let hosts = [(&self.lb, LB_PORT.to_string()), (&self.client, "p-c".to_string())]
+            .into_iter()
+            .chain(self.backends.iter().enumerate().map(|(i, b)| (b, format!("p-b{i}"))));
+        for (host, port) in hosts {
+            let mac = mac_of(host, "eth0");
+            self.switch.exec(&["bridge", "fdb", "replace", &mac, "dev", &port, "master", "static"]);
+        }
+        self.client.exec(&["sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"]);
+        self.client.exec(&["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000"]);
+        for key in ["net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables", "net.bridge.bridge-nf-call-arptables"] {
+            if std::path::Path::new(&format!("/proc/sys/{}", key.replace('.', "/"))).exists() {
+                self.switch.exec(&["sysctl", "-qw", &format!("{key}=0")]);
+            }
+        }
+    }
+
+    /// Starts `args` inside namespace `ns` in the background; it is killed when the lab is
+    /// dropped (or when the thread that started it ends).
+    pub fn spawn(&mut self, ns: &str, args: &[&str]) -> u32 {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", ns]).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+        let child = die_with_parent(&mut command).spawn().unwrap_or_else(|e| panic!("spawn {args:?}: {e}"));
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    /// Stops a process started with [`Lab::spawn`].
+    pub fn kill(&mut self, pid: u32) {
+        if let Some(pos) = self.children.iter().position(|c| c.id() == pid) {
+            let mut child = self.children.remove(pos);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Then the programs are detached and the namespaces deleted, in field order.
+    }
+}
+
+/// The MAC address of `dev` in `host`.
+pub fn mac_of(host: &Netns, dev: &str) -> String {
+    let out = host.exec(&["cat", &format!("/sys/class/net/{dev}/address")]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A binary built next to the running one (`lb-test-backend` for the demo and benchmarks).
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("own path");
+    exe.parent().expect("own directory").join(name)
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Catches Ctrl-C for long runs (the demo, benchmarks): instead of dying with the lab up, the
+/// process notes it, and [`interrupted`] tells its next step to stop, so the lab is dropped
+/// and torn down. The lab's own processes get the signal too and stop by themselves.
+pub fn catch_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        INTERRUPTED.store(true, Ordering::Relaxed);
+        eprintln!("\ninterrupted: tearing the lab down");
+    });
+}
+
+/// Whether Ctrl-C was pressed since [`catch_ctrl_c`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Ends a wait of the lab at once after Ctrl-C (by panicking, so that everything set up so
+/// far is dropped and torn down), instead of at its timeout.
+pub fn stop_if_interrupted() {
+    if interrupted() {
+        panic!("interrupted (Ctrl-C)");
+    }
+}
