@@ -135,6 +135,10 @@ pub struct StatusView {
     pub health_checkers: usize,
     pub ring_size: u32,
     pub last_reload: Option<ReloadView>,
+    /// Changes made through the API that the configuration file does not hold (backends
+    /// added, drained, removed): a restart keeps them, a reload undoes them.
+    #[serde(default)]
+    pub api_changes: usize,
 }
 
 /// `POST /v1/reload`, and the last reload in the status.

@@ -100,6 +100,12 @@ pub fn status(s: &StatusView) -> String {
         s.health_checkers,
         s.ring_size,
     );
+    if s.api_changes > 0 {
+        out.push_str(&format!(
+            "api changes {} (the running backends differ from the file; kept across restarts, undone by reload)\n",
+            s.api_changes
+        ));
+    }
     if let Some(r) = &s.last_reload {
         out.push_str(&format!(
             "last reload {}: {}\n",

@@ -11,7 +11,7 @@ use crate::dataplane::Dataplane;
 use crate::dataplane::attach::{self, OpenOptions};
 use crate::dataplane::memory::MemoryDataplane;
 use crate::paths::{self, AttachPaths};
-use crate::state::IdSnapshot;
+use crate::state::SavedState;
 
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter =
@@ -35,14 +35,14 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
     let paths = AttachPaths::balancer(&iface, args.pin_dir.clone(), args.state_dir.clone());
     check_pinned_ring_size(&paths, &config, &iface)?;
     let socket = config.api_socket(&iface);
-    let options = daemon::Options { interface: iface.clone(), xdp_mode: None, ids_file: Some(paths.ids_file()) };
+    let options = daemon::Options { interface: iface.clone(), ids_file: Some(paths.ids_file()), ..Default::default() };
     let memory = args.fake_dataplane;
     run(config, socket, options, move |config| {
         paths::create_private_dir(&paths.state_dir)
             .with_context(|| format!("creating {}", paths.state_dir.display()))?;
         if memory {
             tracing::warn!("test mode: in-memory maps, no XDP program");
-            return Ok((Box::new(MemoryDataplane::default()), None));
+            return Ok(Opened::memory());
         }
         let options = OpenOptions {
             mode: args.xdp_mode.into(),
@@ -51,8 +51,8 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
             flow_table_size: config.daemon.flow_table_size,
         };
         let opened = attach::open(&iface, &options).with_context(|| format!("attaching the balancer to {iface}"))?;
-        let mode = opened.mode_name().to_string();
-        Ok((Box::new(opened.dataplane), Some(mode)))
+        let xdp_mode = Some(opened.mode_name().to_string());
+        Ok(Opened { maps_reused: opened.reused_maps, xdp_mode, dataplane: Box::new(opened.dataplane) })
     })
 }
 
@@ -72,13 +72,24 @@ pub fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         );
     }
     let socket = config.daemon.api_socket.clone().unwrap_or_else(paths::proxy_socket);
-    let options = daemon::Options { interface: "proxy".into(), xdp_mode: None, ids_file: None };
+    let options = daemon::Options { interface: "proxy".into(), ..Default::default() };
     // No XDP: the map writer writes to memory, which only `stats` and `explain` read.
-    run(config, socket, options, |_| Ok((Box::new(MemoryDataplane::default()), None)))
+    run(config, socket, options, |_| Ok(Opened::memory()))
 }
 
-/// The data plane a command runs the daemon with, and its attach mode if it is XDP.
-type Opened = (Box<dyn Dataplane>, Option<String>);
+/// The data plane a command runs the daemon with.
+struct Opened {
+    dataplane: Box<dyn Dataplane>,
+    /// The attach mode, for XDP.
+    xdp_mode: Option<String>,
+    maps_reused: bool,
+}
+
+impl Opened {
+    fn memory() -> Opened {
+        Opened { dataplane: Box::new(MemoryDataplane::default()), xdp_mode: None, maps_reused: false }
+    }
+}
 
 /// Runs the daemon until SIGTERM/SIGINT: binds the control socket (and admin TCP port), then
 /// opens the data plane with `open`, then serves.
@@ -99,9 +110,10 @@ fn run(
                 .with_context(|| format!("binding the admin TCP port {addr}"))?;
             listeners.tcp = Some(tcp);
         }
-        let (dataplane, mode) = open(&config)?;
-        options.xdp_mode = mode;
-        daemon::serve(config, listeners, dataplane, options, daemon::termination())
+        let opened = open(&config)?;
+        options.xdp_mode = opened.xdp_mode;
+        options.maps_reused = opened.maps_reused;
+        daemon::serve(config, listeners, opened.dataplane, options, daemon::termination())
             .await
             .context("writing the initial map contents")?;
         Ok(())
@@ -114,7 +126,7 @@ fn check_pinned_ring_size(paths: &AttachPaths, config: &Config, iface: &str) -> 
         return Ok(());
     }
     let Ok(text) = std::fs::read_to_string(paths.ids_file()) else { return Ok(()) };
-    let Ok(ids) = serde_json::from_str::<IdSnapshot>(&text) else { return Ok(()) };
+    let Ok(ids) = serde_json::from_str::<SavedState>(&text) else { return Ok(()) };
     match ids.ring_size {
         Some(pinned) if pinned != config.daemon.ring_size => bail!(
             "the maps pinned in {} were written with ring_size {pinned}, the configuration asks for {}; \

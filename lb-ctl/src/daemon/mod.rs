@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::dataplane::{Dataplane, DataplaneError};
 use crate::health::{self, Checkers};
 use crate::state::plan::{Applier, ApplyReport, MapContents};
-use crate::state::{IdSnapshot, State, StateError};
+use crate::state::{SavedState, State, StateError};
 use writer::Writer;
 
 enum Command {
@@ -76,9 +76,11 @@ pub struct Options {
     pub interface: String,
     /// How the program is attached (`native`, `skb`), shown in the status.
     pub xdp_mode: Option<String>,
-    /// Where to keep the ids of VIPs and backends across restarts (next to the pinned maps);
-    /// `None` keeps them in memory only.
+    /// Where to keep the ids of VIPs and backends, last known health and API changes across
+    /// restarts (next to the pinned maps); `None` keeps them in memory only.
     pub ids_file: Option<PathBuf>,
+    /// The data plane's maps were found pinned, with a previous run's contents.
+    pub maps_reused: bool,
 }
 
 /// A started daemon: its writer is running.
@@ -95,16 +97,27 @@ impl Daemon {
         mut dataplane: Box<dyn Dataplane>,
         options: Options,
     ) -> Result<Daemon, DaemonError> {
-        let previous = options.ids_file.as_deref().and_then(load_ids);
+        let previous = options.ids_file.as_deref().and_then(load_saved);
         let (skeleton, mut applier) = match &previous {
-            Some(ids) => {
-                let skeleton = State::from_id_snapshot(ids);
-                let applier = Applier::assuming(MapContents::of(&skeleton));
+            Some(saved) => {
+                let skeleton = State::from_saved(saved);
+                // Maps found pinned hold the previous run's entries: assume them, so the
+                // first apply removes what the file lacks. Fresh maps (the pins were lost,
+                // e.g. bpffs was cleared) hold nothing: everything is written, CONFIG first.
+                let applier = if options.maps_reused {
+                    Applier::assuming(MapContents::of(&skeleton))
+                } else {
+                    tracing::warn!("saved ids but no pinned maps: writing every map afresh (established flows were lost with the maps)");
+                    Applier::default()
+                };
                 (skeleton, applier)
             }
             None => (State::default(), Applier::default()),
         };
-        let state = State::from_config(&config, &skeleton)?;
+        let mut state = State::from_config(&config, &skeleton)?;
+        if let Some(saved) = &previous {
+            state.restore_api_changes(saved)?;
+        }
         let report = applier.apply(&mut *dataplane, &MapContents::of(&state))?;
         tracing::info!(
             vips = state.vips.len(),
@@ -158,7 +171,7 @@ impl Drop for Daemon {
     }
 }
 
-fn load_ids(path: &Path) -> Option<IdSnapshot> {
+fn load_saved(path: &Path) -> Option<SavedState> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,

@@ -92,29 +92,97 @@ async fn health_transitions_reach_the_ring_through_the_writer() {
 }
 
 #[tokio::test]
-async fn a_restart_reuses_the_ids_and_drops_what_the_file_lacks() {
+async fn a_restart_keeps_ids_and_api_changes_and_a_reload_undoes_them() {
     let fake = SharedFake::default();
     let d = Daemon::start_on(tempfile::tempdir().unwrap(), fake.clone(), &lb_toml("")).await;
     let before: Vec<(String, u32)> =
         d.list().await.into_iter().map(|b| (b.address.to_string(), b.id)).collect();
-    let added = d.client.add_backend(&d.req("web", "198.51.100.9:8080", None)).await.unwrap();
+    let added = d.client.add_backend(&d.req("web", "198.51.100.9:8080", Some(30))).await.unwrap();
+    d.client.drain_backend(&d.req("web", "198.51.100.2:8080", None)).await.unwrap();
+    d.client.remove_backend(&d.req("dns", "198.51.100.3:53", None)).await.unwrap();
+    let running = d.list().await;
     let dir = d.stop().await;
-    // Same maps (pinned), same directory (ids file), config listing web's backends reversed.
+    // Same maps (pinned), same directory (saved state), config listing web's backends reversed.
     let text = lb_toml("").replace(
         "{ address = \"198.51.100.1\", port = 8080 }, { address = \"198.51.100.2\", port = 8080, weight = 50 }",
         "{ address = \"198.51.100.2\", port = 8080, weight = 50 }, { address = \"198.51.100.1\", port = 8080 }",
     );
+    std::fs::write(dir.path().join("lb.toml"), &text).unwrap();
     let d = Daemon::start_on(dir, fake.clone(), &text).await;
+    let sorted = |mut v: Vec<crate::api::types::BackendView>| {
+        v.sort_by_key(|b| b.id);
+        v.into_iter().map(|b| (b.address, b.id, b.weight, b.state, b.origin)).collect::<Vec<_>>()
+    };
+    assert_eq!(sorted(d.list().await), sorted(running), "a restart brings back the running set");
+    assert!(fake.lock().fake.backends[&added.backend_id].is_active(), "the API-added backend still serves");
+    assert_eq!(d.client.status().await.unwrap().api_changes, 3);
+
+    // A reload makes the file the truth again, and says what it undid.
+    let r = d.client.reload().await.unwrap();
+    assert!(r.message.contains("undid 3 API changes"), "{}", r.message);
     let mut after: Vec<(String, u32)> =
         d.list().await.into_iter().map(|b| (b.address.to_string(), b.id)).collect();
     after.sort();
     let mut before = before;
     before.sort();
-    assert_eq!(after, before, "every backend keeps its id");
-    assert!(
-        !fake.lock().fake.backends[&added.backend_id].is_active(),
-        "the API-added backend is not in the file"
-    );
+    assert_eq!(after[..2], before[..2], "web's file backends keep their ids");
+    assert_eq!(after.len(), 3, "the API-added backend is gone, dns's backend is back");
+    assert!(!fake.lock().fake.backends[&added.backend_id].is_active());
     d.stop().await;
 }
 
+/// A restart starts from the last known health: a backend known dead is not put back in the
+/// ring until its check says it is up (it used to be "pending" with every other backend, and
+/// an all-pending VIP forwards to all).
+#[tokio::test]
+async fn a_restart_starts_from_the_last_known_health() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let live = listener.local_addr().unwrap().port();
+    let accept = tokio::spawn(async move {
+        loop {
+            let _ = listener.accept().await;
+        }
+    });
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let text = |interval: &str| {
+        format!(
+            "[daemon]\nring_size = {RING}\n[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\n\
+             health = {{ kind = \"tcp\", interval = \"{interval}\", rise = 1, fall = 1 }}\n\
+             backends = [ {{ address = \"127.0.0.1\", port = {live} }}, {{ address = \"127.0.0.1\", port = {dead} }} ]\n"
+        )
+    };
+    let fake = SharedFake::default();
+    let d = Daemon::start_on(tempfile::tempdir().unwrap(), fake.clone(), &text("50ms")).await;
+    for _ in 0..100 {
+        let l = d.list().await;
+        if l[0].health == Health::Up && l[1].health == Health::Down {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (web, dead_id) = (d.client.vips().await.unwrap()[0].id, d.list().await[1].id);
+    assert_eq!(d.list().await[1].health, Health::Down);
+    let dir = d.stop().await;
+    // Checks far apart now: what the restarted daemon shows first is what it restored.
+    std::fs::write(dir.path().join("lb.toml"), text("1h")).unwrap();
+    let d = Daemon::start_on(dir, fake.clone(), &text("1h")).await;
+    let healths: Vec<Health> = d.list().await.iter().map(|b| b.health).collect();
+    assert_eq!(healths, [Health::Up, Health::Down]);
+    assert!(!fake.lock().fake.rings[&web].contains(&dead_id), "the dead backend stays out of the ring");
+    d.stop().await;
+    accept.abort();
+}
+
+/// Saved ids but no pinned maps (bpffs cleared): the maps are written whole, CONFIG included,
+/// instead of assumed (a zeroed CONFIG makes the program pass every VIP packet).
+#[tokio::test]
+async fn saved_ids_with_fresh_maps_write_everything() {
+    let d = Daemon::start(&lb_toml("")).await;
+    let written = d.fake.snapshot();
+    let dir = d.stop().await;
+    let fresh = SharedFake::default();
+    let d = Daemon::start_with(dir, fresh.clone(), &lb_toml(""), false).await;
+    assert_eq!(fresh.snapshot(), written, "the fresh maps hold the whole state");
+    assert_ne!(fresh.lock().fake.config.ring_size, 0, "CONFIG written");
+    d.stop().await;
+}

@@ -22,6 +22,7 @@ impl Writer {
             health_checkers: self.checkers.len(),
             ring_size: self.state.ring_size,
             last_reload: self.last_reload.clone(),
+            api_changes: self.state.api_changes().len(),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::dataplane::Dataplane;
 use crate::health::{self, Checkers};
 use crate::proxy::ProxyRuntime;
 use crate::state::plan::{Applier, ApplyReport, MapContents};
-use crate::state::{IdSnapshot, State, StateError};
+use crate::state::{SavedState, State, StateError};
 
 /// Why a reload changed nothing.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub(super) struct Writer {
     pub(super) options: Options,
     pub(super) started: Instant,
     pub(super) last_reload: Option<ReloadView>,
-    saved_ids: Option<IdSnapshot>,
+    saved: Option<SavedState>,
     /// The userspace proxy for proxy VIPs, started with the first of them.
     pub(super) proxy: Option<ProxyRuntime>,
     runtime: tokio::runtime::Handle,
@@ -66,7 +66,7 @@ impl Writer {
             options,
             started: Instant::now(),
             last_reload: None,
-            saved_ids: None,
+            saved: None,
             proxy: None,
             runtime: tokio::runtime::Handle::current(),
         };
@@ -248,16 +248,20 @@ impl Writer {
         if !changed.is_empty() {
             return Err(ReloadError::Fixed(changed));
         }
+        let undone = self.state.api_changes().len();
         let next = State::from_config(&config, &self.state)?;
         let report = self.commit(next)?;
         self.config = config;
-        Ok(describe(&report))
+        Ok(match undone {
+            0 => describe(&report),
+            n => format!("{}; undid {n} API changes (the file is the truth after a reload)", describe(&report)),
+        })
     }
 
     fn save_ids(&mut self) {
         let Some(path) = &self.options.ids_file else { return };
-        let ids = self.state.id_snapshot();
-        if self.saved_ids.as_ref() == Some(&ids) {
+        let ids = self.state.saved();
+        if self.saved.as_ref() == Some(&ids) {
             return;
         }
         let tmp = path.with_extension("tmp");
@@ -266,7 +270,7 @@ impl Writer {
             .and_then(|bytes| std::fs::write(&tmp, bytes))
             .and_then(|()| std::fs::rename(&tmp, path));
         match result {
-            Ok(()) => self.saved_ids = Some(ids),
+            Ok(()) => self.saved = Some(ids),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "cannot save the ids; a restart may re-place flows")
             }

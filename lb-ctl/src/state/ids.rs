@@ -35,6 +35,11 @@ impl IdAllocator {
         self.used.insert(id);
     }
 
+    /// Marks `id` used if it is free and in range; false if it is not.
+    pub fn try_reserve(&mut self, id: u32) -> bool {
+        id < self.limit && self.used.insert(id)
+    }
+
     /// Gives `id` back.
     pub fn free(&mut self, id: u32) {
         self.used.remove(&id);

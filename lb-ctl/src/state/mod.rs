@@ -6,6 +6,9 @@
 //! leaves the state as it was. Only the daemon's writer task holds a `State`.
 pub mod ids;
 pub mod plan;
+mod saved;
+
+pub use saved::{ApiChange, SavedState, SavedVip};
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -14,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::config::VipIdentity;
 use crate::config::rules::{self, BackendRule};
-use crate::config::{AllDownPolicy, Config, Forwarding, HashMode, HealthSpec, Protocol, VipSpec};
+use crate::config::{Config, HealthSpec, VipSpec};
 use ids::IdAllocator;
 
 /// A refused change, or a reference to something that does not exist.
@@ -140,27 +143,9 @@ pub struct State {
     pub vips: Vec<VipState>,
     vip_ids: IdAllocator,
     backend_ids: IdAllocator,
-}
-
-/// Ids given to VIPs and backends, saved so that a restarted daemon gives every backend the
-/// id it had: connection-table entries name backends by id.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct IdSnapshot {
-    /// Ring size the maps were written with (a restart with another one cannot reuse them).
-    #[serde(default)]
-    pub ring_size: Option<u32>,
-    pub vips: Vec<SavedVip>,
-    pub vip_ids: IdAllocator,
-    pub backend_ids: IdAllocator,
-}
-
-/// One VIP's ids in an [`IdSnapshot`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SavedVip {
-    pub identity: VipIdentity,
-    pub id: u32,
-    /// `(address, backend id)`.
-    pub backends: Vec<(SocketAddr, u32)>,
+    /// Backends of the file removed through the API since it was loaded (kept across
+    /// restarts, undone by a reload).
+    removed_by_api: Vec<(VipIdentity, SocketAddr)>,
 }
 
 impl Default for State {
@@ -172,6 +157,7 @@ impl Default for State {
             vips: Vec::new(),
             vip_ids: IdAllocator::new(MAX_VIPS),
             backend_ids: IdAllocator::new(MAX_BACKENDS),
+            removed_by_api: Vec::new(),
         }
     }
 }
@@ -236,73 +222,8 @@ impl State {
             vips,
             vip_ids,
             backend_ids,
+            removed_by_api: Vec::new(),
         })
-    }
-
-    /// The ids in use, to save.
-    pub fn id_snapshot(&self) -> IdSnapshot {
-        IdSnapshot {
-            ring_size: Some(self.ring_size),
-            vips: self
-                .vips
-                .iter()
-                .map(|v| SavedVip {
-                    identity: v.identity(),
-                    id: v.id,
-                    backends: v.backends.iter().map(|b| (b.address, b.id)).collect(),
-                })
-                .collect(),
-            vip_ids: self.vip_ids.clone(),
-            backend_ids: self.backend_ids.clone(),
-        }
-    }
-
-    /// A skeleton state holding only the ids of a previous run, to pass to
-    /// [`State::from_config`] as `previous`. Its VIPs carry no settings.
-    pub fn from_id_snapshot(snapshot: &IdSnapshot) -> State {
-        let vips = snapshot
-            .vips
-            .iter()
-            .map(|SavedVip { identity, id, backends }| VipState {
-                id: *id,
-                spec: VipSpec {
-                    name: None,
-                    address: identity.address,
-                    port: identity.port,
-                    protocol: if identity.ip_proto == lb_common::ip_proto::UDP {
-                        Protocol::Udp
-                    } else {
-                        Protocol::Tcp
-                    },
-                    forwarding: Forwarding::Nat,
-                    hash: HashMode::Ip,
-                    encap_source: None,
-                    all_down: AllDownPolicy::Forward,
-                    health: None,
-                    proxy: None,
-                },
-                backends: backends
-                    .iter()
-                    .map(|(address, id)| BackendState {
-                        id: *id,
-                        address: *address,
-                        weight: 0,
-                        drained: false,
-                        // Unknown after a restart: checked backends start over.
-                        health: Health::Pending,
-                        check: None,
-                        origin: Origin::Config,
-                    })
-                    .collect(),
-            })
-            .collect();
-        let mut vip_ids = snapshot.vip_ids.clone();
-        let mut backend_ids = snapshot.backend_ids.clone();
-        for v in &snapshot.vips {
-            vip_ids.reserve(v.id);
-            v.backends.iter().for_each(|(_, b)| backend_ids.reserve(*b));
-        }
-        State { vips, vip_ids, backend_ids, ..State::default() }
     }
 
     /// The VIP `reference` names: its name, `ADDR:PORT/PROTOCOL`, `ADDR:PORT`, or `ADDR`
@@ -380,6 +301,9 @@ impl State {
         let (i, j) = self.backend_index(vip, address)?;
         let b = self.vips[i].backends.remove(j);
         self.backend_ids.free(b.id);
+        if b.origin == Origin::Config {
+            self.removed_by_api.push((self.vips[i].identity(), b.address));
+        }
         Ok(b.id)
     }
 

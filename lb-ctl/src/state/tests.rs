@@ -329,10 +329,10 @@ fn removing_a_vip_clears_its_entry_ring_and_port_flags() {
 #[test]
 fn a_restart_gets_the_same_ids_from_the_snapshot_and_removes_stale_entries() {
     let rig = Rig::new(TWO_VIPS);
-    let snapshot = rig.state.id_snapshot();
+    let snapshot = rig.state.saved();
     // JSON round trip: what the daemon saves and reads back.
-    let snapshot: IdSnapshot = serde_json::from_str(&serde_json::to_string(&snapshot).unwrap()).unwrap();
-    let previous = State::from_id_snapshot(&snapshot);
+    let snapshot: SavedState = serde_json::from_str(&serde_json::to_string(&snapshot).unwrap()).unwrap();
+    let previous = State::from_saved(&snapshot);
     // The new run's config lists web's backends in another order and lacks dns.
     let text = r#"
 [[vip]]

@@ -51,7 +51,15 @@ impl Daemon {
         Daemon::start_on(tempfile::tempdir().unwrap(), SharedFake::default(), text).await
     }
 
+    /// A daemon on `dir` (its saved state) and `fake` (maps that outlive a daemon, as pinned
+    /// maps do).
     pub async fn start_on(dir: tempfile::TempDir, fake: SharedFake, text: &str) -> Daemon {
+        Daemon::start_with(dir, fake, text, true).await
+    }
+
+    /// As [`Daemon::start_on`]; `maps_reused` says whether the maps hold a previous run's
+    /// contents.
+    pub async fn start_with(dir: tempfile::TempDir, fake: SharedFake, text: &str, maps_reused: bool) -> Daemon {
         let config_path = dir.path().join("lb.toml");
         std::fs::write(&config_path, text).unwrap();
         let config = Config::load(&config_path).unwrap_or_else(|e| panic!("{e}"));
@@ -62,6 +70,7 @@ impl Daemon {
             interface: "test0".into(),
             xdp_mode: None,
             ids_file: Some(dir.path().join("ids.json")),
+            maps_reused,
         };
         let dp: Box<dyn Dataplane> = Box::new(fake.clone());
         let task = tokio::spawn(async move {
