@@ -45,25 +45,43 @@ impl Default for Limits {
     }
 }
 
-/// Binds the control socket at `path`: creates its directory (mode 0700) if missing, removes a
-/// stale socket left by a dead daemon, refuses to take over the socket of a live one, and
-/// makes the socket mode 0600 (owner only; the daemon runs as root).
-pub fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+/// A bound control socket, and the lock that says a live daemon serves it.
+#[derive(Debug)]
+pub struct ControlSocket {
+    pub listener: UnixListener,
+    /// An exclusive `flock` on `PATH.lock`, held for the daemon's life: the kernel lets go of
+    /// it when the process dies, however it dies.
+    _lock: std::fs::File,
+}
+
+/// Binds the control socket at `path`: creates its directory (mode 0700) if missing, refuses
+/// the socket of a live daemon, replaces the one a dead daemon left, and makes the socket mode
+/// 0600 (owner only; the daemon runs as root).
+///
+/// Which daemon is alive is told by a lock, not by connecting: right after a kill -9 the dead
+/// daemon's socket may still accept for a moment, and a restart must not fail on it.
+pub fn bind_unix(path: &Path) -> io::Result<ControlSocket> {
+    use std::os::fd::AsRawFd as _;
     if let Some(dir) = path.parent() {
         paths::create_private_dir(dir)?;
     }
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("{} is served by a running daemon", path.display()),
-            ));
-        }
-        std::fs::remove_file(path)?;
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("{} is served by a running daemon", path.display()),
+        ));
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
     }
     let listener = UnixListener::bind(path)?;
     paths::make_private(path)?;
-    Ok(listener)
+    Ok(ControlSocket { listener, _lock: lock })
 }
 
 /// Whether a peer may use the API: root, or the user the daemon runs as.

@@ -1,5 +1,6 @@
 //! The control API end to end: a daemon over an in-memory data plane, on a temp-dir socket.
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 use hyper::Method;
 use lb_common::flow::{FlowEntry, FlowKey};
@@ -26,8 +27,15 @@ async fn socket_is_private_and_owned() {
     assert!(!socket.exists(), "a clean stop removes the socket");
     // A stale socket file (dead daemon) is replaced.
     std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    bind_unix(&socket).unwrap();
-    drop(dir);
+    drop(bind_unix(&socket).unwrap());
+    // Right after a kill -9 the dead daemon's socket may still accept connections; it holds
+    // no lock any more, so a restart takes the socket over instead of failing.
+    let dying = std::os::unix::net::UnixListener::bind(socket.with_extension("old")).unwrap();
+    std::fs::rename(socket.with_extension("old"), &socket).unwrap();
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok(), "the old socket still accepts");
+    let restarted = bind_unix(&socket).unwrap();
+    assert!(bind_unix(&socket).is_err(), "while the new daemon lives, its socket is its own");
+    drop((restarted, dying, dir));
 }
 
 #[tokio::test]
@@ -252,3 +260,56 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
     d.stop().await;
 }
 
+
+/// A service that answers every request with an empty VIP list.
+#[derive(Clone)]
+struct Empty;
+
+impl super::Service for Empty {
+    async fn call(&self, _: super::Request) -> Result<super::Response, super::ApiError> {
+        Ok(super::Response::Vips(Vec::new()))
+    }
+}
+
+/// Clients that send half a request and wait (slowloris) cannot hold the daemon's file
+/// descriptors: a header must arrive within the timeout, and connections past the cap are
+/// closed at once. The API still answers afterwards.
+#[tokio::test]
+async fn half_sent_requests_time_out_and_connections_are_capped() {
+    use std::io::{Read as _, Write as _};
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = socket_path(dir.path());
+    let control = bind_unix(&socket).unwrap();
+    let limits = super::server::Limits { header_timeout: Duration::from_secs(2), max_connections: 4 };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(super::server::serve(Empty, control.listener, None, limits, async {
+        let _ = stopped.await;
+    }));
+    let half = |socket: &std::path::Path| {
+        let mut s = UnixStream::connect(socket).unwrap();
+        s.write_all(b"GET /v1/vips HTTP/1.1\r\nHost: x\r\n").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let socket2 = socket.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        let mut held: Vec<UnixStream> = (0..4).map(|_| half(&socket2)).collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let started = std::time::Instant::now();
+        let mut over = half(&socket2);
+        let mut buf = [0u8; 64];
+        assert_eq!(over.read(&mut buf).unwrap_or(0), 0, "the fifth connection is closed");
+        assert!(started.elapsed() < Duration::from_millis(1500), "closed at once, not by the header timeout");
+        for s in &mut held {
+            let n = s.read(&mut buf).unwrap_or(0);
+            assert!(!String::from_utf8_lossy(&buf[..n]).contains("200 OK"), "a half request is not served");
+        }
+        assert!(started.elapsed() < Duration::from_secs(8), "half requests are closed by the header timeout");
+    });
+    checked.await.unwrap();
+    let client = super::client::Client::new(&socket);
+    assert_eq!(client.vips().await.unwrap(), Vec::new(), "the API still answers");
+    stop.send(()).unwrap();
+    server.await.unwrap();
+}

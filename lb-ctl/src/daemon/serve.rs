@@ -1,10 +1,11 @@
 //! The daemon's run loop: the writer, the health checkers, the control API and SIGHUP reloads,
 //! until a shutdown future resolves. `lb-ctl attach` and `lb-ctl proxy` call [`serve`] with
 //! the sockets they bound and the data plane they opened; the tests call the same function.
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{Daemon, DaemonError, Options};
+use crate::api::server::ControlSocket;
 use crate::api::{self, Request};
 use crate::config::Config;
 use crate::dataplane::Dataplane;
@@ -12,14 +13,14 @@ use crate::dataplane::Dataplane;
 /// The sockets the control API is served on, bound before the data plane is opened (a second
 /// daemon for the same interface fails there, before it touches anything).
 pub struct Listeners {
-    pub unix: UnixListener,
+    pub unix: ControlSocket,
     /// The optional admin TCP port (`[daemon] api_tcp`).
     pub tcp: Option<TcpListener>,
     pub limits: api::server::Limits,
 }
 
 impl Listeners {
-    pub fn unix(unix: UnixListener) -> Listeners {
+    pub fn unix(unix: ControlSocket) -> Listeners {
         Listeners { unix, tcp: None, limits: api::server::Limits::default() }
     }
 }
@@ -39,7 +40,7 @@ pub async fn serve(
         interface = %interface,
         xdp_mode = options.xdp_mode.as_deref().unwrap_or("none"),
         config = %config.source.display(),
-        socket = ?listeners.unix.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())),
+        socket = ?listeners.unix.listener.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())),
         "started"
     );
     let daemon = Daemon::start(config, dataplane, options)?;
@@ -52,7 +53,8 @@ pub async fn serve(
             let _ = handle.call(Request::Reload).await;
         }
     });
-    api::server::serve(daemon.handle(), listeners.unix, listeners.tcp, listeners.limits, shutdown).await;
+    // The socket's lock stays held (in `listeners.unix`) until this function returns.
+    api::server::serve(daemon.handle(), listeners.unix.listener, listeners.tcp, listeners.limits, shutdown).await;
     reloads.abort();
     let dataplane = daemon.stop().await;
     tracing::info!(interface = %interface, "stopped; an attached balancer keeps forwarding (`lb-ctl detach` removes it)");
