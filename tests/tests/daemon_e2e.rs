@@ -538,3 +538,39 @@ fn control_socket_refuses_non_root() {
     // Root is still served.
     d.ok(&["status"]);
 }
+
+/// An attach that fails (here: no such interface) leaves no pinned maps and no control socket
+/// behind: the next attempt starts clean, and nothing looks like a running balancer.
+#[test]
+fn a_failed_attach_leaves_nothing_behind() {
+    if !require_root("a_failed_attach_leaves_nothing_behind") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/lb.sock");
+    let pins = Path::new("/sys/fs/bpf").join(lb_tests::netns::run_name("failed-attach"));
+    std::fs::write(
+        dir.path().join("lb.toml"),
+        format!(
+            "[daemon]\napi_socket = \"{}\"\n[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nbackends = [ {{ address = \"198.51.100.1\" }} ]\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(lb_tests::lb_ctl_bin())
+        .args(["attach", "lbt-no-such0", "--log-level", "warn", "--config"])
+        .arg(dir.path().join("lb.toml"))
+        .arg("--pin-dir")
+        .arg(&pins)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "attach to a missing interface fails");
+    assert!(stderr.contains("lbt-no-such0"), "the error names the interface: {stderr}");
+    let left = pins.exists();
+    let _ = std::fs::remove_dir_all(&pins);
+    assert!(!left, "no pinned maps left in {}", pins.display());
+    assert!(!socket.exists(), "no control socket left");
+}

@@ -110,7 +110,15 @@ fn run(
                 .with_context(|| format!("binding the admin TCP port {addr}"))?;
             listeners.tcp = Some(tcp);
         }
-        let opened = open(&config)?;
+        let opened = match open(&config) {
+            Ok(opened) => opened,
+            Err(e) => {
+                // Nothing is served: leave no socket behind.
+                drop(listeners);
+                let _ = std::fs::remove_file(&socket);
+                return Err(e);
+            }
+        };
         options.xdp_mode = opened.xdp_mode;
         options.maps_reused = opened.maps_reused;
         daemon::serve(config, listeners, opened.dataplane, options, daemon::termination())

@@ -125,13 +125,26 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
     ensure_bpffs()?;
     let pin_dir = &options.paths.pin_dir;
     let reused_maps = check_pinned(pin_dir, options.ring_size, options.flow_table_size)?;
-    let mut ebpf = load::load_ingress(&LoadOptions {
+    let loaded = load::load_ingress(&LoadOptions {
         pin_dir: Some(pin_dir.clone()),
         ring_size: options.ring_size,
         flow_table_size: options.flow_table_size,
-    })?;
-    let (mode, native_refused, replaced_program) =
-        put_on(&mut ebpf, program_names::INGRESS, iface, options.mode, &options.paths)?;
+    })
+    .and_then(|mut ebpf| {
+        let attached = put_on(&mut ebpf, program_names::INGRESS, iface, options.mode, &options.paths)?;
+        Ok((ebpf, attached))
+    });
+    let (ebpf, (mode, native_refused, replaced_program)) = match loaded {
+        Ok(done) => done,
+        Err(e) => {
+            // A failed first attach (no such interface, a driver refusing XDP) leaves nothing
+            // behind; pins that were there before belong to a running balancer and stay.
+            if !reused_maps {
+                let _ = load::remove_pins(pin_dir);
+            }
+            return Err(e);
+        }
+    };
     let opened = Opened {
         dataplane: AyaDataplane::new(ebpf, options.ring_size),
         mode,
