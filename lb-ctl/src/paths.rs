@@ -111,10 +111,13 @@ impl AttachPaths {
 }
 
 /// Creates `dir` and its missing parents, root only (0700): sockets and saved state are
-/// nobody else's business.
+/// nobody else's business. The run directory is made 0700 even when it exists.
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     if !dir.exists() {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    } else if dir == Path::new(RUN_DIR) {
+        // Older versions' `decap attach` made it 0755.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
 }

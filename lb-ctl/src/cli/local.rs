@@ -12,6 +12,9 @@ use crate::paths::{self, AttachPaths};
 pub fn validate(path: &Path) -> anyhow::Result<ExitCode> {
     match Config::load(path) {
         Ok(c) => {
+            for w in &c.warnings {
+                eprintln!("{w}");
+            }
             let backends: usize = c.vips.iter().map(|v| v.backends.len()).sum();
             println!("{}: ok ({} VIPs, {backends} backends)", path.display(), c.vips.len());
             Ok(ExitCode::SUCCESS)

@@ -103,6 +103,7 @@ fn run(
     runtime.block_on(async move {
         let unix = crate::api::server::bind_unix(&socket)
             .with_context(|| format!("binding the control socket {}", socket.display()))?;
+        config.log_warnings();
         let mut listeners = Listeners::unix(unix);
         if let Some(addr) = config.daemon.api_tcp {
             let tcp = tokio::net::TcpListener::bind(addr)

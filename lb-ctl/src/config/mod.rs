@@ -33,6 +33,9 @@ pub struct Config {
     pub daemon: DaemonSettings,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
+    /// What is allowed but probably not meant (a VIP with no backends), FILE:LINE like
+    /// mistakes: `validate` prints them, the daemon logs them.
+    pub warnings: Vec<Problem>,
 }
 
 /// `[daemon]`: settings of the whole balancer.
@@ -327,6 +330,13 @@ impl std::fmt::Display for Problem {
 }
 
 impl Config {
+    /// Logs the configuration's warnings.
+    pub fn log_warnings(&self) {
+        for w in &self.warnings {
+            tracing::warn!("{w}");
+        }
+    }
+
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)

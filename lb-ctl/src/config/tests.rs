@@ -289,3 +289,34 @@ fn read_error_names_the_file() {
     let e = Config::load(Path::new("/nonexistent/lb.toml")).unwrap_err();
     assert!(e.to_string().starts_with("/nonexistent/lb.toml: "), "{e}");
 }
+
+#[test]
+fn a_vip_without_backends_is_valid_with_a_warning() {
+    let c = parse("[[vip]]\nname = \"empty\"\naddress = \"203.0.113.10\"\nport = 80\n").unwrap();
+    let warnings: Vec<String> = c.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warnings,
+        ["lb.toml:3: warning: vip \"empty\" has no backends: its packets are dropped (or refused by the proxy) until one is added"]
+    );
+    let example = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example")).unwrap();
+    assert!(example.warnings.is_empty());
+}
+
+#[test]
+fn impossible_backends_are_mistakes() {
+    let vip = |backend: &str| {
+        format!("[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nbackends = [ {{ address = \"{backend}\", port = 8080 }} ]\n")
+    };
+    assert_eq!(
+        errors(&vip("0.0.0.0")),
+        ["lb.toml:5: vip \"web\": backend 0.0.0.0:8080: the unspecified address reaches no host"]
+    );
+    assert_eq!(
+        errors(&vip("255.255.255.255")),
+        ["lb.toml:5: vip \"web\": backend 255.255.255.255:8080: a broadcast or multicast address is not one host"]
+    );
+    assert_eq!(
+        errors(&vip("203.0.113.10")),
+        ["lb.toml:5: vip \"web\": backend 203.0.113.10:8080: the VIP itself: its traffic would loop"]
+    );
+}

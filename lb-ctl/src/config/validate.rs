@@ -91,7 +91,19 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let mut seen = HashSet::new();
     c.problems.retain(|p| seen.insert((p.line, p.message.clone())));
     if c.problems.is_empty() {
-        Ok(Config { source: path.to_path_buf(), daemon, vips })
+        let warnings = vips
+            .iter()
+            .filter(|v| v.backends.is_empty())
+            .map(|v| Problem {
+                file: c.file.clone(),
+                line: Some(v.line),
+                message: format!(
+                    "warning: vip {:?} has no backends: its packets are dropped (or refused by the proxy) until one is added",
+                    v.label()
+                ),
+            })
+            .collect();
+        Ok(Config { source: path.to_path_buf(), daemon, vips, warnings })
     } else {
         Err(ConfigError::Invalid(c.problems))
     }
