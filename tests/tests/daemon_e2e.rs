@@ -574,3 +574,48 @@ fn a_failed_attach_leaves_nothing_behind() {
     assert!(!left, "no pinned maps left in {}", pins.display());
     assert!(!socket.exists(), "no control socket left");
 }
+
+/// kill -9 under load, an immediate restart, then a reload: no request to a healthy backend
+/// fails, a connection to a backend added through the API keeps going, and a backend known
+/// dead stays out of the ring after the restart.
+#[test]
+fn kill_9_restart_and_reload_under_load_fail_no_request() {
+    if !require_root("kill_9_restart_and_reload_under_load_fail_no_request") {
+        return;
+    }
+    let (mut lab, pids) = lab("k", 3);
+    let cns = lab.client.name.clone();
+    lab.kill(pids[2]); // backend-2 is dead from the start
+    let mut d = daemon(&lab, "k");
+    d.write_config(&[(0, 100), (2, 100)], "");
+    d.start();
+    d.wait_up(0, Duration::from_secs(5));
+    d.wait_backend(2, Duration::from_secs(5), "down", |b| b.health == Health::Down);
+    d.ok(&["backends", "add", "web", &backend(1)]);
+    d.wait_up(1, Duration::from_secs(5));
+    let m = mapping(&cns);
+    let hold = Hold::open(&cns, client_of(&m, &backend_name(1)), 6);
+
+    let load = Load::start(&cns);
+    std::thread::sleep(Duration::from_millis(500));
+    d.kill9();
+    let restarted = d.start();
+    println!("restarted {} ms after kill -9", restarted.as_millis());
+    let dead = d.backend(2).expect("backend-2 is still configured");
+    assert_eq!(dead.health, Health::Down, "the restarted daemon remembers backend-2 is down");
+    assert!(!dead.in_ring, "a backend known dead is not put back in the ring");
+    let added = d.backend(1).expect("the API-added backend survives the restart");
+    assert!(added.in_ring && added.health == Health::Up, "{added:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    // The operator writes the API change into the file, then reloads under load.
+    d.write_config(&[(0, 100), (1, 100), (2, 100)], "");
+    let reloaded = d.ok(&["reload"]);
+    assert!(reloaded.contains("reloaded"), "{reloaded}");
+    std::thread::sleep(Duration::from_millis(500));
+    let (answers, failures) = load.stop();
+    println!("answers per backend during kill -9, restart and reload: {answers:?}");
+    assert!(failures.is_empty(), "requests failed: {failures:?}");
+    assert!(!answers.contains_key(&backend_name(2)), "the dead backend answered?");
+    assert!(answers.values().sum::<usize>() > 50, "the load ran: {answers:?}");
+    hold.finish("kill -9, restart and reload");
+}

@@ -109,6 +109,13 @@ impl Daemon {
         }
     }
 
+    /// SIGKILL (a crash, as an outsider would cause it), and reaps it.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("the daemon is running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// SIGTERM, then waits for the exit; returns the exit status.
     pub fn stop(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("the daemon is running");
