@@ -73,6 +73,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
         if let Some(reverse) = maps::reverse_flow(&key, t.hash(&key), &t) {
             return nat::reply_to_client(ctx, &pkt, &reverse);
         }
+        return nat::reply_without_entry(ctx, &pkt, &key);
     }
     (XDP_PASS, Counter::PassNotVip)
 }
