@@ -2,6 +2,7 @@
 //! skipping, network namespaces that clean up after themselves, and BPF_PROG_TEST_RUN.
 pub mod balancer;
 pub mod fixture;
+pub mod fuzz;
 pub mod golden;
 pub mod lab;
 pub mod netns;
