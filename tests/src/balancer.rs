@@ -22,7 +22,8 @@ pub struct VipSpec {
 }
 
 pub fn configure(dp: &mut dyn Dataplane, ring_size: u32, vips: &[VipSpec]) {
-    dp.set_config(DataplaneConfig { ring_size, hash_seed: 0x1b_c7, nexthop_generation: 1, ..Default::default() }).unwrap();
+    let new_flow_budget = lb_common::limits::DEFAULT_NEW_FLOW_BUDGET;
+    dp.set_config(DataplaneConfig { ring_size, hash_seed: 0x1b_c7, nexthop_generation: 1, new_flow_budget, ..Default::default() }).unwrap();
     let mut flags = std::collections::HashMap::<u16, u32>::new();
     for v in vips {
         let tcp = v.protocol == ip_proto::TCP;
