@@ -39,7 +39,7 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
         return NOT_OURS;
     };
     let key = flow_key(client, vip_addr, client_port, vip_port, protocol);
-    let Some(slot) = maps::flow(&key, tables.hash(&key), &tables) else {
+    let Some((slot, _)) = maps::flow(&key, tables.hash(&key), &tables) else {
         return NOT_OURS;
     };
     // SAFETY: a valid map value pointer; the way holds this flow.

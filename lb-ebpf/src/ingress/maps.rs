@@ -119,9 +119,10 @@ pub fn tables() -> Option<Tables> {
     Tables::new(config())
 }
 
+/// The flow's way, and whether this is its first packet of the current tick.
 #[inline(always)]
-pub fn flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<FlowEntry>> {
-    table::find(&FLOWS, key, hash, t)
+pub fn flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<(*mut FlowSlot<FlowEntry>, bool)> {
+    table::find_stamped(&FLOWS, key, hash, t)
 }
 
 #[inline(always)]

@@ -48,7 +48,10 @@ pub fn choose(vip: &VipInfo, flow: &Flow, pkt: &Ipv4Packet) -> Result<Choice, Ve
             && backend.generation == entry.generation
         {
             table::prove(slot);
-            if nat {
+            // Once per tick and flow: a flow sending faster pays for the check only on its
+            // first packet of each tick (a reply entry evicted meanwhile is written again
+            // within a tick; its replies find their VIP through NAT_BACKENDS until then).
+            if nat && flow.new_tick {
                 keep_reply_entry(vip, flow.key, &entry, backend, &t);
             }
             maps::count(Counter::FlowHit);
@@ -115,7 +118,8 @@ fn record_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: 
 
 /// An established NAT flow keeps its reply entry: found (and marked proven, and stamped, so
 /// both directions age together), or written again if churn evicted it. The forward entry
-/// holds the reply key's hash, so this costs no hashing.
+/// holds the reply key's hash, so this costs no hashing; it runs on the flow's first packet of
+/// each kernel tick.
 #[inline(always)]
 fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, t: &Tables) {
     match maps::reverse_way(&reply_key(key, backend), entry.reply_hash, t) {

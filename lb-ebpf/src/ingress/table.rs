@@ -76,6 +76,13 @@ fn way<V>(set: *mut FlowSet<V>, index: usize) -> *mut FlowSlot<V> {
 /// The way holding `key` (hash `hash`), its last-used stamp refreshed (proven bit kept).
 #[inline(always)]
 pub fn find<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<V>> {
+    find_stamped(table, key, hash, t).map(|(slot, _)| slot)
+}
+
+/// As [`find`], and whether this packet is the flow's first of the current tick (its stamp
+/// changed).
+#[inline(always)]
+pub fn find_stamped<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t: &Tables) -> Option<(*mut FlowSlot<V>, bool)> {
     let set = table.get_ptr_mut(hash & t.set_mask)?;
     for index in 0..FLOW_WAYS {
         let slot = way(set, index);
@@ -84,10 +91,11 @@ pub fn find<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t
             if (*slot).holds(key, hash) {
                 let used = (*slot).used;
                 // Only when it changed: most packets then leave the line clean.
-                if used & !PROVEN != t.now {
+                let new_tick = used & !PROVEN != t.now;
+                if new_tick {
                     (*slot).used = t.now | (used & PROVEN);
                 }
-                return Some(slot);
+                return Some((slot, new_tick));
             }
         }
     }
