@@ -4,6 +4,15 @@ use crate::IpBytes;
 /// Ring slot value meaning "no backend": the VIP has no usable backend.
 pub const BACKEND_NONE: u32 = u32::MAX;
 
+/// NAT_BACKENDS key: a NAT backend's (address, port in network order, protocol, family), the
+/// source of its replies.
+pub type NatBackendKey = crate::vip::VipKey;
+
+/// NAT_BACKENDS value of a backend that serves more than one NAT VIP: a reply from it that
+/// the reverse table does not know cannot be given a VIP, and is dropped rather than leaked.
+/// Otherwise the value is the id of the one VIP it serves.
+pub const NAT_BACKEND_SHARED: u32 = u32::MAX;
+
 /// `Backend::flags`: the backend may carry traffic. A cleared entry (flags 0) is a removed
 /// backend: flows pinned to it are re-placed on the ring.
 pub const BACKEND_ACTIVE: u8 = 1;
@@ -16,6 +25,11 @@ pub struct Backend {
     pub port: u16,
     pub family: u8,
     pub flags: u8,
+    /// Which holder of this id this is: the map writer gives an id a new generation each time
+    /// it is given to another backend (or given again after a removal), and connection-table
+    /// entries record it, so a flow of an earlier holder never matches the id's new backend.
+    /// Never 0 for a written backend.
+    pub generation: u32,
 }
 
 impl Backend {
@@ -24,7 +38,24 @@ impl Backend {
     pub fn is_active(&self) -> bool {
         self.flags & BACKEND_ACTIVE != 0
     }
+
+    /// Whether this entry is the same backend as `other` (address, port, family), whatever
+    /// its flags and generation.
+    pub fn same_backend(&self, other: &Backend) -> bool {
+        self.addr == other.addr && self.port == other.port && self.family == other.family
+    }
+}
+
+/// The generation backend id gets when the map writer writes `new` where `current` is (the
+/// entry the map holds now, if any): the same while the id holds the same active backend,
+/// else the next one (never 0), so flows recorded for an earlier holder stop matching.
+pub fn backend_generation(current: Option<&Backend>, new: &Backend) -> u32 {
+    match current {
+        Some(old) if old.is_active() && old.generation != 0 && old.same_backend(new) => old.generation,
+        Some(old) => old.generation.wrapping_add(1).max(1),
+        None => 1,
+    }
 }
 
 crate::user_pod!(Backend);
-const _: () = assert!(core::mem::size_of::<Backend>() == 20);
+const _: () = assert!(core::mem::size_of::<Backend>() == 24);

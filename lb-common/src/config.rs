@@ -20,6 +20,10 @@ pub struct DataplaneConfig {
     /// set of maps and kept with them, so nobody outside can aim flows at one set to evict
     /// another flow. Filled in by the map writer.
     pub table_seed: u32,
+    /// New flows each CPU may record per window of 2^30 ns (about a second); 0: no limit.
+    /// Past it, new flows are still placed by the ring but not recorded
+    /// (`new_flow_unrecorded`): a flood cannot churn the tables faster than this.
+    pub new_flow_budget: u32,
 }
 
 /// PORT_FLAGS bits, indexed by L4 port (host order). They let the program skip the VIPS and

@@ -18,6 +18,11 @@ use crate::hash::{flow_hash, mix64};
 /// Ways per set. A flow is found by comparing its key with each way of its set.
 pub const FLOW_WAYS: usize = 4;
 
+/// Bit 0 of a way's `used`: the flow has proven itself — it sent more than its first packet
+/// (TCP: a packet without SYN). A first packet may take only a free or an unproven way, so a
+/// flood of first packets (spoofed SYNs) cannot evict established flows.
+pub const PROVEN: u32 = 1;
+
 /// A flow's 5-tuple as it appears on the wire (ports in network byte order).
 /// FLOWS keys use the client → VIP direction; REVERSE_FLOWS keys the backend → client one.
 #[repr(C, align(8))]
@@ -48,12 +53,18 @@ impl FlowKey {
     }
 }
 
-/// FLOWS value: the backend this flow is pinned to.
+/// FLOWS value: the backend this flow is pinned to, bound to its VIP and to the generation of
+/// the backend id (`Backend::generation`): an entry matches only while the id still holds the
+/// backend it was recorded for.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowEntry {
     pub backend_id: u32,
     pub vip_id: u32,
+    pub generation: u32,
+    /// NAT: the table hash of the reply's key (backend → client), so a hit finds the flow's
+    /// REVERSE_FLOWS way without hashing; 0 for DSR.
+    pub reply_hash: u32,
 }
 
 /// REVERSE_FLOWS value: the VIP a NAT reply must appear to come from.
@@ -75,7 +86,8 @@ pub trait FlowValue: Copy {
 impl FlowValue for FlowEntry {
     #[inline(always)]
     fn digest(&self) -> u64 {
-        ((self.vip_id as u64) << 32) | self.backend_id as u64
+        (((self.vip_id as u64) << 32) | self.backend_id as u64)
+            ^ (((self.generation as u64) << 32) | self.reply_hash as u64).rotate_left(29)
     }
 }
 
@@ -94,8 +106,8 @@ impl FlowValue for ReverseEntry {
 pub struct FlowSlot<V> {
     pub key: FlowKey,
     pub value: V,
-    /// Kernel tick (`jiffies`, low 32 bits) of the flow's last packet: eviction takes the
-    /// oldest way.
+    /// Kernel tick (`jiffies`, low 32 bits, bit 0 cleared) of the flow's last packet, and
+    /// [`PROVEN`] in bit 0. Eviction takes the oldest way a new flow may take.
     pub used: u32,
     /// `slot_check(hash of key, value)`; 0 marks a free way.
     pub check: u32,
@@ -157,12 +169,12 @@ pub const fn flow_sets(entries: u32) -> u32 {
 
 crate::user_pod!(FlowKey, FlowEntry, ReverseEntry, ForwardSet, ReverseSet);
 const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
-const _: () = assert!(core::mem::size_of::<FlowEntry>() == 8);
+const _: () = assert!(core::mem::size_of::<FlowEntry>() == 16);
 const _: () = assert!(core::mem::size_of::<ReverseEntry>() == 24);
-const _: () = assert!(core::mem::size_of::<FlowSlot<FlowEntry>>() == 56);
+const _: () = assert!(core::mem::size_of::<FlowSlot<FlowEntry>>() == 64);
 const _: () = assert!(core::mem::size_of::<FlowSlot<ReverseEntry>>() == 72);
 // The program writes a way's last word (`used` and `check`) last, as one store.
-const _: () = assert!(core::mem::offset_of!(FlowSlot<FlowEntry>, used) == 48);
+const _: () = assert!(core::mem::offset_of!(FlowSlot<FlowEntry>, used) == 56);
 const _: () = assert!(core::mem::offset_of!(FlowSlot<ReverseEntry>, used) == 64);
 
 #[cfg(test)]
@@ -191,8 +203,8 @@ mod tests {
     fn only_whole_ways_are_found() {
         let seed = 7;
         let mut set = ForwardSet::default();
-        set.ways[1] = way(key(1000), seed, FlowEntry { backend_id: 3, vip_id: 1 });
-        set.ways[2] = way(key(1001), seed, FlowEntry { backend_id: 4, vip_id: 1 });
+        set.ways[1] = way(key(1000), seed, FlowEntry { backend_id: 3, vip_id: 1, generation: 1, reply_hash: 0 });
+        set.ways[2] = way(key(1001), seed, FlowEntry { backend_id: 4, vip_id: 1, generation: 1, reply_hash: 0 });
         // Torn: the value of another write under this key's check word.
         set.ways[2].value.backend_id = 5;
         let h = |port| table_hash(&key(port), seed);

@@ -35,6 +35,7 @@ pub mod map_names {
     pub const DECAP_SOURCES: &str = "DECAP_SOURCES";
     pub const NEXT_HOPS: &str = "NEXT_HOPS";
     pub const BACKEND_HOPS: &str = "BACKEND_HOPS";
+    pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
 }
 
 /// Program names (the `#[xdp]` function names) in the two objects.
@@ -63,6 +64,9 @@ pub mod limits {
     /// Default connection-table size in flows (`flow::flow_sets` of it in sets; a full set
     /// evicts its least recently used flow).
     pub const DEFAULT_FLOWS: u32 = 262_144;
+    /// Default new flows each CPU records a second (`DataplaneConfig::new_flow_budget`): far
+    /// above what one CPU places in ordinary traffic, far below a flood's rate.
+    pub const DEFAULT_NEW_FLOW_BUDGET: u32 = 50_000;
     /// Default time a next-hop lookup result is reused (ms).
     pub const DEFAULT_NEXTHOP_TTL_MS: u32 = 1000;
     /// Next-hop cache entries per CPU.
@@ -170,7 +174,7 @@ mod layout_tests {
 
     #[test]
     fn backend_and_flow_layouts_round_trip() {
-        let backend = Backend { addr: ipv4_bytes([198, 51, 100, 11]), port: 8080u16.to_be(), family: 4, flags: BACKEND_ACTIVE };
+        let backend = Backend { addr: ipv4_bytes([198, 51, 100, 11]), port: 8080u16.to_be(), family: 4, flags: BACKEND_ACTIVE, generation: 9 };
         let b = bytes(&backend);
         assert_eq!((&b[..4], &b[16..18], b[19]), (&[198, 51, 100, 11][..], &[0x1f, 0x90][..], BACKEND_ACTIVE));
         assert_eq!(back::<Backend>(b), backend);
@@ -187,7 +191,7 @@ mod layout_tests {
         let b = bytes(&key);
         assert_eq!((&b[..4], &b[16..20], &b[32..34], &b[34..36]), (&[192, 0, 2, 7][..], &[203, 0, 113, 10][..], &40000u16.to_be_bytes()[..], &[0, 80][..]));
         assert_eq!(back::<FlowKey>(b), key);
-        let entry = FlowEntry { backend_id: 7, vip_id: 3 };
+        let entry = FlowEntry { backend_id: 7, vip_id: 3, generation: 2, reply_hash: 0xdead_beef };
         assert_eq!(back::<FlowEntry>(bytes(&entry)), entry);
         let reverse = ReverseEntry { vip_addr: key.dst, vip_port: key.dst_port, family: 4, _pad: 0, vip_id: 3 };
         assert_eq!(back::<ReverseEntry>(bytes(&reverse)), reverse);

@@ -61,6 +61,10 @@ counters! {
     /// DSR: the backend's MAC is not known yet. (Health checks from the balancer keep backend
     /// neighbour entries resolved; an encapsulated packet cannot be handed to the stack.)
     DropNoNeighbour = "drop_no_neighbour",
+    /// A NAT backend's packet to a host elsewhere that no reply entry names, from a backend
+    /// several VIPs share: which VIP it must come from is unknown, and it must not leave with
+    /// the backend's own address.
+    DropReplyNoFlow = "drop_reply_no_flow",
     /// Larger than the next hop's MTU (NAT; DSR once encapsulated) and DF clear: ours to drop,
     /// as a router would fragment it and we do not.
     DropTooBig = "drop_too_big",
@@ -79,13 +83,24 @@ counters! {
     /// New flow placed on the ring and recorded (also a TCP SYN whose 5-tuple an earlier
     /// connection left in the table).
     FlowNew = "flow_new",
-    /// Flow whose backend was removed, placed again on the ring.
+    /// Flow whose backend was removed (or whose backend id now holds another backend),
+    /// placed again on the ring.
     FlowRerouted = "flow_rerouted",
     /// New flow whose set of the connection table was full: it took the place of the set's
     /// least recently used flow (which the ring places again if it sends more packets).
     FlowTableFull = "flow_table_full",
     /// NAT reply rewritten back to the VIP.
     NatReply = "nat_reply",
+    /// NAT reply that no reply entry named, rewritten back to the one VIP its backend serves.
+    NatReplyByBackend = "nat_reply_by_backend",
+    /// An established NAT flow's reply entry was missing (evicted): written again.
+    ReverseRestored = "reverse_flow_restored",
+    /// New flow placed by the ring but not recorded: this CPU's new-flow budget
+    /// (`DataplaneConfig::new_flow_budget`) for the current second is spent.
+    FlowUnrecorded = "new_flow_unrecorded",
+    /// New flow placed by the ring but not recorded: every way of its set holds a flow that
+    /// proved itself, which a first packet may not evict.
+    FlowSetProven = "new_flow_set_proven",
     /// ICMP error about a VIP flow (addressed to the VIP, quoting a packet the flow sent) sent
     /// on to the flow's backend.
     IcmpToBackend = "icmp_to_backend",

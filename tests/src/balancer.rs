@@ -2,7 +2,7 @@
 //! Maglev rings from lb-common (the daemon's state module does the same from lb.toml).
 use std::net::Ipv4Addr;
 
-use lb_common::backend::{BACKEND_ACTIVE, Backend};
+use lb_common::backend::{BACKEND_ACTIVE, Backend, NatBackendKey};
 use lb_common::config::{DataplaneConfig, port_flags};
 use lb_common::maglev::{RingMember, build_ring};
 use lb_common::vip::{VipInfo, VipKey};
@@ -22,14 +22,17 @@ pub struct VipSpec {
 }
 
 pub fn configure(dp: &mut dyn Dataplane, ring_size: u32, vips: &[VipSpec]) {
-    dp.set_config(DataplaneConfig { ring_size, hash_seed: 0x1b_c7, nexthop_generation: 1, ..Default::default() }).unwrap();
+    let new_flow_budget = lb_common::limits::DEFAULT_NEW_FLOW_BUDGET;
+    dp.set_config(DataplaneConfig { ring_size, hash_seed: 0x1b_c7, nexthop_generation: 1, new_flow_budget, ..Default::default() }).unwrap();
     let mut flags = std::collections::HashMap::<u16, u32>::new();
     for v in vips {
         let tcp = v.protocol == ip_proto::TCP;
         for &(id, addr, port, _) in &v.backends {
-            let backend = Backend { addr: ipv4_bytes(addr.octets()), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE };
+            let backend = Backend { addr: ipv4_bytes(addr.octets()), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
             dp.upsert_backend(id, backend).unwrap();
             if v.forwarding == lb_common::vip::forwarding::NAT {
+                let reply_source = NatBackendKey { addr: backend.addr, port: backend.port, protocol: v.protocol, family: family::IPV4 };
+                dp.set_nat_backend(reply_source, Some(v.id)).unwrap();
                 *flags.entry(port).or_default() |= if tcp { port_flags::NAT_BACKEND_TCP } else { port_flags::NAT_BACKEND_UDP };
             }
         }

@@ -3,7 +3,7 @@
 //! path. Shared by the golden-packet suite and the data-plane benchmark.
 use std::collections::HashMap;
 
-use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend};
+use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend, NAT_BACKEND_SHARED, NatBackendKey};
 use lb_common::config::{DataplaneConfig, port_flags};
 use lb_common::vip::{VipInfo, VipKey, forwarding, hash_mode};
 use lb_common::{family, ip_proto, ipv4_bytes};
@@ -111,6 +111,7 @@ pub fn vip_key(v: &Vip) -> VipKey {
 pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
     dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1, ..Default::default() }).unwrap();
     let mut flags: HashMap<u16, u32> = HashMap::new();
+    let mut nat_backends: HashMap<NatBackendKey, u32> = HashMap::new();
     for (id, v) in vips.iter().enumerate() {
         let info = VipInfo {
             id: id as u32,
@@ -124,9 +125,14 @@ pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
         let tcp = v.protocol == ip_proto::TCP;
         *flags.entry(v.port).or_default() |= if tcp { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
         for &(bid, addr, port) in &v.backends {
-            let backend = Backend { addr: ipv4_bytes(addr), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE };
+            let backend = Backend { addr: ipv4_bytes(addr), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
             dp.upsert_backend(bid, backend).unwrap();
             if v.forwarding == forwarding::NAT {
+                let reply_source = NatBackendKey { addr: backend.addr, port: backend.port, protocol: v.protocol, family: family::IPV4 };
+                let owner = nat_backends.entry(reply_source).or_insert(id as u32);
+                if *owner != id as u32 {
+                    *owner = NAT_BACKEND_SHARED;
+                }
                 *flags.entry(port).or_default() |=
                     if tcp { port_flags::NAT_BACKEND_TCP } else { port_flags::NAT_BACKEND_UDP };
             }
@@ -141,6 +147,9 @@ pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
     }
     for (port, f) in flags {
         dp.set_port_flags(port, f).unwrap();
+    }
+    for (key, owner) in nat_backends {
+        dp.set_nat_backend(key, Some(owner)).unwrap();
     }
 }
 

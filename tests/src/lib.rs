@@ -4,6 +4,8 @@
 pub mod balancer;
 pub mod bench;
 pub mod fixture;
+pub mod fuzz;
+pub mod golden;
 pub mod lab;
 pub mod netns;
 pub mod packets;

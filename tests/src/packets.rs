@@ -166,11 +166,11 @@ pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
         return Err(format!("IPv4 checksum {:#06x}", header.header_checksum));
     }
     if header.protocol == IpNumber::IPV4 {
-        // IPIP: check the inner datagram too.
-        let inner_start = frame.len() - ip.payload().payload.len();
+        // IPIP: check the inner datagram too (only it: bytes behind the outer datagram, as
+        // an Ethernet trailer, are not part of it).
         let mut fake = frame[..14].to_vec();
         fake[12..14].copy_from_slice(&[0x08, 0x00]);
-        fake.extend_from_slice(&frame[inner_start..]);
+        fake.extend_from_slice(ip.payload().payload);
         return verify_checksums(&fake);
     }
     let payload = ip.payload().payload;

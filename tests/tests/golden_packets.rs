@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use aya::programs::Xdp;
 use lb_common::backend::BACKEND_NONE;
 use lb_common::config::port_flags;
-use lb_common::flow::{FLOW_WAYS, FlowKey};
+use lb_common::flow::FLOW_WAYS;
 use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::VipInfo;
@@ -17,105 +17,11 @@ use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::load::{allow_decap_sources, load_decap, program};
 use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_tests::fixture::*;
+use lb_tests::golden::*;
 use lb_tests::netns::ifindex;
-use lb_tests::packets::{Frame, L4, Mac, icmp_frag_needed, ipip, ipip_frame, patch_ipv4, verify_checksums};
+use lb_tests::packets::{Frame, L4, Mac, icmp_frag_needed, ipip, ipip_frame, patch_ipv4};
 use lb_tests::privileges::require_root;
 use lb_tests::testrun::{RunResult, action_name, run_xdp};
-
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
-const XDP_REDIRECT: u32 = 4;
-
-/// Verdict counters no fixture can reach: growing the frame for IPIP only fails without
-/// headroom, which BPF_PROG_TEST_RUN (and every driver with native XDP) always provides.
-const UNREACHABLE_HERE: &[Counter] = &[Counter::DropEncapFailed];
-
-struct Case {
-    name: &'static str,
-    input: Vec<u8>,
-    action: u32,
-    /// None: the output must equal the input.
-    output: Option<Vec<u8>>,
-    verdict: Counter,
-    /// Event counters that must rise by one.
-    events: Vec<Counter>,
-    /// Event counters that must not move.
-    unchanged: Vec<Counter>,
-}
-
-fn case(name: &'static str, input: Vec<u8>, action: u32, output: Option<Vec<u8>>, verdict: Counter) -> Case {
-    Case { name, input, action, output, verdict, events: vec![], unchanged: vec![] }
-}
-
-fn counters(dp: &AyaDataplane) -> HashMap<Counter, u64> {
-    dp.counters().unwrap().into_iter().collect()
-}
-
-fn is_verdict(c: Counter) -> bool {
-    let n = c.name();
-    n.starts_with("pass_") || n.starts_with("drop_") || n.starts_with("forward_")
-}
-
-/// Runs one case; returns a description of what went wrong, if anything.
-fn check(prog: &Xdp, dp: &AyaDataplane, ingress: u32, c: &Case) -> Result<(), String> {
-    let before = counters(dp);
-    let RunResult { action, output } = run_xdp(prog, &c.input, ingress);
-    let after = counters(dp);
-    if action != c.action {
-        return Err(format!("verdict {} want {}", action_name(action), action_name(c.action)));
-    }
-    let want = c.output.as_ref().unwrap_or(&c.input);
-    if &output != want {
-        return Err(format!("output differs\n  got  {}\n  want {}", hex(&output), hex(want)));
-    }
-    if c.output.is_some() {
-        verify_checksums(&output)?;
-    }
-    let delta = |k: Counter| after[&k] - before[&k];
-    let verdicts: u64 = Counter::ALL.iter().filter(|k| is_verdict(**k)).map(|k| delta(*k)).sum();
-    if delta(c.verdict) != 1 || verdicts != 1 {
-        return Err(format!("counter {} rose by {}, all verdict counters by {verdicts}", c.verdict.name(), delta(c.verdict)));
-    }
-    for e in &c.events {
-        if delta(*e) != 1 {
-            return Err(format!("event counter {} rose by {}", e.name(), delta(*e)));
-        }
-    }
-    for e in &c.unchanged {
-        if delta(*e) != 0 {
-            return Err(format!("event counter {} rose by {}, should not have moved", e.name(), delta(*e)));
-        }
-    }
-    Ok(())
-}
-
-/// The FLOWS key of a TCP flow from `src:src_port` to `dst:dst_port`.
-fn flow_key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16) -> FlowKey {
-    FlowKey {
-        src: ipv4_bytes(src),
-        dst: ipv4_bytes(dst),
-        src_port: src_port.to_be(),
-        dst_port: dst_port.to_be(),
-        protocol: ip_proto::TCP,
-        family: lb_common::family::IPV4,
-        _pad: [0; 2],
-    }
-}
-
-/// Runs one case through the balancer's lb_ingress and prints its outcome.
-fn run_case(dp: &mut AyaDataplane, ingress: u32, c: &Case) -> Result<(), String> {
-    let prog: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS).unwrap();
-    let prog_ptr = prog as *const Xdp;
-    // SAFETY: the program lives in dp's Ebpf, which outlives this call and is not moved.
-    let outcome = check(unsafe { &*prog_ptr }, dp, ingress, c);
-    println!("{:<58} {}", c.name, if outcome.is_ok() { "ok" } else { "FAILED" });
-    outcome
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The expected answer to a frame too big for its next hop: ICMP "fragmentation needed" from the
 /// address it was sent to, quoting its IPv4 header and 8 bytes, MACs swapped, tag kept.
@@ -137,19 +43,6 @@ fn frag_needed(frame: &[u8], l3: usize, mtu: u16) -> Vec<u8> {
     out.extend_from_slice(&icmp.to_bytes());
     out.extend_from_slice(quote);
     out
-}
-
-/// The expected NAT output: addresses/ports rewritten, TTL one less, MACs of the next hop.
-fn nat_out(input: &Frame, src: ([u8; 4], u16), dst: ([u8; 4], u16), smac: Mac, dmac: Mac) -> Vec<u8> {
-    input
-        .with(|f| {
-            (f.src, f.src_port) = src;
-            (f.dst, f.dst_port) = dst;
-            f.ttl -= 1;
-            f.src_mac = smac;
-            f.dst_mac = dmac;
-        })
-        .bytes()
 }
 
 #[test]
@@ -197,7 +90,19 @@ fn golden_packets_through_lb_ingress() {
         .ipv6([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10], 64)
         .tcp(40000, 80, 1, 100).syn().write(&mut v6, &[]).unwrap();
     run(&mut dp, case("IPv6 TCP: pass untouched", v6, XDP_PASS, None, Counter::PassNotIpv4));
-    run(&mut dp, case("from a NAT backend port, no such flow: pass untouched", Frame::tcp(B1, 8080, [192, 0, 2, 99], 1234).bytes(), XDP_PASS, None, Counter::PassNotVip));
+    // ---- From a NAT backend's port with no reply entry: never out with the backend's address.
+    let stray = Frame::tcp(B1, 8080, CLIENT, 1234).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(B1) });
+    run(&mut dp, case("NAT backend (of two VIPs) to a client, no reply entry: drop, not leaked", stray.bytes(), XDP_DROP, None, Counter::DropReplyNoFlow));
+    let far_vip = vips[4].addr;
+    let lone = Frame::tcp(B_FAR, 8080, CLIENT, 1234).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(B_FAR) });
+    let mut c = case("NAT backend of one VIP to a client, no reply entry: that VIP's reply", lone.bytes(), XDP_TX,
+        Some(nat_out(&lone, (far_vip, 80), (CLIENT, 1234), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
+    c.events = vec![Counter::NatReplyByBackend];
+    run(&mut dp, c);
+    let health = Frame::tcp(B1, 8080, LB_ADDR, 1234).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(B1) });
+    run(&mut dp, case("NAT backend to this host (health-check answer): pass untouched", health.bytes(), XDP_PASS, None, Counter::PassNotVip));
+    let stranger = Frame::tcp([198, 51, 100, 77], 8080, CLIENT, 1234).with(|f| f.l4 = L4::TcpAck);
+    run(&mut dp, case("another host's packet from a NAT backend port: pass untouched", stranger.bytes(), XDP_PASS, None, Counter::PassNotVip));
 
     // ---- Malformed, fragments, options: passed untouched, counted.
     let good = syn.bytes();

@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod demo;
+mod fuzz;
 mod setup;
 mod test;
 mod util;
@@ -23,6 +24,15 @@ enum Task {
     Test,
     /// The lab demo: a namespace lab with a client, the balancer and three backends (root).
     Demo,
+    /// The data-plane fuzz step: seeded random and mutated frames through lb_ingress with
+    /// BPF_PROG_TEST_RUN; fails at the first aborted, altered or malformed frame (root).
+    Fuzz {
+        /// Frames to send.
+        #[arg(default_value_t = 1_000_000)]
+        frames: u64,
+        /// Generator seed (hex); the default is fixed, so runs repeat.
+        seed: Option<String>,
+    },
     /// Benchmarks: print figures, assert nothing.
     Bench {
         #[command(subcommand)]
@@ -35,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         Task::Setup => setup::run(),
         Task::Test => test::run(),
         Task::Demo => demo::run(),
+        Task::Fuzz { frames, seed } => fuzz::run(frames, seed),
         Task::Bench { what } => bench::run(what),
     }
 }

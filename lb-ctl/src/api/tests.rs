@@ -63,7 +63,7 @@ async fn status_vips_and_list() {
     // Traffic and flows come from the data plane.
     let id = list[0].id;
     d.fake.lock().fake.backend_traffic.insert(id, lb_common::stats::Traffic { packets: 5, bytes: 700 });
-    d.fake.lock().fake.flows.insert(FlowKey::default(), FlowEntry { backend_id: id, vip_id: 0 });
+    d.fake.lock().fake.flows.insert(FlowKey::default(), FlowEntry { backend_id: id, vip_id: 0, ..Default::default() });
     let b = d.list().await.into_iter().find(|b| b.id == id).unwrap();
     assert_eq!((b.packets, b.bytes, b.active_flows), (5, 700, 1));
     let stats = d.client.stats().await.unwrap();
@@ -236,7 +236,8 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
         family: 4,
         _pad: [0; 2],
     };
-    d.fake.lock().fake.flows.insert(key, FlowEntry { backend_id: other.id, vip_id: web });
+    let generation = d.fake.lock().fake.backends[&other.id].generation;
+    d.fake.lock().fake.flows.insert(key, FlowEntry { backend_id: other.id, vip_id: web, generation, reply_hash: 0 });
     let e = d
         .client
         .explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into() })

@@ -2,8 +2,8 @@
 use std::collections::HashMap;
 
 use aya::Ebpf;
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
-use lb_common::backend::{BACKEND_NONE, Backend};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
+use lb_common::backend::{BACKEND_NONE, Backend, NatBackendKey, backend_generation};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey, ForwardSet, table_hash};
 use lb_common::limits::MAX_VIPS;
@@ -114,6 +114,23 @@ impl AyaDataplane {
         BpfHashMap::try_from(self.map_mut(map_names::VIPS)?).map_err(map_err(map_names::VIPS))
     }
 
+    /// BACKENDS entry `id` as it is now (None if never written).
+    fn backend(&self, id: u32) -> Result<Option<Backend>> {
+        let map: Array<&MapData, Backend> =
+            Array::try_from(self.map(map_names::BACKENDS)?).map_err(map_err(map_names::BACKENDS))?;
+        let backend = map.get(&id, 0).map_err(map_err(map_names::BACKENDS))?;
+        Ok((backend != Backend::default()).then_some(backend))
+    }
+
+    /// Zeroes backend `id`'s traffic on every CPU.
+    fn reset_backend_traffic(&mut self, id: u32) -> Result<()> {
+        let name = map_names::BACKEND_STATS;
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| DataplaneError::Load(format!("counting CPUs: {e}")))?;
+        let zeros = PerCpuValues::try_from(vec![Traffic::default(); cpus]).map_err(|e| DataplaneError::Load(format!("{name}: {e}")))?;
+        let mut map: PerCpuArray<&mut MapData, Traffic> = PerCpuArray::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        map.set(id, zeros, 0).map_err(map_err(name))
+    }
+
     fn traffic(&self, name: &'static str, index: u32) -> Result<Traffic> {
         let map: PerCpuArray<&MapData, Traffic> =
             PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
@@ -178,13 +195,37 @@ impl Dataplane for AyaDataplane {
     }
 
     fn upsert_backend(&mut self, id: u32, backend: Backend) -> Result<()> {
+        let current = self.backend(id)?;
+        let generation = backend_generation(current.as_ref(), &backend);
+        if current.is_none_or(|c| c.generation != generation) {
+            // A new holder of the id: its traffic starts from zero.
+            self.reset_backend_traffic(id)?;
+        }
         self.array_mut::<Backend>(map_names::BACKENDS)?
-            .set(id, backend, 0)
+            .set(id, Backend { generation, ..backend }, 0)
             .map_err(map_err(map_names::BACKENDS))
     }
 
     fn remove_backend(&mut self, id: u32) -> Result<()> {
-        self.upsert_backend(id, Backend::default())
+        // Inactive, but the generation stays: the id's next holder gets the one after it.
+        let Some(current) = self.backend(id)? else {
+            return Ok(());
+        };
+        self.array_mut::<Backend>(map_names::BACKENDS)?
+            .set(id, Backend { flags: 0, ..current }, 0)
+            .map_err(map_err(map_names::BACKENDS))
+    }
+
+    fn set_nat_backend(&mut self, key: NatBackendKey, vip: Option<u32>) -> Result<()> {
+        let mut map: BpfHashMap<&mut MapData, NatBackendKey, u32> =
+            BpfHashMap::try_from(self.map_mut(map_names::NAT_BACKENDS)?).map_err(map_err(map_names::NAT_BACKENDS))?;
+        match vip {
+            Some(vip) => map.insert(key, vip, 0).map_err(map_err(map_names::NAT_BACKENDS)),
+            None => match map.remove(&key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Err(e) => Err(map_err(map_names::NAT_BACKENDS)(e)),
+            },
+        }
     }
 
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
@@ -246,7 +287,11 @@ impl Dataplane for AyaDataplane {
             return Ok(None);
         }
         let hash = table_hash(key, self.table_seed);
-        Ok(self.flow_set(self.set_of_hash(hash))?.find(key, hash).map(|way| way.value))
+        let Some(entry) = self.flow_set(self.set_of_hash(hash))?.find(key, hash).map(|way| way.value) else {
+            return Ok(None);
+        };
+        let current = self.backend(entry.backend_id)?;
+        Ok(current.filter(|b| b.is_active() && b.generation == entry.generation).map(|_| entry))
     }
 
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {

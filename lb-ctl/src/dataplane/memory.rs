@@ -2,7 +2,7 @@
 //! daemon on it (no XDP: only `stats` and `explain` read it), and tests without root inspect it.
 use std::collections::HashMap;
 
-use lb_common::backend::{BACKEND_NONE, Backend};
+use lb_common::backend::{BACKEND_NONE, Backend, NatBackendKey, backend_generation};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey};
 use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
@@ -20,6 +20,7 @@ pub struct MemoryDataplane {
     pub backends: HashMap<u32, Backend>,
     pub rings: HashMap<u32, Vec<u32>>,
     pub port_flags: HashMap<u16, u32>,
+    pub nat_backends: HashMap<NatBackendKey, u32>,
     pub flows: HashMap<FlowKey, FlowEntry>,
     pub vip_traffic: HashMap<u32, Traffic>,
     pub backend_traffic: HashMap<u32, Traffic>,
@@ -57,12 +58,26 @@ impl Dataplane for MemoryDataplane {
     }
     fn upsert_backend(&mut self, id: u32, backend: Backend) -> Result<()> {
         check("backend id", id, MAX_BACKENDS)?;
-        self.backends.insert(id, backend);
+        let current = self.backends.get(&id);
+        let generation = backend_generation(current, &backend);
+        if current.is_none_or(|c| c.generation != generation) {
+            self.backend_traffic.remove(&id);
+        }
+        self.backends.insert(id, Backend { generation, ..backend });
         Ok(())
     }
     fn remove_backend(&mut self, id: u32) -> Result<()> {
         check("backend id", id, MAX_BACKENDS)?;
-        self.backends.insert(id, Backend::default());
+        if let Some(b) = self.backends.get_mut(&id) {
+            b.flags = 0;
+        }
+        Ok(())
+    }
+    fn set_nat_backend(&mut self, key: NatBackendKey, vip: Option<u32>) -> Result<()> {
+        match vip {
+            Some(vip) => self.nat_backends.insert(key, vip),
+            None => self.nat_backends.remove(&key),
+        };
         Ok(())
     }
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
@@ -103,7 +118,8 @@ impl Dataplane for MemoryDataplane {
         Ok(out)
     }
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>> {
-        Ok(self.flows.get(key).copied())
+        let current = |e: &FlowEntry| self.backends.get(&e.backend_id).is_some_and(|b| b.is_active() && b.generation == e.generation);
+        Ok(self.flows.get(key).copied().filter(current))
     }
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {
         Ok(self.rings.get(&vip_id).and_then(|r| r.get(slot as usize).copied()).unwrap_or(BACKEND_NONE))

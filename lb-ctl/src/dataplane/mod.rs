@@ -6,7 +6,7 @@
 //! for tests without root.
 use std::collections::HashMap;
 
-use lb_common::backend::Backend;
+use lb_common::backend::{Backend, NatBackendKey};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey};
 use lb_common::stats::{Counter, Traffic};
@@ -55,7 +55,15 @@ pub trait Dataplane: Send {
     /// Adds or replaces backend `id`.
     fn upsert_backend(&mut self, id: u32, backend: Backend) -> Result<()>;
     /// Marks backend `id` removed: flows pinned to it are re-placed on the ring.
+    ///
+    /// The data plane numbers each id's holders (`Backend::generation`, see
+    /// `lb_common::backend::backend_generation`): an upsert that gives the id to another
+    /// backend, or gives it again after a removal, starts a new generation, so no flow of an
+    /// earlier holder matches the new one, and resets the id's traffic counters.
     fn remove_backend(&mut self, id: u32) -> Result<()>;
+    /// Sets (Some: the VIP id, or `NAT_BACKEND_SHARED`) or clears the NAT_BACKENDS entry of a
+    /// NAT backend's reply source.
+    fn set_nat_backend(&mut self, key: NatBackendKey, vip: Option<u32>) -> Result<()>;
     /// Writes `(slot, backend id)` pairs of VIP `vip_id`'s ring. The planner sends only the
     /// slots that changed: the data plane keeps no copy of the rings.
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()>;
@@ -74,7 +82,8 @@ pub trait Dataplane: Send {
     fn backend_traffic(&self, backend_id: u32) -> Result<Traffic>;
     /// Number of connection-table entries per backend id.
     fn flows_per_backend(&self) -> Result<HashMap<u32, u64>>;
-    /// The connection-table entry of one flow, if any.
+    /// The connection-table entry of one flow, if the program would follow it: its backend id
+    /// still holds, active, the backend it was recorded for (same generation).
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>>;
     /// The ring slot value last written for VIP `vip_id` (for `explain`).
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32>;

@@ -1,7 +1,7 @@
 //! From [`State`] to map contents, and applying only the difference to a [`Dataplane`].
 use std::collections::{BTreeMap, HashMap};
 
-use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend};
+use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend, NAT_BACKEND_SHARED, NatBackendKey};
 use lb_common::config::{DataplaneConfig, port_flags};
 use lb_common::maglev::{RingMember, build_ring};
 use lb_common::vip::{VipInfo, VipKey, forwarding};
@@ -42,6 +42,8 @@ pub struct MapContents {
     pub backends: BTreeMap<u32, Backend>,
     pub rings: BTreeMap<u32, RingInput>,
     pub port_flags: BTreeMap<u16, u32>,
+    /// NAT backends' reply sources → the VIP they serve (`NAT_BACKEND_SHARED` if several).
+    pub nat_backends: HashMap<NatBackendKey, u32>,
 }
 
 /// The ring members of a VIP: healthy backends with their weight (0 while drained). With no
@@ -78,6 +80,7 @@ impl MapContents {
                 // The map writer fills in the size and seed of the tables it loaded.
                 flow_sets: 0,
                 table_seed: 0,
+                new_flow_budget: lb_common::limits::DEFAULT_NEW_FLOW_BUDGET,
             },
             ..MapContents::default()
         };
@@ -102,9 +105,15 @@ impl MapContents {
                 let (addr, family) = ip_bytes(b.address.ip());
                 out.backends.insert(
                     b.id,
-                    Backend { addr, port: b.address.port().to_be(), family, flags: BACKEND_ACTIVE },
+                    // The data plane numbers generations (`Dataplane::remove_backend`).
+                    Backend { addr, port: b.address.port().to_be(), family, flags: BACKEND_ACTIVE, generation: 0 },
                 );
                 if v.forwarding == Forwarding::Nat {
+                    let key = NatBackendKey { addr, port: b.address.port().to_be(), protocol: v.protocol.ip_proto(), family };
+                    out.nat_backends
+                        .entry(key)
+                        .and_modify(|vip| if *vip != v.id { *vip = NAT_BACKEND_SHARED })
+                        .or_insert(v.id);
                     *out.port_flags.entry(b.address.port()).or_default() |=
                         if udp { port_flags::NAT_BACKEND_UDP } else { port_flags::NAT_BACKEND_TCP };
                 }
@@ -125,6 +134,7 @@ pub struct ApplyReport {
     pub backends_removed: usize,
     pub rings_written: usize,
     pub port_flags: usize,
+    pub nat_backends: usize,
 }
 
 impl ApplyReport {
@@ -231,6 +241,13 @@ impl Applier {
                 report.port_flags += 1;
             }
         }
+        for (key, vip) in &want.nat_backends {
+            if self.applied.nat_backends.get(key) != Some(vip) {
+                dp.set_nat_backend(*key, Some(*vip))?;
+                self.applied.nat_backends.insert(*key, *vip);
+                report.nat_backends += 1;
+            }
+        }
         let gone: Vec<(VipKey, VipInfo)> = self
             .applied
             .vips
@@ -260,6 +277,13 @@ impl Applier {
             dp.remove_backend(id)?;
             self.applied.backends.remove(&id);
             report.backends_removed += 1;
+        }
+        let gone: Vec<NatBackendKey> =
+            self.applied.nat_backends.keys().filter(|k| !want.nat_backends.contains_key(*k)).copied().collect();
+        for key in gone {
+            dp.set_nat_backend(key, None)?;
+            self.applied.nat_backends.remove(&key);
+            report.nat_backends += 1;
         }
         let ports: Vec<u16> = self.applied.port_flags.keys().chain(want.port_flags.keys()).copied().collect();
         for port in ports {

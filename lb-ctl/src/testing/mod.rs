@@ -5,7 +5,7 @@ pub mod rig;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use lb_common::backend::Backend;
+use lb_common::backend::{Backend, NatBackendKey};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey};
 use lb_common::stats::{Counter, Traffic};
@@ -92,6 +92,9 @@ impl Dataplane for SharedFake {
         let mut g = self.lock();
         g.ops.push(Op::RemoveBackend(id));
         g.fake.remove_backend(id)
+    }
+    fn set_nat_backend(&mut self, key: NatBackendKey, vip: Option<u32>) -> Result<()> {
+        self.lock().fake.set_nat_backend(key, vip)
     }
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
         let mut g = self.lock();

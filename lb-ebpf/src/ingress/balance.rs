@@ -50,7 +50,8 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
         let hash = tables.map_or(0, |t| t.hash(&key));
         // An established flow costs no hash-map lookup: the connection table names its VIP by
         // id, and VIP_INFO (an array) confirms that VIP still exists. Otherwise look the VIP up.
-        let flow = tables.and_then(|t| maps::flow(&key, hash, &t));
+        let found = tables.and_then(|t| maps::flow(&key, hash, &t));
+        let (flow, new_tick) = (found.map(|(slot, _)| slot), found.is_some_and(|(_, new_tick)| new_tick));
         // SAFETY: a valid map value pointer.
         let by_flow = flow.and_then(|slot| maps::vip_info(unsafe { (*slot).value.vip_id }));
         let vip = match by_flow {
@@ -58,7 +59,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
             _ => maps::vip(&vip_key),
         };
         if let Some(vip) = vip {
-            let flow = Flow { key: &key, hash, slot: flow, tables };
+            let flow = Flow { key: &key, hash, slot: flow, new_tick, tables };
             return match vip.forwarding {
                 forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, &flow),
                 _ => nat::balance_nat(ctx, &pkt, vip, &flow),
@@ -73,6 +74,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
         if let Some(reverse) = maps::reverse_flow(&key, t.hash(&key), &t) {
             return nat::reply_to_client(ctx, &pkt, &reverse);
         }
+        return nat::reply_without_entry(ctx, &pkt, &key);
     }
     (XDP_PASS, Counter::PassNotVip)
 }

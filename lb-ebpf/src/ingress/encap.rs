@@ -29,7 +29,7 @@ pub fn balance_ipip(
     vip: &VipInfo,
     flow: &Flow,
 ) -> Verdict {
-    let choice = match select::choose(vip, flow, pkt.opens_connection()) {
+    let choice = match select::choose(vip, flow, pkt) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };

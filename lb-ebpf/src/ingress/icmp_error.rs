@@ -39,7 +39,7 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
         return NOT_OURS;
     };
     let key = flow_key(client, vip_addr, client_port, vip_port, protocol);
-    let Some(slot) = maps::flow(&key, tables.hash(&key), &tables) else {
+    let Some((slot, _)) = maps::flow(&key, tables.hash(&key), &tables) else {
         return NOT_OURS;
     };
     // SAFETY: a valid map value pointer; the way holds this flow.
@@ -48,7 +48,10 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
     let Some(vip) = maps::vip_info(entry.vip_id).filter(|vip| vip.key == vip_key) else {
         return NOT_OURS;
     };
-    let Some(backend) = maps::backend(entry.backend_id) else {
+    // Only the backend the flow was recorded for (same id holder, still active).
+    let Some(backend) =
+        maps::backend(entry.backend_id).filter(|b| b.is_active() && b.generation == entry.generation)
+    else {
         return NOT_OURS;
     };
     if ttl <= 1 {

@@ -1,9 +1,10 @@
 //! The maps (names and layouts from lb_common) and small accessors, so the rest of the program
 //! reads as questions and answers rather than map plumbing. Userspace writes every map except
 //! FLOWS, REVERSE_FLOWS and the statistics, which only this program writes.
+use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray};
-use lb_common::backend::Backend;
+use lb_common::backend::{Backend, NatBackendKey};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey, FlowSlot, ForwardSet, ReverseEntry, ReverseSet, flow_sets};
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RINGS_ENTRIES, MAX_BACKENDS, MAX_VIPS, PORTS};
@@ -40,6 +41,13 @@ static NEXT_HOPS: LruPerCpuHashMap<NextHopKey, NextHop> = LruPerCpuHashMap::with
 static BACKEND_HOPS: PerCpuArray<NextHop> = PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
 #[map]
 static PORT_FLAGS: Array<u32> = Array::with_max_entries(PORTS, 0);
+/// NAT backends by the address their replies come from → the VIP id they serve (or
+/// `NAT_BACKEND_SHARED`): replies no reply entry names are given a VIP, or dropped, never leaked.
+#[map]
+static NAT_BACKENDS: HashMap<NatBackendKey, u32> = HashMap::with_max_entries(MAX_BACKENDS, 0);
+/// Per CPU: the new-flow budget's current window (`ktime >> 30`) and the flows recorded in it.
+#[map]
+static NEW_FLOW_BUDGET: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static CONFIG: Array<DataplaneConfig> = Array::with_max_entries(1, 0);
 #[map]
@@ -111,27 +119,70 @@ pub fn tables() -> Option<Tables> {
     Tables::new(config())
 }
 
+/// The flow's way, and whether this is its first packet of the current tick.
 #[inline(always)]
-pub fn flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<FlowEntry>> {
-    table::find(&FLOWS, key, hash, t)
+pub fn flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<(*mut FlowSlot<FlowEntry>, bool)> {
+    table::find_stamped(&FLOWS, key, hash, t)
 }
 
 #[inline(always)]
-pub fn record_flow(key: &FlowKey, hash: u32, entry: &FlowEntry, t: &Tables) -> Recorded {
-    table::record(&FLOWS, key, hash, entry, t)
+pub fn record_flow(key: &FlowKey, hash: u32, entry: &FlowEntry, proven: bool, t: &Tables) -> Recorded {
+    table::record(&FLOWS, key, hash, entry, proven, t)
+}
+
+/// The way of a NAT reply's entry (keyed backend → client), if the table holds it.
+#[inline(always)]
+pub fn reverse_way(key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<ReverseEntry>> {
+    table::find(&REVERSE_FLOWS, key, hash, t)
 }
 
 /// The VIP a NAT reply (keyed backend → client) must come from, if it belongs to a NAT flow.
 #[inline(always)]
 pub fn reverse_flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<ReverseEntry> {
     // SAFETY: a valid map value pointer; the check has vouched for the value.
-    table::find(&REVERSE_FLOWS, key, hash, t).map(|slot| unsafe { (*slot).value })
+    reverse_way(key, hash, t).map(|slot| unsafe { (*slot).value })
 }
 
+/// Records a NAT reply's entry. Not recorded (a full set of proven flows, for a first
+/// packet), replies still find their VIP through NAT_BACKENDS when the backend serves one.
 #[inline(always)]
-pub fn record_reverse_flow(key: &FlowKey, hash: u32, entry: &ReverseEntry, t: &Tables) {
-    // A lost reverse entry only means replies pass unrewritten; nothing more to do on failure.
-    let _ = table::record(&REVERSE_FLOWS, key, hash, entry, t);
+pub fn record_reverse_flow(key: &FlowKey, hash: u32, entry: &ReverseEntry, proven: bool, t: &Tables) {
+    let _ = table::record(&REVERSE_FLOWS, key, hash, entry, proven, t);
+}
+
+/// The VIP id a NAT backend's replies come from (`NAT_BACKEND_SHARED` when several), if the
+/// address is a NAT backend's.
+#[inline(always)]
+pub fn nat_backend(key: &NatBackendKey) -> Option<u32> {
+    // SAFETY: the value is only read.
+    unsafe { NAT_BACKENDS.get(key) }.copied()
+}
+
+/// Takes one new flow from this CPU's budget of `limit` a window (2^30 ns, about a second;
+/// 0: no limit). False when the window's budget is spent.
+#[inline(always)]
+pub fn take_new_flow(limit: u32) -> bool {
+    if limit == 0 {
+        return true;
+    }
+    let Some(budget) = NEW_FLOW_BUDGET.get_ptr_mut(0) else {
+        return true;
+    };
+    // SAFETY: plain helper call; only asked on a table miss, never for established flows.
+    let window = unsafe { bpf_ktime_get_ns() } >> 30;
+    // SAFETY: this CPU's own slot.
+    unsafe {
+        let [start, used] = &mut *budget;
+        if *start != window {
+            *start = window;
+            *used = 0;
+        }
+        if *used >= limit as u64 {
+            return false;
+        }
+        *used += 1;
+    }
+    true
 }
 
 /// Where a cached next hop lives.

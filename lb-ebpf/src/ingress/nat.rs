@@ -4,7 +4,8 @@
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum::{replace16, replace32, udp_fixup};
-use lb_common::flow::ReverseEntry;
+use lb_common::backend::{NAT_BACKEND_SHARED, NatBackendKey};
+use lb_common::flow::{FlowKey, ReverseEntry};
 use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
@@ -12,7 +13,7 @@ use lb_ebpf::packet::packet_len;
 
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::HopCache;
-use crate::flow::{Flow, flow_key};
+use crate::flow::Flow;
 use crate::parse::Ipv4Packet;
 use crate::verdict::Verdict;
 use crate::{icmp, maps, select};
@@ -35,37 +36,26 @@ pub fn balance_nat(
     if unsafe { (*pkt.ip).ttl } <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
-    let key = flow.key;
-    let (client, client_port, vip_port, protocol) = (ipv4_octets(&key.src), key.src_port, key.dst_port, key.protocol);
-    let choice = match select::choose(vip, flow, pkt.opens_connection()) {
+    let choice = match select::choose(vip, flow, pkt) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
     let backend = choice.backend;
     let backend_addr = ipv4_octets(&backend.addr);
-    if choice.placed {
-        let reply = flow_key(backend_addr, client, backend.port, client_port, protocol);
-        maps::record_reverse_flow(
-            &reply,
-            choice.tables.hash(&reply),
-            &ReverseEntry {
-                vip_addr: key.dst,
-                vip_port,
-                family: key.family,
-                _pad: 0,
-                vip_id: vip.id,
-            },
-            &choice.tables,
-        );
-    }
     let bytes = packet_len(ctx);
     let to_backend = (ANY_SOURCE, backend_addr);
-    let verdict = rewrite_and_send(ctx, pkt, End::Destination, (backend_addr, backend.port), to_backend, HopCache::Backend(choice.backend_id));
+    let verdict = rewrite_and_send(ctx, pkt, End::Destination, (backend_addr, backend.port), to_backend, HopCache::Backend(choice.backend_id), NO_ROUTE);
     if verdict.0 != XDP_DROP && verdict.1 != Counter::ForwardIcmpTooBig {
         maps::count_traffic(vip.id, choice.backend_id, bytes);
     }
     verdict
 }
+
+/// What a packet with no route gets: dropped, where this program owns the packet.
+const NO_ROUTE: Verdict = (XDP_DROP, Counter::DropNoRoute);
+/// Passed untouched: a backend's packet that no reply entry names and that is not routed
+/// onwards (to this host: health-check answers, ...) is the stack's.
+const NOT_OURS: Verdict = (XDP_PASS, Counter::PassNotVip);
 
 /// A reply from a NAT backend: its source becomes the VIP again.
 #[inline(always)]
@@ -77,11 +67,45 @@ pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntr
     }
     let vip_addr = ipv4_octets(&reverse.vip_addr);
     maps::count(Counter::NatReply);
-    rewrite_and_send(ctx, pkt, End::Source, (vip_addr, reverse.vip_port), (vip_addr, client), HopCache::Address)
+    rewrite_and_send(ctx, pkt, End::Source, (vip_addr, reverse.vip_port), (vip_addr, client), HopCache::Address, NO_ROUTE)
+}
+
+/// A packet from a NAT backend's port that no reply entry names (its entry was evicted, or
+/// never recorded: see `select`). It must not leave with the backend's own address. From a
+/// backend of one VIP it is that VIP's reply; from a backend several VIPs share it is dropped.
+/// Either way only if routed onwards: packets to this host (health-check answers) and from
+/// addresses that are no NAT backend's pass untouched.
+#[inline(always)]
+pub fn reply_without_entry(ctx: &XdpContext, pkt: &Ipv4Packet, key: &FlowKey) -> Verdict {
+    let backend = NatBackendKey { addr: key.src, port: key.src_port, protocol: key.protocol, family: key.family };
+    let Some(owner) = maps::nat_backend(&backend) else {
+        return NOT_OURS;
+    };
+    // SAFETY: parse() checked the headers.
+    let (src, dst, ttl, tos, tot_len) = unsafe {
+        let ip = &*pkt.ip;
+        (ip.src_addr, ip.dst_addr, ip.ttl, ip.tos, u16::from_be_bytes(ip.tot_len))
+    };
+    let vip = if owner == NAT_BACKEND_SHARED { None } else { maps::vip_info(owner) };
+    match vip {
+        Some(vip) if vip.key.protocol == key.protocol && ttl > 1 => {
+            let vip_addr = ipv4_octets(&vip.key.addr);
+            let to_client = (vip_addr, dst);
+            let verdict = rewrite_and_send(ctx, pkt, End::Source, (vip_addr, vip.key.port), to_client, HopCache::Address, NOT_OURS);
+            if verdict != NOT_OURS {
+                maps::count(Counter::NatReplyByBackend);
+            }
+            verdict
+        }
+        _ => match forward::lookup(ctx, src, dst, key.protocol, tos, tot_len, HopCache::Address) {
+            Route::Unreachable => NOT_OURS,
+            _ => (XDP_DROP, Counter::DropReplyNoFlow),
+        },
+    }
 }
 
 /// Rewrites one end of the packet to `to` (address, port) and sends it along `route` (source
-/// and destination of the route lookup). The route is looked up first, so that a packet too
+/// and destination of the route lookup); `unroutable` is the answer when it has no route. The route is looked up first, so that a packet too
 /// big for it is answered with ICMP "fragmentation needed" quoting the packet as its sender
 /// sent it (DF set; else dropped). Without a neighbour entry the rewritten packet goes to the
 /// stack, which resolves the neighbour and forwards it (and decrements TTL itself, so it is
@@ -94,6 +118,7 @@ fn rewrite_and_send(
     to: ([u8; 4], u16),
     route: ([u8; 4], [u8; 4]),
     cache: HopCache,
+    unroutable: Verdict,
 ) -> Verdict {
     // SAFETY: parse() checked the headers.
     let (protocol, tos, tot_len) =
@@ -110,7 +135,7 @@ fn rewrite_and_send(
             (XDP_PASS, Counter::PassNoNeighbour)
         }
         Route::TooBig { mtu } => icmp::too_big(ctx, pkt, mtu),
-        Route::Unreachable => (XDP_DROP, Counter::DropNoRoute),
+        Route::Unreachable => unroutable,
     }
 }
 

@@ -27,6 +27,14 @@ impl Ipv4Packet {
         // SAFETY: inside the TCP header parse() checked.
         !self.tcp_flags.is_null() && unsafe { *self.tcp_flags } & 0x12 == 0x02
     }
+
+    /// A TCP packet without SYN: it belongs to a connection already open (false for UDP,
+    /// whose first datagram looks like any other).
+    #[inline(always)]
+    pub fn continues_connection(&self) -> bool {
+        // SAFETY: inside the TCP header parse() checked.
+        !self.tcp_flags.is_null() && unsafe { *self.tcp_flags } & 0x02 == 0
+    }
 }
 
 /// An ICMP "destination unreachable" quoting a TCP or UDP packet (as routers and hosts send

@@ -1,57 +1,134 @@
 //! Backend choice: the connection table first, else the VIP's Maglev ring (built in userspace,
-//! only indexed here).
+//! only indexed here); and keeping a NAT flow's reply entry in step with its forward entry.
+//!
+//! Protection of established flows: a way remembers whether its flow proved itself (sent more
+//! than its first packet). A first packet (a TCP SYN, any UDP datagram the table does not know)
+//! may only take a free or unproven way, and each CPU records at most
+//! `DataplaneConfig::new_flow_budget` new flows a second; past either limit the flow is placed
+//! by the ring without being recorded. A flood of first packets therefore cannot evict a flow
+//! that has proven itself.
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use lb_common::backend::{BACKEND_NONE, Backend};
-use lb_common::flow::FlowEntry;
+use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
 use lb_common::hash::ring_slot;
 use lb_common::stats::Counter;
-use lb_common::vip::VipInfo;
+use lb_common::vip::{VipInfo, forwarding};
 
-use crate::table::{self, Recorded, Tables};
 use crate::flow::Flow;
 use crate::maps;
+use crate::parse::Ipv4Packet;
+use crate::table::{self, Recorded, Tables};
 use crate::verdict::Verdict;
 
 pub struct Choice {
     pub backend_id: u32,
     pub backend: &'static Backend,
-    /// The flow was placed now (new, or moved off a removed backend): NAT must record the
-    /// reverse entry for its replies.
-    pub placed: bool,
-    pub tables: Tables,
 }
 
 /// The backend for this flow, or the verdict when there is none. A packet that opens a
 /// connection (TCP SYN) is placed on the ring even when its 5-tuple has an entry: that entry
 /// belongs to an earlier connection which reused the client port, and a new connection must
-/// follow the current ring (a drained backend gets no new connections).
+/// follow the current ring (a drained backend gets no new connections). An entry matches only
+/// its VIP and the generation of its backend id, so an id given to another backend never
+/// carries an old flow there.
 #[inline(always)]
-pub fn choose(vip: &VipInfo, flow: &Flow, opens_connection: bool) -> Result<Choice, Verdict> {
+pub fn choose(vip: &VipInfo, flow: &Flow, pkt: &Ipv4Packet) -> Result<Choice, Verdict> {
     let Some(t) = flow.tables else {
         return Err((XDP_PASS, Counter::PassNotConfigured));
     };
+    let nat = vip.forwarding != forwarding::DSR_IPIP;
+    let opens_connection = pkt.opens_connection();
     if let Some(slot) = flow.slot {
         // SAFETY: a valid map value pointer; the way holds this flow.
-        let FlowEntry { backend_id: pinned, vip_id } = unsafe { (*slot).value };
+        let entry = unsafe { (*slot).value };
         if !opens_connection
-            && vip_id == vip.id
-            && let Some(backend) = maps::backend(pinned)
+            && entry.vip_id == vip.id
+            && let Some(backend) = maps::backend(entry.backend_id)
             && backend.is_active()
+            && backend.generation == entry.generation
         {
+            table::prove(slot);
+            // Once per tick and flow: a flow sending faster pays for the check only on its
+            // first packet of each tick (a reply entry evicted meanwhile is written again
+            // within a tick; its replies find their VIP through NAT_BACKENDS until then).
+            if nat && flow.new_tick {
+                keep_reply_entry(vip, flow.key, &entry, backend, &t);
+            }
             maps::count(Counter::FlowHit);
-            return Ok(Choice { backend_id: pinned, backend, placed: false, tables: t });
+            return Ok(Choice { backend_id: entry.backend_id, backend });
         }
+        // A new connection on a known 5-tuple starts unproven; a flow moved off a removed
+        // backend has already proven itself.
+        let proven = !opens_connection;
         let (backend_id, backend) = from_ring(vip, flow, &t)?;
-        table::replace(slot, flow.hash, &FlowEntry { backend_id, vip_id: vip.id }, &t);
+        let entry = flow_entry(vip, flow.key, backend_id, backend, nat, &t);
+        table::replace(slot, flow.hash, &entry, proven, &t);
+        if nat {
+            record_reply_entry(vip, flow.key, &entry, backend, proven, &t);
+        }
         maps::count(if opens_connection { Counter::FlowNew } else { Counter::FlowRerouted });
-        return Ok(Choice { backend_id, backend, placed: true, tables: t });
+        return Ok(Choice { backend_id, backend });
     }
     let (backend_id, backend) = from_ring(vip, flow, &t)?;
-    maps::count(match maps::record_flow(flow.key, flow.hash, &FlowEntry { backend_id, vip_id: vip.id }, &t) {
+    if !maps::take_new_flow(t.new_flow_budget) {
+        maps::count(Counter::FlowUnrecorded);
+        return Ok(Choice { backend_id, backend });
+    }
+    // A TCP packet without SYN belongs to a connection already open (whose entry the table
+    // lost, or that another balancer placed): it has proven itself. SYNs and UDP have not.
+    let proven = pkt.continues_connection();
+    let entry = flow_entry(vip, flow.key, backend_id, backend, nat, &t);
+    maps::count(match maps::record_flow(flow.key, flow.hash, &entry, proven, &t) {
         Recorded::Free | Recorded::Failed => Counter::FlowNew,
         Recorded::Evicted => Counter::FlowTableFull,
+        Recorded::Protected => Counter::FlowSetProven,
     });
-    Ok(Choice { backend_id, backend, placed: true, tables: t })
+    if nat {
+        record_reply_entry(vip, flow.key, &entry, backend, proven, &t);
+    }
+    Ok(Choice { backend_id, backend })
+}
+
+/// The connection-table entry of `key` on backend `backend_id`.
+#[inline(always)]
+fn flow_entry(vip: &VipInfo, key: &FlowKey, backend_id: u32, backend: &Backend, nat: bool, t: &Tables) -> FlowEntry {
+    let reply_hash = if nat { t.hash(&reply_key(key, backend)) } else { 0 };
+    FlowEntry { backend_id, vip_id: vip.id, generation: backend.generation, reply_hash }
+}
+
+/// The key of a NAT flow's replies: backend → client.
+#[inline(always)]
+fn reply_key(key: &FlowKey, backend: &Backend) -> FlowKey {
+    FlowKey {
+        src: backend.addr,
+        dst: key.src,
+        src_port: backend.port,
+        dst_port: key.src_port,
+        protocol: key.protocol,
+        family: key.family,
+        _pad: [0; 2],
+    }
+}
+
+#[inline(always)]
+fn record_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, proven: bool, t: &Tables) {
+    let reverse = ReverseEntry { vip_addr: key.dst, vip_port: key.dst_port, family: key.family, _pad: 0, vip_id: vip.id };
+    maps::record_reverse_flow(&reply_key(key, backend), entry.reply_hash, &reverse, proven, t);
+}
+
+/// An established NAT flow keeps its reply entry: found (and marked proven, and stamped, so
+/// both directions age together), or written again if churn evicted it. The forward entry
+/// holds the reply key's hash, so this costs no hashing; it runs on the flow's first packet of
+/// each kernel tick.
+#[inline(always)]
+fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, t: &Tables) {
+    match maps::reverse_way(&reply_key(key, backend), entry.reply_hash, t) {
+        Some(way) => table::prove(way),
+        None => {
+            record_reply_entry(vip, key, entry, backend, true, t);
+            maps::count(Counter::ReverseRestored);
+        }
+    }
 }
 
 #[inline(always)]

@@ -1,5 +1,6 @@
 //! The connection tables' packet-side operations: find a flow in its set, record one (a free
-//! way, else the set's least recently used). Layout and the check word: `lb_common::flow`.
+//! way, else the least recently used way it may take: a first packet only an unproven one).
+//! Layout, the check word and the proven bit: `lb_common::flow`.
 //!
 //! Ways are written without a lock. A writer clears the check word first and sets it last;
 //! a reader accepts a way only if its check word matches the key's hash and the value it read
@@ -10,7 +11,7 @@ use core::ptr::{addr_of, addr_of_mut, write_volatile};
 use aya_ebpf::helpers::generated::bpf_jiffies64;
 use aya_ebpf::maps::Array;
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, slot_check, table_hash};
+use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, PROVEN, slot_check, table_hash};
 
 /// What the tables need from CONFIG, and this packet's clock stamp.
 #[derive(Clone, Copy)]
@@ -21,7 +22,10 @@ pub struct Tables {
     table_seed: u32,
     /// `flow_sets - 1`: the set is the hash's low bits.
     set_mask: u32,
+    /// The kernel tick, bit 0 cleared (it holds `PROVEN` in a way's stamp).
     now: u32,
+    /// `DataplaneConfig::new_flow_budget`.
+    pub new_flow_budget: u32,
 }
 
 impl Tables {
@@ -33,13 +37,14 @@ impl Tables {
             return None;
         }
         // SAFETY: plain helper call, which the kernel inlines as one load of `jiffies`.
-        let now = unsafe { bpf_jiffies64() } as u32;
+        let now = unsafe { bpf_jiffies64() } as u32 & !PROVEN;
         Some(Tables {
             ring_size: config.ring_size,
             ring_seed: config.hash_seed,
             table_seed: config.table_seed,
             set_mask: config.flow_sets - 1,
             now,
+            new_flow_budget: config.new_flow_budget,
         })
     }
 
@@ -54,8 +59,10 @@ impl Tables {
 pub enum Recorded {
     /// Into a free way (or over a stale copy of the same key).
     Free,
-    /// In place of the set's least recently used flow.
+    /// In place of the least recently used flow it was allowed to take.
     Evicted,
+    /// Not recorded: a first packet, and every way of its set holds a proven flow.
+    Protected,
     /// No such set (a table smaller than CONFIG says): not recorded.
     Failed,
 }
@@ -66,66 +73,98 @@ fn way<V>(set: *mut FlowSet<V>, index: usize) -> *mut FlowSlot<V> {
     unsafe { addr_of_mut!((*set).ways[index]) }
 }
 
-/// The way holding `key` (hash `hash`), its last-used stamp refreshed.
+/// The way holding `key` (hash `hash`), its last-used stamp refreshed (proven bit kept).
 #[inline(always)]
 pub fn find<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<V>> {
+    find_stamped(table, key, hash, t).map(|(slot, _)| slot)
+}
+
+/// As [`find`], and whether this packet is the flow's first of the current tick (its stamp
+/// changed).
+#[inline(always)]
+pub fn find_stamped<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t: &Tables) -> Option<(*mut FlowSlot<V>, bool)> {
     let set = table.get_ptr_mut(hash & t.set_mask)?;
     for index in 0..FLOW_WAYS {
         let slot = way(set, index);
         // SAFETY: `slot` points into a map value.
         unsafe {
             if (*slot).holds(key, hash) {
+                let used = (*slot).used;
                 // Only when it changed: most packets then leave the line clean.
-                if (*slot).used != t.now {
-                    (*slot).used = t.now;
+                let new_tick = used & !PROVEN != t.now;
+                if new_tick {
+                    (*slot).used = t.now | (used & PROVEN);
                 }
-                return Some(slot);
+                return Some((slot, new_tick));
             }
         }
     }
     None
 }
 
-/// Records `key → value` in a free way of its set, else in place of the least recently used.
+/// Marks a found way's flow as proven (it sent more than its first packet).
 #[inline(always)]
-pub fn record<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, value: &V, t: &Tables) -> Recorded {
+pub fn prove<V>(slot: *mut FlowSlot<V>) {
+    // SAFETY: `slot` points into a map value.
+    unsafe {
+        let used = (*slot).used;
+        if used & PROVEN == 0 {
+            (*slot).used = used | PROVEN;
+        }
+    }
+}
+
+/// Records `key → value` in a free way of its set, else in place of the least recently used
+/// way it may take. An unproven flow (a first packet) may take only an unproven way; a proven
+/// one (say, an established connection the table lost) prefers unproven ways, else the least
+/// recently used.
+#[inline(always)]
+pub fn record<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, value: &V, proven: bool, t: &Tables) -> Recorded {
     let Some(set) = table.get_ptr_mut(hash & t.set_mask) else {
         return Recorded::Failed;
     };
-    let mut victim = 0;
-    let mut oldest = 0;
+    // Unproven ways sort before proven ones: their age gets the top bit.
+    let proven_bit = if proven { PROVEN } else { 0 };
+    let mut victim = FLOW_WAYS;
+    let mut best = 0u32;
     let mut evicts = true;
     for index in 0..FLOW_WAYS {
         let slot = way(set, index);
         // SAFETY: `slot` points into a map value.
-        let (free, age) = unsafe { ((*slot).check == 0 || (*slot).key.same_as(key), t.now.wrapping_sub((*slot).used)) };
+        let (free, used) = unsafe { ((*slot).check == 0 || (*slot).key.same_as(key), (*slot).used) };
         if free {
             victim = index;
             evicts = false;
             break;
         }
-        if index == 0 || age > oldest {
+        let age = (t.now.wrapping_sub(used & !PROVEN) >> 1) | if used & PROVEN == 0 { 1 << 31 } else { 0 };
+        let allowed = proven || used & PROVEN == 0;
+        if allowed && (victim == FLOW_WAYS || age > best) {
             victim = index;
-            oldest = age;
+            best = age;
         }
     }
-    write(way(set, victim), key, hash, value, t);
+    if victim >= FLOW_WAYS {
+        return Recorded::Protected;
+    }
+    write(way(set, victim), key, hash, value, proven_bit, t);
     if evicts { Recorded::Evicted } else { Recorded::Free }
 }
 
-/// Gives a found flow a new value (its backend changed).
+/// Gives a found flow a new value (its backend changed, or a new connection reuses its
+/// 5-tuple), proven or not.
 #[inline(always)]
-pub fn replace<V: FlowValue>(slot: *mut FlowSlot<V>, hash: u32, value: &V, t: &Tables) {
+pub fn replace<V: FlowValue>(slot: *mut FlowSlot<V>, hash: u32, value: &V, proven: bool, t: &Tables) {
     // SAFETY: `slot` points into a map value.
     let key = unsafe { (*slot).key };
-    write(slot, &key, hash, value, t);
+    write(slot, &key, hash, value, if proven { PROVEN } else { 0 }, t);
 }
 
 /// Writes a whole way: check cleared, key and value, then the new check, each store volatile so
 /// the compiler keeps that order.
 #[inline(always)]
-fn write<V: FlowValue>(slot: *mut FlowSlot<V>, key: &FlowKey, hash: u32, value: &V, t: &Tables) {
-    let new = FlowSlot { key: *key, value: *value, used: t.now, check: slot_check(hash, value) };
+fn write<V: FlowValue>(slot: *mut FlowSlot<V>, key: &FlowKey, hash: u32, value: &V, proven: u32, t: &Tables) {
+    let new = FlowSlot { key: *key, value: *value, used: t.now | proven, check: slot_check(hash, value) };
     let words = core::mem::size_of::<FlowSlot<V>>() / 8;
     let src = addr_of!(new) as *const u64;
     let dst = slot as *mut u64;

@@ -6,10 +6,15 @@
 //! round, medians over rounds. Single runs, because with repeat > 1 the kernel does not reset
 //! the packet and a rewriting path would time its own output. For the new-flow path the flow
 //! is deleted between calls, outside the timed region.
+//!
+//! Flow protection is on for every row: the new-flow budget is checked on every table miss
+//! (set to u32::MAX so it is never spent, except in the row that measures a spent budget), and
+//! the first-packet rows run into a set with free ways unless the row says otherwise.
 use aya::maps::{Array, MapData};
 use aya::programs::Xdp;
 use aya::sys::{Stats, enable_stats};
-use lb_common::flow::{FlowKey, FlowSet, ForwardSet, ReverseSet};
+use lb_common::config::DataplaneConfig;
+use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, ForwardSet, ReverseSet};
 use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
 use lb_ctl::dataplane::load::{load_decap, program};
 use crate::fixture::{CLIENT, SEED, balancer, configure, lab, vips};
@@ -29,7 +34,12 @@ struct Path {
     forget: Option<(u32, Option<u32>)>,
     target: Option<f64>,
     katran: Option<f64>,
+    /// `DataplaneConfig::new_flow_budget` while this row runs.
+    budget: u32,
 }
+
+/// No budget limit in practice, but the budget is checked.
+const UNSPENT: u32 = u32::MAX;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -64,6 +74,7 @@ pub fn run() -> anyhow::Result<()> {
     let mut flows: Array<_, ForwardSet> = Array::try_from(dp.ebpf_mut().take_map(map_names::FLOWS).expect("FLOWS"))?;
     let mut reverse: Array<_, ReverseSet> =
         Array::try_from(dp.ebpf_mut().take_map(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS"))?;
+    let mut config: Array<_, DataplaneConfig> = Array::try_from(dp.ebpf_mut().take_map(map_names::CONFIG).expect("CONFIG"))?;
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;
 
@@ -89,17 +100,36 @@ pub fn run() -> anyhow::Result<()> {
     };
     let dsr_flow_key = FlowKey { dst: ipv4_bytes(vips[2].addr), src_port: 46001u16.to_be(), ..new_flow_key };
     let established = |f: Frame| f.with(|f| { f.l4 = L4::TcpAck; f.payload = vec![b'x'; 64] }).bytes();
+    // A set full of proven flows (connections that sent more than a SYN), and a SYN of that set.
+    let key_of = |port: u16| FlowKey { src_port: port.to_be(), ..new_flow_key };
+    let guarded = dp.flow_set_of(&key_of(47000));
+    let mut same_set = (47001..=u16::MAX).filter(|p| dp.flow_set_of(&key_of(*p)) == guarded);
+    let proven_ports: Vec<u16> = same_set.by_ref().take(FLOW_WAYS).collect();
+    let shut_out = Frame::tcp(CLIENT, same_set.next().expect("a 5th port of the set"), web, 80).bytes();
     let paths = [
-        Path { name: "non-VIP pass", frame: Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(), action: 2, forget: None, target: Some(20.0), katran: Some(60.0) },
-        Path { name: "established TCP (NAT)", frame: established(Frame::tcp(CLIENT, 45000, web, 80)), action: 3, forget: None, target: Some(100.0), katran: Some(153.0) },
-        Path { name: "new TCP flow (SYN, NAT)", frame: syn.bytes(), action: 3, forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))), target: Some(250.0), katran: Some(387.0) },
-        Path { name: "new TCP flow (SYN, DSR)", frame: Frame::tcp(CLIENT, 46001, vips[2].addr, 80).bytes(), action: 3, forget: Some((dp.flow_set_of(&dsr_flow_key), None)), target: Some(250.0), katran: Some(387.0) },
-        Path { name: "established UDP (NAT)", frame: Frame::udp(CLIENT, 5000, web, 53).bytes(), action: 3, forget: None, target: None, katran: Some(199.0) },
-        Path { name: "IPIP encapsulation (DSR)", frame: established(Frame::tcp(CLIENT, 46000, vips[2].addr, 80)), action: 3, forget: None, target: None, katran: None },
+        Path { name: "non-VIP pass", frame: Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(), action: 2, forget: None, target: Some(20.0), katran: Some(60.0), budget: UNSPENT },
+        Path { name: "established TCP (NAT)", frame: established(Frame::tcp(CLIENT, 45000, web, 80)), action: 3, forget: None, target: Some(100.0), katran: Some(153.0), budget: UNSPENT },
+        Path { name: "new TCP flow (SYN, NAT)", frame: syn.bytes(), action: 3, forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))), target: Some(250.0), katran: Some(387.0), budget: UNSPENT },
+        Path { name: "new TCP flow (SYN, DSR)", frame: Frame::tcp(CLIENT, 46001, vips[2].addr, 80).bytes(), action: 3, forget: Some((dp.flow_set_of(&dsr_flow_key), None)), target: Some(250.0), katran: Some(387.0), budget: UNSPENT },
+        Path { name: "SYN, NAT, budget spent", frame: syn.bytes(), action: 3, forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))), target: None, katran: None, budget: 1 },
+        Path { name: "SYN, NAT, set of proven flows", frame: shut_out, action: 3, forget: None, target: None, katran: None, budget: UNSPENT },
+        Path { name: "established UDP (NAT)", frame: Frame::udp(CLIENT, 5000, web, 53).bytes(), action: 3, forget: None, target: None, katran: Some(199.0), budget: UNSPENT },
+        Path { name: "IPIP encapsulation (DSR)", frame: established(Frame::tcp(CLIENT, 46000, vips[2].addr, 80)), action: 3, forget: None, target: None, katran: None, budget: UNSPENT },
     ];
     let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
+    let set_budget = |config: &mut Array<_, DataplaneConfig>, budget: u32| -> anyhow::Result<()> {
+        let current = config.get(&0, 0)?;
+        config.set(0, DataplaneConfig { new_flow_budget: budget, ..current }, 0)?;
+        Ok(())
+    };
+    for port in &proven_ports {
+        for l4 in [L4::TcpSyn, L4::TcpAck] {
+            run_xdp(ours, &Frame::tcp(CLIENT, *port, web, 80).with(|f| f.l4 = l4).bytes(), g0);
+        }
+    }
     // Warm up: establish the flows, and check each path takes the branch it is named after.
     for path in &paths {
+        set_budget(&mut config, path.budget)?;
         for _ in 0..2 {
             if let Some((key, reply)) = &path.forget {
                 forget(&mut flows, key)?;
@@ -116,6 +146,7 @@ pub fn run() -> anyhow::Result<()> {
     println!("lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, medians");
     println!("{:<28} {:>9} {:>9} {:>12} {:>10} {:>14}", "path", "ours ns", "bare ns", "extra ns", "target", "Katran extra");
     for path in &paths {
+        set_budget(&mut config, path.budget)?;
         let (mut b_state, mut o_state) = ((0, 0), (0, 0));
         ns_per_run(bare, &mut b_state);
         ns_per_run(ours, &mut o_state);

@@ -1,0 +1,243 @@
+//! Seeded fuzzing of lb_ingress through BPF_PROG_TEST_RUN: random frames, frames mutated from
+//! every kind of valid frame, and random but well-formed TCP/UDP/ICMP frames aimed at the
+//! fixture's VIPs and backends. Reproducible: the same seed gives the same frames.
+//!
+//! What must hold for every frame: the verdict is a defined action (never XDP_ABORTED); a frame
+//! that concerns no VIP and no NAT backend (judged from its raw header fields here, apart from
+//! the program) is passed byte for byte as it came; a frame sent on (XDP_TX, XDP_REDIRECT) is a
+//! frame etherparse reads whenever the input was one, with valid checksums whenever the input
+//! had them. Over the whole run, exactly one verdict counter moves per frame.
+use aya::programs::Xdp;
+use lb_common::stats::Counter;
+use lb_common::{ip_proto, program_names};
+use lb_ctl::dataplane::Dataplane;
+use lb_ctl::dataplane::load::program;
+use lb_ctl::dataplane::aya::AyaDataplane;
+
+use crate::fixture::{B_FAR, CLIENT, CLIENT2, Vip};
+use crate::golden::{hex, is_verdict};
+use crate::packets::{Frame, L4, verify_checksums};
+use crate::testrun::{action_name, run_xdp};
+
+/// BPF_PROG_TEST_RUN refuses XDP frames shorter than an Ethernet header.
+const ETH_LEN: usize = 14;
+
+/// xorshift64*: small, deterministic, good enough to spread bytes.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+}
+
+/// What a run saw.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub frames: u64,
+    /// By XDP action (0..=4).
+    pub actions: [u64; 5],
+    /// Frames that concerned no VIP (all passed untouched).
+    pub not_ours: u64,
+}
+
+/// The addresses the frames aim at.
+struct Targets {
+    /// (address, port, protocol) of each VIP.
+    vips: Vec<([u8; 4], u16, u8)>,
+    /// (address, port, protocol) of each NAT backend.
+    nat_backends: Vec<([u8; 4], u16, u8)>,
+}
+
+impl Targets {
+    fn of(vips: &[Vip]) -> Targets {
+        let nat = lb_common::vip::forwarding::NAT;
+        Targets {
+            vips: vips.iter().map(|v| (v.addr, v.port, v.protocol)).collect(),
+            nat_backends: vips
+                .iter()
+                .filter(|v| v.forwarding == nat)
+                .flat_map(|v| v.backends.iter().map(move |(_, a, p)| (*a, *p, v.protocol)))
+                .collect(),
+        }
+    }
+
+    /// Whether the balancer may act on this frame, from its raw bytes: an IPv4 packet (behind
+    /// at most one 802.1Q tag) to a VIP's address, port and protocol, from a NAT backend's, or
+    /// an ICMP message to a VIP's address. Anything else must pass untouched.
+    fn may_concern(&self, frame: &[u8]) -> bool {
+        let mut l3 = 14;
+        let ether_type = |at: usize| frame.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+        let mut kind = ether_type(12);
+        if kind == Some(0x8100) {
+            kind = ether_type(16);
+            l3 = 18;
+        }
+        if kind != Some(0x0800) || frame.len() < l3 + 20 {
+            return false;
+        }
+        let ip = &frame[l3..];
+        let (proto, src, dst) = (ip[9], [ip[12], ip[13], ip[14], ip[15]], [ip[16], ip[17], ip[18], ip[19]]);
+        let header_len = (ip[0] & 0xf) as usize * 4;
+        if proto == ip_proto::ICMP {
+            return self.vips.iter().any(|(a, _, _)| *a == dst);
+        }
+        let Some(ports) = ip.get(header_len.max(20)..header_len.max(20) + 4) else {
+            return false;
+        };
+        let (sport, dport) = (u16::from_be_bytes([ports[0], ports[1]]), u16::from_be_bytes([ports[2], ports[3]]));
+        self.vips.iter().any(|t| *t == (dst, dport, proto)) || self.nat_backends.iter().any(|t| *t == (src, sport, proto))
+    }
+}
+
+/// Valid frames of every kind the balancer handles, to mutate.
+fn seeds(vips: &[Vip]) -> Vec<Vec<u8>> {
+    let web = vips[0].addr;
+    vec![
+        Frame::tcp(CLIENT, 40000, web, 80).bytes(),
+        Frame::tcp(CLIENT, 40000, web, 80).with(|f| { f.l4 = L4::TcpAck; f.payload = b"GET /".to_vec() }).bytes(),
+        Frame::tcp(CLIENT, 40000, web, 80).with(|f| f.vlan = Some(9)).bytes(),
+        Frame::udp(CLIENT, 5000, web, 53).bytes(),
+        Frame::tcp(CLIENT, 42000, vips[2].addr, 80).bytes(),
+        Frame::tcp(crate::fixture::B1, 8080, CLIENT, 40000).with(|f| f.l4 = L4::TcpAck).bytes(),
+        Frame::tcp(B_FAR, 8080, CLIENT2, 40000).with(|f| f.l4 = L4::TcpAck).bytes(),
+        Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(),
+    ]
+}
+
+/// One frame: random bytes, a mutated seed, or a random well-formed frame aimed at a target.
+fn frame(rng: &mut Rng, seeds: &[Vec<u8>], targets: &Targets) -> Vec<u8> {
+    match rng.below(10) {
+        0 => {
+            let mut f: Vec<u8> = (0..ETH_LEN + rng.below(160)).map(|_| rng.next() as u8).collect();
+            if rng.below(2) == 0 {
+                f[12..14].copy_from_slice(&[0x08, 0x00]);
+            }
+            f
+        }
+        1..=5 => {
+            let seed = seeds[rng.below(seeds.len())].clone();
+            mutate(rng, seed)
+        }
+        _ => {
+            let (addr, port, proto) =
+                if rng.below(3) == 0 { rng.pick(&targets.nat_backends) } else { rng.pick(&targets.vips) };
+            let peer = [192, 0, 2, 1 + rng.below(250) as u8];
+            let from_backend = targets.nat_backends.contains(&(addr, port, proto)) && rng.below(2) == 0;
+            let (src, sport, dst, dport) =
+                if from_backend { (addr, port, peer, 1024 + rng.below(60000) as u16) } else { (peer, 1024 + rng.below(60000) as u16, addr, port) };
+            let mut f = if proto == ip_proto::UDP { Frame::udp(src, sport, dst, dport) } else { Frame::tcp(src, sport, dst, dport) };
+            f.ttl = rng.pick(&[1, 2, 64, 255]);
+            if proto == ip_proto::TCP && rng.below(2) == 0 {
+                f.l4 = L4::TcpAck;
+            }
+            if rng.below(4) == 0 {
+                f.vlan = Some(1 + rng.below(4000) as u16);
+            }
+            f.payload = (0..rng.pick(&[0, 1, 64, 1400, 1472])).map(|_| rng.next() as u8).collect();
+            let bytes = f.bytes();
+            if rng.below(4) == 0 { mutate(rng, bytes) } else { bytes }
+        }
+    }
+}
+
+fn mutate(rng: &mut Rng, mut frame: Vec<u8>) -> Vec<u8> {
+    match rng.below(5) {
+        0 => frame.truncate(ETH_LEN + rng.below(frame.len() + 1 - ETH_LEN)),
+        1 => {
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(frame.len());
+                frame[at] ^= 1 << rng.below(8);
+            }
+        }
+        2 => frame.extend((0..rng.below(64)).map(|_| rng.next() as u8)),
+        3 => {
+            // A header byte (Ethernet type, IPv4, L4) set at random.
+            let at = 12 + rng.below(46);
+            if at < frame.len() {
+                frame[at] = rng.next() as u8;
+            }
+        }
+        _ => {
+            let at = 14 + rng.below(24);
+            if at + 1 < frame.len() {
+                frame[at] = 0xff;
+                frame[at + 1] = 0xff;
+            }
+        }
+    }
+    frame
+}
+
+/// Runs `frames` frames from `seed` through the balancer's lb_ingress (configured with `vips`),
+/// as received on `ingress`. The first violation ends the run with a reproducible description.
+pub fn run(dp: &mut AyaDataplane, vips: &[Vip], ingress: u32, frames: u64, seed: u64) -> Result<Report, String> {
+    let targets = Targets::of(vips);
+    let seeds = seeds(vips);
+    let mut rng = Rng::new(seed);
+    let verdicts = |dp: &AyaDataplane| -> u64 {
+        dp.counters().unwrap().into_iter().filter(|(c, _)| is_verdict(*c)).map(|(_, n)| n).sum()
+    };
+    let before = verdicts(dp);
+    let prog: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS).map_err(|e| e.to_string())?;
+    let mut report = Report::default();
+    for n in 0..frames {
+        let input = frame(&mut rng, &seeds, &targets);
+        let result = run_xdp(prog, &input, ingress);
+        let at = || format!("seed {seed:#x}, frame {n}: {}", hex(&input));
+        if !(1..=4).contains(&result.action) {
+            return Err(format!("verdict {} ({}) at {}", result.action, action_name(result.action), at()));
+        }
+        report.actions[result.action as usize] += 1;
+        if !targets.may_concern(&input) {
+            report.not_ours += 1;
+            if result.action != 2 || result.output != input {
+                return Err(format!("frame for no VIP not passed untouched ({}) at {}", action_name(result.action), at()));
+            }
+        }
+        if result.action == 3 || result.action == 4 {
+            if etherparse::SlicedPacket::from_ethernet(&input).is_ok()
+                && let Err(e) = etherparse::SlicedPacket::from_ethernet(&result.output)
+            {
+                return Err(format!("sent frame does not parse ({e}) at {}", at()));
+            }
+            if verify_checksums(&input).is_ok()
+                && let Err(e) = verify_checksums(&result.output)
+            {
+                return Err(format!("sent frame's checksums wrong ({e}) at {}", at()));
+            }
+        }
+        report.frames += 1;
+    }
+    let counted = verdicts(dp) - before;
+    if counted != report.frames {
+        return Err(format!("{counted} verdicts counted for {} frames (seed {seed:#x})", report.frames));
+    }
+    Ok(report)
+}
+
+/// The counters a run leaves, for a summary line.
+pub fn summary(dp: &AyaDataplane) -> String {
+    let counters = dp.counters().unwrap();
+    counters
+        .iter()
+        .filter(|(c, n)| *n > 0 && *c != Counter::NexthopLookup)
+        .map(|(c, n)| format!("{} {n}", c.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

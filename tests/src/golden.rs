@@ -1,0 +1,123 @@
+//! The golden-packet cases' machinery, shared by the golden suites: a case (input frame →
+//! verdict, exact output, counters), running one through lb_ingress with BPF_PROG_TEST_RUN,
+//! and the expected outputs built independently with etherparse.
+use std::collections::HashMap;
+
+use aya::programs::Xdp;
+use lb_common::flow::FlowKey;
+use lb_common::stats::Counter;
+use lb_common::{ip_proto, ipv4_bytes, program_names};
+use lb_ctl::dataplane::Dataplane;
+use lb_ctl::dataplane::load::program;
+use lb_ctl::dataplane::aya::AyaDataplane;
+
+use crate::packets::{Frame, Mac, verify_checksums};
+use crate::testrun::{RunResult, action_name, run_xdp};
+
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
+pub const XDP_REDIRECT: u32 = 4;
+
+/// Verdict counters no fixture can reach: growing the frame for IPIP only fails without
+/// headroom, which BPF_PROG_TEST_RUN (and every driver with native XDP) always provides.
+pub const UNREACHABLE_HERE: &[Counter] = &[Counter::DropEncapFailed];
+
+pub struct Case {
+    pub name: &'static str,
+    pub input: Vec<u8>,
+    pub action: u32,
+    /// None: the output must equal the input.
+    pub output: Option<Vec<u8>>,
+    pub verdict: Counter,
+    /// Event counters that must rise by one.
+    pub events: Vec<Counter>,
+    /// Event counters that must not move.
+    pub unchanged: Vec<Counter>,
+}
+
+pub fn case(name: &'static str, input: Vec<u8>, action: u32, output: Option<Vec<u8>>, verdict: Counter) -> Case {
+    Case { name, input, action, output, verdict, events: vec![], unchanged: vec![] }
+}
+
+pub fn counters(dp: &AyaDataplane) -> HashMap<Counter, u64> {
+    dp.counters().unwrap().into_iter().collect()
+}
+
+pub fn is_verdict(c: Counter) -> bool {
+    let n = c.name();
+    n.starts_with("pass_") || n.starts_with("drop_") || n.starts_with("forward_")
+}
+
+/// Runs one case; returns a description of what went wrong, if anything.
+pub fn check(prog: &Xdp, dp: &AyaDataplane, ingress: u32, c: &Case) -> Result<(), String> {
+    let before = counters(dp);
+    let RunResult { action, output } = run_xdp(prog, &c.input, ingress);
+    let after = counters(dp);
+    if action != c.action {
+        return Err(format!("verdict {} want {}", action_name(action), action_name(c.action)));
+    }
+    let want = c.output.as_ref().unwrap_or(&c.input);
+    if &output != want {
+        return Err(format!("output differs\n  got  {}\n  want {}", hex(&output), hex(want)));
+    }
+    if c.output.is_some() {
+        verify_checksums(&output)?;
+    }
+    let delta = |k: Counter| after[&k] - before[&k];
+    let verdicts: u64 = Counter::ALL.iter().filter(|k| is_verdict(**k)).map(|k| delta(*k)).sum();
+    if delta(c.verdict) != 1 || verdicts != 1 {
+        return Err(format!("counter {} rose by {}, all verdict counters by {verdicts}", c.verdict.name(), delta(c.verdict)));
+    }
+    for e in &c.events {
+        if delta(*e) != 1 {
+            return Err(format!("event counter {} rose by {}", e.name(), delta(*e)));
+        }
+    }
+    for e in &c.unchanged {
+        if delta(*e) != 0 {
+            return Err(format!("event counter {} rose by {}, should not have moved", e.name(), delta(*e)));
+        }
+    }
+    Ok(())
+}
+
+/// The FLOWS key of a TCP flow from `src:src_port` to `dst:dst_port`.
+pub fn flow_key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16) -> FlowKey {
+    FlowKey {
+        src: ipv4_bytes(src),
+        dst: ipv4_bytes(dst),
+        src_port: src_port.to_be(),
+        dst_port: dst_port.to_be(),
+        protocol: ip_proto::TCP,
+        family: lb_common::family::IPV4,
+        _pad: [0; 2],
+    }
+}
+
+/// Runs one case through the balancer's lb_ingress and prints its outcome.
+pub fn run_case(dp: &mut AyaDataplane, ingress: u32, c: &Case) -> Result<(), String> {
+    let prog: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS).unwrap();
+    let prog_ptr = prog as *const Xdp;
+    // SAFETY: the program lives in dp's Ebpf, which outlives this call and is not moved.
+    let outcome = check(unsafe { &*prog_ptr }, dp, ingress, c);
+    println!("{:<58} {}", c.name, if outcome.is_ok() { "ok" } else { "FAILED" });
+    outcome
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The expected NAT output: addresses/ports rewritten, TTL one less, MACs of the next hop.
+pub fn nat_out(input: &Frame, src: ([u8; 4], u16), dst: ([u8; 4], u16), smac: Mac, dmac: Mac) -> Vec<u8> {
+    input
+        .with(|f| {
+            (f.src, f.src_port) = src;
+            (f.dst, f.dst_port) = dst;
+            f.ttl -= 1;
+            f.src_mac = smac;
+            f.dst_mac = dmac;
+        })
+        .bytes()
+}

@@ -1,0 +1,206 @@
+//! Golden packets for what keeps established flows alive under churn, floods and id reuse:
+//! a NAT flow's reply entry kept in step with its forward entry, first packets that cannot
+//! evict proven flows, the per-CPU new-flow budget, and backend ids bound to their
+//! generation. Each test runs on a balancer of its own (its random table seed must not put
+//! other cases' flows in the set under test). Needs root, like the golden suite.
+use aya::maps::{Array, MapData};
+use lb_common::backend::{BACKEND_ACTIVE, Backend};
+use lb_common::config::DataplaneConfig;
+use lb_common::flow::{FLOW_WAYS, FlowKey, ReverseSet};
+use lb_common::hash::{client_hash, flow_hash};
+use lb_common::stats::Counter;
+use lb_common::{family, ip_proto, ipv4_bytes, map_names};
+use lb_ctl::dataplane::Dataplane;
+use lb_ctl::dataplane::aya::AyaDataplane;
+use lb_tests::fixture::*;
+use lb_tests::golden::*;
+use lb_tests::netns::{Netns, ifindex};
+use lb_tests::packets::{Frame, L4};
+use lb_tests::privileges::require_root;
+
+const WEB: [u8; 4] = [203, 0, 113, 10];
+
+/// A fresh balancer with the fixture's VIPs, in a lab of its own.
+fn setup() -> (Netns, AyaDataplane, Vec<Vip>) {
+    let ns = lab();
+    let mut dp = {
+        let _inside = ns.enter();
+        balancer()
+    };
+    let vips = vips();
+    configure(&mut dp, &vips);
+    (ns, dp, vips)
+}
+
+/// Empties the REVERSE_FLOWS set of `reply` (as if churn had evicted its entry).
+fn evict_reply_entry(dp: &mut AyaDataplane, reply: &FlowKey) {
+    let set = dp.flow_set_of(reply);
+    let map = dp.ebpf_mut().map_mut(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS");
+    let mut table: Array<&mut MapData, ReverseSet> = Array::try_from(map).unwrap();
+    table.set(set, ReverseSet::default(), 0).unwrap();
+}
+
+/// Runs the cases in order, then fails with every case that failed.
+fn run_all(dp: &mut AyaDataplane, cases: Vec<Case>) {
+    let g0 = ifindex("g0");
+    let failed: Vec<String> =
+        cases.iter().filter_map(|c| run_case(dp, g0, c).err().map(|e| format!("{}: {e}", c.name))).collect();
+    assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
+}
+
+fn with_events(mut c: Case, events: &[Counter]) -> Case {
+    c.events = events.to_vec();
+    c
+}
+
+#[test]
+fn a_nat_flow_keeps_its_reply_entry() {
+    if !require_root("a_nat_flow_keeps_its_reply_entry") {
+        return;
+    }
+    let (ns, mut dp, vips) = setup();
+    let _inside = ns.enter();
+    let b = by_hash(&vips[0], client_hash(&ipv4_bytes(CLIENT), SEED));
+    let syn = Frame::tcp(CLIENT, 40000, WEB, 80);
+    let ack = syn.with(|f| { f.l4 = L4::TcpAck; f.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec() });
+    let reply = Frame::tcp(b.0, b.1, CLIENT, 40000).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(b.0) });
+    let to_backend = |f: &Frame| nat_out(f, (CLIENT, 40000), b, LB_MAC, mac_of(b.0));
+    let rewritten_reply = nat_out(&reply, (WEB, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC);
+    run_all(&mut dp, vec![
+        with_events(case("SYN: placed, both entries recorded", syn.bytes(), XDP_TX, Some(to_backend(&syn)), Counter::ForwardTx), &[Counter::FlowNew]),
+        with_events(case("ACK: flow hit", ack.bytes(), XDP_TX, Some(to_backend(&ack)), Counter::ForwardTx), &[Counter::FlowHit]),
+    ]);
+    let reply_key = FlowKey { src: ipv4_bytes(b.0), dst: ipv4_bytes(CLIENT), src_port: b.1.to_be(), dst_port: 40000u16.to_be(), protocol: ip_proto::TCP, family: family::IPV4, _pad: [0; 2] };
+    evict_reply_entry(&mut dp, &reply_key);
+    // The check runs on a flow's first packet of each kernel tick: 25 ms is several ticks.
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(25));
+    tick();
+    let mut c = case("client packet after its reply entry was evicted: entry written again", ack.bytes(), XDP_TX, Some(to_backend(&ack)), Counter::ForwardTx);
+    c.events = vec![Counter::FlowHit, Counter::ReverseRestored];
+    let mut reply_case = case("the backend's reply: back to the VIP", reply.bytes(), XDP_TX, Some(rewritten_reply), Counter::ForwardTx);
+    reply_case.events = vec![Counter::NatReply];
+    let mut again = case("next client packet: entry there, nothing restored", ack.bytes(), XDP_TX, Some(to_backend(&ack)), Counter::ForwardTx);
+    again.unchanged = vec![Counter::ReverseRestored];
+    run_all(&mut dp, vec![c, reply_case]);
+    tick();
+    run_all(&mut dp, vec![again]);
+    // Evicted again and no client packet since: the backend serves two VIPs, so the reply
+    // cannot be given one. It is dropped, never sent with the backend's address.
+    evict_reply_entry(&mut dp, &reply_key);
+    run_all(&mut dp, vec![case("reply with its entry gone, backend of two VIPs: drop", reply.bytes(), XDP_DROP, None, Counter::DropReplyNoFlow)]);
+}
+
+#[test]
+fn first_packets_cannot_evict_proven_flows() {
+    if !require_root("first_packets_cannot_evict_proven_flows") {
+        return;
+    }
+    let (ns, mut dp, vips) = setup();
+    let _inside = ns.enter();
+    let flow_vip = &vips[8];
+    let addr = flow_vip.addr;
+    let pick = |port: u16| by_hash(flow_vip, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED));
+    let set_of = |port: u16| dp.flow_set_of(&flow_key(CLIENT, addr, port, 80));
+    let same_set: Vec<u16> = (50000..=u16::MAX).filter(|p| set_of(*p) == set_of(50000)).take(FLOW_WAYS + 2).collect();
+    let packet = |port: u16, l4: L4| {
+        let f = Frame::tcp(CLIENT, port, addr, 80).with(|f| f.l4 = l4);
+        let out = nat_out(&f, (CLIENT, port), pick(port), LB_MAC, mac_of(pick(port).0));
+        (f.bytes(), out)
+    };
+    let mut cases = Vec::new();
+    for &port in &same_set[..FLOW_WAYS] {
+        let (syn, out) = packet(port, L4::TcpSyn);
+        cases.push(with_events(case("a connection opens (SYN)", syn, XDP_TX, Some(out), Counter::ForwardTx), &[Counter::FlowNew]));
+        let (ack, out) = packet(port, L4::TcpAck);
+        cases.push(with_events(case("and proves itself (ACK)", ack, XDP_TX, Some(out), Counter::ForwardTx), &[Counter::FlowHit]));
+    }
+    let (syn, out) = packet(same_set[FLOW_WAYS], L4::TcpSyn);
+    let mut c = case("a 5th SYN in the full set of proven flows: placed by the ring, evicts nothing", syn, XDP_TX, Some(out), Counter::ForwardTx);
+    c.events = vec![Counter::FlowSetProven];
+    c.unchanged = vec![Counter::FlowTableFull, Counter::FlowNew];
+    cases.push(c);
+    run_all(&mut dp, cases);
+    let recorded = |dp: &AyaDataplane, port: u16| dp.lookup_flow(&flow_key(CLIENT, addr, port, 80)).unwrap().is_some();
+    let kept: Vec<bool> = same_set[..=FLOW_WAYS].iter().map(|p| recorded(&dp, *p)).collect();
+    assert_eq!(kept, [true, true, true, true, false], "ways after the SYN, ports {same_set:?}");
+    // A packet of an open connection the table does not hold (no SYN) has proven itself: it
+    // takes the least recently used way.
+    std::thread::sleep(std::time::Duration::from_millis(25));
+    let (ack, out) = packet(same_set[FLOW_WAYS + 1], L4::TcpAck);
+    run_all(&mut dp, vec![with_events(case("ACK of a connection the table lost: recorded, in place of the oldest", ack, XDP_TX, Some(out), Counter::ForwardTx), &[Counter::FlowTableFull])]);
+    assert!(recorded(&dp, same_set[FLOW_WAYS + 1]));
+    assert!(!recorded(&dp, same_set[0]), "the least recently used way gave way");
+}
+
+/// CLOCK_MONOTONIC, the clock the program's budget windows (2^30 ns) are cut from.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[test]
+fn past_the_new_flow_budget_flows_are_placed_unrecorded() {
+    if !require_root("past_the_new_flow_budget_flows_are_placed_unrecorded") {
+        return;
+    }
+    let (ns, mut dp, vips) = setup();
+    let _inside = ns.enter();
+    // The budget is per CPU: every run on the same one.
+    // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set), 0, "pinning to CPU 0");
+    }
+    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1, new_flow_budget: 2, ..Default::default() }).unwrap();
+    let b = by_hash(&vips[0], client_hash(&ipv4_bytes(CLIENT), SEED));
+    let syn = |port: u16| {
+        let f = Frame::tcp(CLIENT, port, WEB, 80);
+        case("SYN", f.bytes(), XDP_TX, Some(nat_out(&f, (CLIENT, port), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx)
+    };
+    // All three inside one budget window: start early in one.
+    while monotonic_ns() & ((1 << 30) - 1) > 600_000_000 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let third = with_events(syn(44002), &[Counter::FlowUnrecorded]);
+    run_all(&mut dp, vec![with_events(syn(44000), &[Counter::FlowNew]), with_events(syn(44001), &[Counter::FlowNew]), third]);
+    let recorded = |port: u16| dp.lookup_flow(&flow_key(CLIENT, WEB, port, 80)).unwrap().is_some();
+    assert_eq!([recorded(44000), recorded(44001), recorded(44002)], [true, true, false]);
+}
+
+#[test]
+fn a_reused_backend_id_never_matches_an_old_flow() {
+    if !require_root("a_reused_backend_id_never_matches_an_old_flow") {
+        return;
+    }
+    let (ns, mut dp, vips) = setup();
+    let _inside = ns.enter();
+    let web = &vips[0];
+    let b = by_hash(web, client_hash(&ipv4_bytes(CLIENT), SEED));
+    let (old_id, _, _) = *web.backends.iter().find(|(_, a, p)| (*a, *p) == b).unwrap();
+    let (other_id, oa, op) = *web.backends.iter().find(|(id, _, _)| *id != old_id).unwrap();
+    let syn = Frame::tcp(CLIENT, 40000, WEB, 80);
+    let ack = syn.with(|f| f.l4 = L4::TcpAck);
+    run_all(&mut dp, vec![
+        with_events(case("flow placed on its backend", syn.bytes(), XDP_TX, Some(nat_out(&syn, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx), &[Counter::FlowNew]),
+    ]);
+    assert!(dp.backend_traffic(old_id).unwrap().packets > 0);
+    // The backend goes; later its id is given to a backend of another VIP (here B2:9090).
+    dp.write_ring(0, &vec![other_id; RING as usize]).unwrap();
+    dp.remove_backend(old_id).unwrap();
+    let newcomer = Backend { addr: ipv4_bytes(B2), port: 9090u16.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
+    dp.upsert_backend(old_id, newcomer).unwrap();
+    assert_eq!(dp.backend_traffic(old_id).unwrap().packets, 0, "a new holder's counters start at zero");
+    assert_eq!(dp.lookup_flow(&flow_key(CLIENT, WEB, 40000, 80)).unwrap(), None, "explain must not follow the old entry either");
+    run_all(&mut dp, vec![
+        with_events(case("the old flow's next packet: placed again by its VIP's ring, not sent to the id's new holder", ack.bytes(), XDP_TX,
+            Some(nat_out(&ack, (CLIENT, 40000), (oa, op), LB_MAC, mac_of(oa))), Counter::ForwardTx), &[Counter::FlowRerouted]),
+    ]);
+    // The same backend written again (a reload) keeps its generation: its flows still match.
+    let entry = dp.lookup_flow(&flow_key(CLIENT, WEB, 40000, 80)).unwrap().expect("re-placed flow recorded");
+    let same = Backend { addr: ipv4_bytes(oa), port: op.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
+    dp.upsert_backend(other_id, same).unwrap();
+    assert_eq!(dp.lookup_flow(&flow_key(CLIENT, WEB, 40000, 80)).unwrap(), Some(entry));
+}

@@ -1,0 +1,24 @@
+//! The fuzz step's short pass for the test command: the same seeded generator and checks as
+//! `cargo xtask fuzz` (which sends a million frames and more), on fewer frames. Needs root.
+use lb_tests::fixture::{balancer, configure, lab, vips};
+use lb_tests::netns::ifindex;
+use lb_tests::privileges::require_root;
+
+const FRAMES: u64 = 50_000;
+const SEED: u64 = 0x1b_f0_22;
+
+#[test]
+fn seeded_random_and_mutated_frames() {
+    if !require_root("seeded_random_and_mutated_frames") {
+        return;
+    }
+    let ns = lab();
+    let _inside = ns.enter();
+    let mut dp = balancer();
+    let vips = vips();
+    configure(&mut dp, &vips);
+    let report = lb_tests::fuzz::run(&mut dp, &vips, ifindex("g0"), FRAMES, SEED).unwrap_or_else(|e| panic!("{e}"));
+    println!("{report:?}\n{}", lb_tests::fuzz::summary(&dp));
+    assert_eq!(report.frames, FRAMES);
+    assert!(report.not_ours > FRAMES / 10 && report.actions[3] > FRAMES / 10, "the generator must reach both kinds of frames: {report:?}");
+}
