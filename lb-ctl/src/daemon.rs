@@ -459,7 +459,13 @@ impl Writer {
         let next = State::from_config(&config, &self.state).map_err(|e| e.to_string())?;
         let report = self.commit(next).map_err(|e| e.message)?;
         self.config = config;
-        Ok(describe(&report))
+        // Proxy VIPs are not in the maps: their changes are reported by the proxy runtime.
+        let proxy_changes = self.proxy.as_ref().map(|p| p.last_changes().join(", ")).unwrap_or_default();
+        Ok(match (report.is_empty(), proxy_changes.is_empty()) {
+            (_, true) => describe(&report),
+            (true, false) => proxy_changes,
+            (false, false) => format!("{}, {proxy_changes}", describe(&report)),
+        })
     }
 
     fn save_ids(&mut self) {
