@@ -105,6 +105,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for ClientIo<T> {
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
             Poll::Pending => {}
         }
+        if this.shared.is_busy() {
+            // Registered before the deadline is read again: the end of the last request
+            // cannot slip between the two.
+            this.shared.wake_when_idle(cx.waker());
+        }
         let Some((deadline_ms, expiry)) = this.deadline() else {
             return Poll::Pending;
         };

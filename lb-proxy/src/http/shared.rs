@@ -1,6 +1,7 @@
 //! What an HTTP/1 client connection's byte-level reader (sniffer, deadlines) and its request
 //! service tell each other.
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::outlier::now_ms;
@@ -15,6 +16,9 @@ pub(crate) struct ConnShared {
     idle_since_ms: AtomicU64,
     /// Switched protocols: the bytes are no HTTP/1 any more.
     upgraded: AtomicBool,
+    /// The reader waiting while requests were busy: woken when the connection turns idle,
+    /// so its idle deadline starts even if hyper does not read again by itself.
+    reader: Mutex<Option<Waker>>,
 }
 
 impl ConnShared {
@@ -24,6 +28,7 @@ impl ConnShared {
             busy: AtomicU32::new(0),
             idle_since_ms: AtomicU64::new(now_ms()),
             upgraded: AtomicBool::new(false),
+            reader: Mutex::new(None),
         })
     }
 
@@ -53,6 +58,18 @@ impl ConnShared {
         (self.busy.load(Relaxed) == 0).then(|| self.idle_since_ms.load(Relaxed))
     }
 
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy.load(Relaxed) != 0
+    }
+
+    /// Wakes `waker` when the last busy request ends.
+    pub(crate) fn wake_when_idle(&self, waker: &Waker) {
+        let mut r = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        if !r.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *r = Some(waker.clone());
+        }
+    }
+
     /// A head was read: the idle time starts again from here.
     pub(crate) fn head_seen(&self) {
         self.idle_since_ms.store(now_ms(), Relaxed);
@@ -75,6 +92,10 @@ impl Drop for BusyGuard {
     fn drop(&mut self) {
         if self.0.busy.fetch_sub(1, Relaxed) == 1 {
             self.0.idle_since_ms.store(now_ms(), Relaxed);
+            let waker = self.0.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(w) = waker {
+                w.wake();
+            }
         }
     }
 }
