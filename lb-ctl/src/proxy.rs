@@ -5,11 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lb_proxy::{
-    BackendSpec, Balance, ForwardedHeaders, Limits, Mode, Outlier, ProxyHandle, ProxyProtocol,
-    ProxyVipSpec, Retries, Timeouts,
-};
-use serde::Deserialize;
+use lb_proxy::{BackendSpec, Mode, ProxyHandle, ProxyOptions, ProxyVipSpec};
 
 use crate::config::Protocol;
 use crate::state::plan::ring_input;
@@ -18,33 +14,11 @@ use crate::state::{State, VipState};
 /// How long a removed proxy VIP's in-flight requests may take to finish.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
 
-/// The `[vip.proxy]` table: lb-proxy's settings for one VIP (every key optional).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProxySettings {
-    #[serde(default)]
-    pub balance: Balance,
-    #[serde(default)]
-    pub timeouts: Timeouts,
-    #[serde(default)]
-    pub limits: Limits,
-    #[serde(default)]
-    pub forwarded: ForwardedHeaders,
-    #[serde(default)]
-    pub proxy_protocol: ProxyProtocol,
-    #[serde(default)]
-    pub retries: Retries,
-    #[serde(default)]
-    pub outlier: Outlier,
-    /// Most concurrent requests/connections per backend (more wait in a bounded queue).
-    #[serde(default)]
-    pub max_connections: Option<u32>,
-}
-
-/// Reads a `[vip.proxy]` table; the error says which key is wrong.
-pub fn settings(table: Option<&toml::Table>) -> Result<ProxySettings, String> {
+/// Reads a `[vip.proxy]` table into lb-proxy's options (unknown keys, at any depth, are
+/// errors); the error says which key is wrong.
+pub fn settings(table: Option<&toml::Table>) -> Result<ProxyOptions, String> {
     match table {
-        None => Ok(ProxySettings::default()),
+        None => Ok(ProxyOptions::default()),
         Some(t) => toml::Value::Table(t.clone()).try_into().map_err(|e: toml::de::Error| e.message().to_string()),
     }
 }
@@ -65,18 +39,12 @@ pub fn backends(vip: &VipState, max_connections: Option<u32>) -> Vec<(BackendSpe
 
 /// The lb-proxy spec of a proxy VIP.
 pub fn spec(vip: &VipState, hash_seed: u32) -> Result<ProxyVipSpec, String> {
-    let s = settings(vip.proxy.as_ref())?;
+    let options = settings(vip.proxy.as_ref())?;
     let mode = if vip.protocol == Protocol::Http { Mode::Http } else { Mode::Tcp };
     let mut spec = ProxyVipSpec::new(vip.label(), SocketAddr::new(vip.address, vip.port), mode);
-    spec.balance = s.balance;
-    spec.timeouts = s.timeouts;
-    spec.limits = s.limits;
-    spec.forwarded = s.forwarded;
-    spec.proxy_protocol = s.proxy_protocol;
-    spec.retries = s.retries;
-    spec.outlier = s.outlier;
     spec.hash_seed = hash_seed;
-    spec.backends = backends(vip, s.max_connections).into_iter().map(|(b, _)| b).collect();
+    spec.backends = backends(vip, options.max_connections).into_iter().map(|(b, _)| b).collect();
+    spec.options = options;
     Ok(spec)
 }
 
@@ -94,17 +62,27 @@ pub struct ProxyRuntime {
     handle: ProxyHandle,
     runtime: tokio::runtime::Handle,
     running: HashMap<String, Started>,
+    /// The backends (and whether each is usable) last handed to each running VIP.
+    applied: HashMap<String, Vec<(BackendSpec, bool)>>,
+    /// What the last `sync` changed, in words (empty: nothing).
+    last_changes: Vec<String>,
 }
 
 impl ProxyRuntime {
     /// A proxy with no VIP yet. Called within the daemon's tokio runtime.
     pub fn new(runtime: tokio::runtime::Handle) -> Result<Self, String> {
         let handle = runtime.block_on(lb_proxy::Proxy::start(Vec::new())).map_err(|e| e.to_string())?;
-        Ok(Self { handle, runtime, running: HashMap::new() })
+        Ok(Self { handle, runtime, running: HashMap::new(), applied: HashMap::new(), last_changes: Vec::new() })
     }
 
     pub fn handle(&self) -> &ProxyHandle {
         &self.handle
+    }
+
+    /// What the last `sync` changed (VIPs started, restarted or stopped, backends changed),
+    /// in words; empty when it changed nothing. The map report does not see proxy VIPs.
+    pub fn last_changes(&self) -> &[String] {
+        &self.last_changes
     }
 
     /// Starts, restarts or stops proxy VIPs so they match `state`, then hands every proxy VIP
@@ -118,9 +96,13 @@ impl ProxyRuntime {
             .filter(|(name, started)| wanted.get(*name).is_none_or(|v| started_from(v, state.hash_seed) != **started))
             .map(|(name, _)| name.clone())
             .collect();
+        self.last_changes.clear();
         for name in stale {
             self.runtime.block_on(self.handle.remove_vip(&name, REMOVE_GRACE)).map_err(|e| e.to_string())?;
             self.running.remove(&name);
+            self.applied.remove(&name);
+            let what = if wanted.contains_key(&name) { "restarted" } else { "stopped" };
+            self.last_changes.push(format!("proxy VIP {name} {what}"));
         }
         for (name, vip) in &wanted {
             if !self.running.contains_key(name) {
@@ -129,14 +111,27 @@ impl ProxyRuntime {
                     .block_on(self.handle.add_vip(spec))
                     .map_err(|e| format!("proxy VIP {name}: {e}"))?;
                 self.running.insert(name.clone(), started_from(vip, state.hash_seed));
+                if !self.last_changes.iter().any(|c| c == &format!("proxy VIP {name} restarted")) {
+                    self.last_changes.push(format!("proxy VIP {name} started"));
+                }
+            } else {
+                // Certificates are read again on every sync (reload): new handshakes get the
+                // files' current contents, established connections keep theirs.
+                self.handle.reload_tls(name).map_err(|e| format!("proxy VIP {name}: {e}"))?;
             }
             let s = settings(vip.proxy.as_ref())?;
             let backends = backends(vip, s.max_connections);
+            if self.applied.get(name) == Some(&backends) {
+                continue;
+            }
             self.handle
                 .set_backends(name, backends.iter().map(|(b, _)| b.clone()).collect())
                 .map_err(|e| e.to_string())?;
             for (b, up) in &backends {
                 self.handle.set_backend_health(name, b.addr, *up).map_err(|e| e.to_string())?;
+            }
+            if self.applied.insert(name.clone(), backends).is_some() {
+                self.last_changes.push(format!("proxy VIP {name} backends updated"));
             }
         }
         Ok(())
@@ -150,4 +145,57 @@ impl ProxyRuntime {
 
 fn started_from(vip: &VipState, hash_seed: u32) -> Started {
     Started { listen: SocketAddr::new(vip.address, vip.port), protocol: vip.protocol, settings: vip.proxy.clone(), hash_seed }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn state(port: u16, weight: u32, backend_port: u16, extra: &str) -> State {
+        let text = format!(
+            "[[vip]]\nname = \"web\"\naddress = \"127.0.0.1\"\nport = {port}\nprotocol = \"http\"\n\
+             forwarding = \"proxy\"\nbackends = [ {{ address = \"127.0.0.1\", port = {backend_port}, weight = {weight} }} ]\n{extra}"
+        );
+        let config = Config::parse(&text, Path::new("lb.toml")).unwrap_or_else(|e| panic!("{e}"));
+        State::from_config(&config, &State::default()).unwrap()
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn sync_reports_what_changed_for_backend_weight_and_port() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mut proxy = ProxyRuntime::new(rt.handle().clone()).unwrap();
+        let port = free_port();
+        proxy.sync(&state(port, 1, 8081, "")).unwrap();
+        assert_eq!(proxy.last_changes(), ["proxy VIP web started"]);
+        proxy.sync(&state(port, 1, 8081, "")).unwrap();
+        assert!(proxy.last_changes().is_empty(), "{:?}", proxy.last_changes());
+        proxy.sync(&state(port, 5, 8081, "")).unwrap();
+        assert_eq!(proxy.last_changes(), ["proxy VIP web backends updated"], "weight");
+        proxy.sync(&state(port, 5, 8082, "")).unwrap();
+        assert_eq!(proxy.last_changes(), ["proxy VIP web backends updated"], "backend port");
+        proxy.sync(&state(port, 5, 8082, "[vip.proxy]\nretries = { max = 1 }\n")).unwrap();
+        assert_eq!(proxy.last_changes(), ["proxy VIP web restarted"], "options");
+        proxy.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn misspelt_keys_at_any_depth_are_errors() {
+        for text in ["timeouts = { conect = \"1s\" }", "limits = { max_conns = 5 }", "balanse = \"round_robin\""] {
+            let table: toml::Table = toml::from_str(text).unwrap();
+            let e = settings(Some(&table)).expect_err(text);
+            assert!(e.contains("unknown field"), "{text}: {e}");
+        }
+        let table: toml::Table =
+            toml::from_str("timeouts = { connect = \"1s\", tunnel = \"1h\" }\nmax_connections = 5").unwrap();
+        let o = settings(Some(&table)).unwrap();
+        assert_eq!(o.timeouts.tunnel, Duration::from_secs(3600));
+        assert_eq!(o.max_connections, Some(5));
+    }
 }

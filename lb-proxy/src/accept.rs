@@ -83,6 +83,7 @@ async fn connection(
             }
         },
     };
+    crate::pool::set_keepalive(&stream, vip.spec.options.timeouts.tcp_keepalive);
     vip.counters.client_connections.fetch_add(1, Relaxed);
     match vip.spec.mode {
         Mode::Http => crate::http::serve_connection(stream, client, &vip, tasks).await,

@@ -30,16 +30,17 @@ pub(crate) struct Backend {
 
 impl Backend {
     fn new(spec: &BackendSpec, vip: &ProxyVipSpec, workers: usize) -> Self {
+        let max_connections = max_connections(spec, vip);
         Backend {
             addr: spec.addr,
-            max_connections: spec.max_connections,
+            max_connections,
             weight: AtomicU32::new(spec.weight),
             healthy: AtomicBool::new(true),
             counters: BackendCounters::default(),
             outlier: OutlierState::default(),
-            gate: BackendGate::new(spec.max_connections, vip.limits.queue_per_backend),
+            gate: BackendGate::new(max_connections, vip.options.limits.queue_per_backend),
             pools: (0..workers.max(1))
-                .map(|_| Pool::new(vip.limits.pool_idle_per_backend, vip.timeouts.idle))
+                .map(|_| Pool::new(vip.options.limits.pool_idle_per_backend, vip.options.timeouts.idle))
                 .collect(),
         }
     }
@@ -86,6 +87,11 @@ impl Backend {
     }
 }
 
+/// A backend's own limit, or the VIP's default one.
+fn max_connections(spec: &BackendSpec, vip: &ProxyVipSpec) -> Option<u32> {
+    spec.max_connections.or(vip.options.max_connections)
+}
+
 /// Keeps a backend's `active` count raised while a request or relay uses it.
 #[derive(Debug)]
 pub(crate) struct ActiveGuard(pub(crate) Arc<Backend>);
@@ -120,7 +126,7 @@ impl VipBackends {
             .iter()
             .map(|b| Arc::new(Backend::new(b, spec, workers)))
             .collect();
-        let set = build_set(&spec.balance, backends);
+        let set = build_set(&spec.options.balance, backends);
         VipBackends {
             spec: spec.clone(),
             workers,
@@ -144,7 +150,10 @@ impl VipBackends {
                 match old
                     .backends
                     .iter()
-                    .find(|b| b.addr == spec.addr && b.max_connections == spec.max_connections)
+                    .find(|b| {
+                        b.addr == spec.addr
+                            && b.max_connections == max_connections(spec, &self.spec)
+                    })
                 {
                     Some(b) => {
                         b.weight.store(spec.weight, Relaxed);
@@ -155,7 +164,7 @@ impl VipBackends {
             })
             .collect();
         self.current
-            .store(Arc::new(build_set(&self.spec.balance, backends)));
+            .store(Arc::new(build_set(&self.spec.options.balance, backends)));
     }
 
     /// Returns false when there is no backend at `addr`.
@@ -168,7 +177,7 @@ impl VipBackends {
         if b.healthy.swap(up, Relaxed) != up {
             // The schedule only holds backends in rotation: rebuild it.
             self.current.store(Arc::new(build_set(
-                &self.spec.balance,
+                &self.spec.options.balance,
                 old.backends.clone(),
             )));
         }

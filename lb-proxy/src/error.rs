@@ -2,6 +2,9 @@
 use std::io;
 use std::net::SocketAddr;
 
+/// Errors of bodies the proxy streams (its own, the client's, a backend's).
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Errors of the proxy's public API.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -53,6 +56,13 @@ pub(crate) enum UpstreamError {
     /// The backend closed or broke the connection, or sent an invalid response.
     #[error("backend {0} failed: {1}")]
     Http(SocketAddr, hyper::Error),
+    /// TLS to the backend failed (handshake, certificate).
+    #[error("TLS to backend {0} failed: {1}")]
+    Tls(SocketAddr, io::Error),
+    /// The client's fault: a malformed or aborted request body (400), or one that stopped
+    /// mid-way (408). Never counted against a backend.
+    #[error("client fault: {0:?}")]
+    Client(crate::http::ClientFault),
 }
 
 impl UpstreamError {
@@ -61,7 +71,11 @@ impl UpstreamError {
         use http::StatusCode as S;
         match self {
             UpstreamError::NoBackend | UpstreamError::Full(_) => S::SERVICE_UNAVAILABLE,
-            UpstreamError::Connect(..) | UpstreamError::Http(..) => S::BAD_GATEWAY,
+            UpstreamError::Connect(..) | UpstreamError::Http(..) | UpstreamError::Tls(..) => {
+                S::BAD_GATEWAY
+            }
+            UpstreamError::Client(crate::http::ClientFault::Broken) => S::BAD_REQUEST,
+            UpstreamError::Client(crate::http::ClientFault::Stalled) => S::REQUEST_TIMEOUT,
             UpstreamError::ConnectTimeout(_)
             | UpstreamError::HeaderTimeout(_)
             | UpstreamError::RequestTimeout => S::GATEWAY_TIMEOUT,

@@ -1,7 +1,7 @@
 //! lb-proxy: the userspace L7 (HTTP) and TCP proxy for the targets the XDP data plane does not
 //! serve (`protocol = "http"` VIPs, and TCP VIPs with `forwarding = "proxy"`). A library: the
 //! `lb-ctl` daemon runs it in-process, sharing its config, health checker and backend state;
-//! `lb-ctl proxy` runs it without XDP.
+//! `lb-ctl proxy` runs it without XDP. lb.toml's `[vip.proxy]` table is a [`ProxyOptions`].
 //!
 //! It serves thread per core: each worker thread runs a single-threaded runtime, and a client
 //! connection stays on one worker together with the backend connections serving it.
@@ -23,12 +23,14 @@ mod relay;
 mod shutdown;
 pub mod stats;
 mod tcp;
+mod tls;
 mod vip;
 mod workers;
 
 pub use config::{
-    BackendSpec, Balance, ForwardedHeaders, HashKey, Limits, Mode, Outlier, ProxyProtocol,
-    ProxyVipSpec, Retries, Timeouts,
+    BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, Limits, Mode,
+    Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting,
+    TlsTermination, Timeouts,
 };
 pub use error::ProxyError;
 pub use proxy::{Proxy, ProxyBuilder, ProxyHandle, serve};

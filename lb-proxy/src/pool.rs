@@ -11,25 +11,54 @@ use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::error::UpstreamError;
+use crate::error::{BoxError, UpstreamError};
+use crate::tls::BackendConnector;
 
 /// Request bodies sent upstream: the client's streamed body, or empty on a retry.
-pub(crate) type UpBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type UpBody = BoxBody<Bytes, BoxError>;
 pub(crate) type Sender = http1::SendRequest<UpBody>;
 
-/// Opens a TCP connection to `addr` within `timeout` and writes the PROXY header, if any.
+/// How a VIP connects to its backends.
+#[derive(Clone, Debug)]
+pub(crate) struct Dial {
+    pub(crate) connect_timeout: Duration,
+    /// TCP keepalive idle time; zero for none.
+    pub(crate) keepalive: Duration,
+    pub(crate) tls: Option<BackendConnector>,
+}
+
+/// Turns on TCP keepalive probes after `idle` of silence (none for zero): a peer that
+/// vanished without a FIN (power loss, a dropped NAT entry) is then found.
+pub(crate) fn set_keepalive(stream: &TcpStream, idle: Duration) {
+    if idle.is_zero() {
+        return;
+    }
+    let interval = (idle / 4).max(Duration::from_secs(1));
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(interval)
+        .with_retries(4);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&ka) {
+        tracing::debug!(error = %e, "cannot set TCP keepalive");
+    }
+}
+
+/// Opens a TCP connection to `addr` within the connect timeout and writes the PROXY header,
+/// if any.
 pub(crate) async fn dial(
     addr: SocketAddr,
-    timeout: Duration,
+    how: &Dial,
     proxy_header: Option<&[u8]>,
 ) -> Result<TcpStream, UpstreamError> {
-    let mut stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+    let connect = TcpStream::connect(addr);
+    let mut stream = match tokio::time::timeout(how.connect_timeout, connect).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(UpstreamError::Connect(addr, e)),
         Err(_) => return Err(UpstreamError::ConnectTimeout(addr)),
     };
     // Requests and small responses must not wait for Nagle.
     let _ = stream.set_nodelay(true);
+    set_keepalive(&stream, how.keepalive);
     if let Some(h) = proxy_header {
         stream
             .write_all(h)
@@ -43,10 +72,26 @@ pub(crate) async fn dial(
 /// (with upgrades, so a pooled connection can also carry a WebSocket).
 pub(crate) async fn open_http(
     addr: SocketAddr,
-    timeout: Duration,
+    how: &Dial,
     proxy_header: Option<&[u8]>,
 ) -> Result<Sender, UpstreamError> {
-    let stream = dial(addr, timeout, proxy_header).await?;
+    let stream = dial(addr, how, proxy_header).await?;
+    match &how.tls {
+        None => handshake(addr, stream).await,
+        Some(tls) => {
+            let tls_stream = tokio::time::timeout(how.connect_timeout, tls.connect(stream))
+                .await
+                .map_err(|_| UpstreamError::ConnectTimeout(addr))?
+                .map_err(|e| UpstreamError::Tls(addr, e))?;
+            handshake(addr, tls_stream).await
+        }
+    }
+}
+
+async fn handshake<S>(addr: SocketAddr, stream: S) -> Result<Sender, UpstreamError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (sender, conn) = http1::Builder::new()
         .handshake(TokioIo::new(stream))
         .await

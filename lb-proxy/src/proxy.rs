@@ -159,7 +159,12 @@ impl ProxyHandle {
             source,
         })?;
         let set = self.inner.workers.set.clone();
-        let vip = Arc::new(Vip::new(spec, local, set.count()));
+        let vip_name = spec.name.clone();
+        let vip = Vip::new(spec, local, set.count()).map_err(|reason| ProxyError::InvalidSpec {
+            vip: vip_name,
+            reason,
+        })?;
+        let vip = Arc::new(vip);
         let (stopper, tasks) = Stopper::new();
         let served = vip.clone();
         let accept_tasks = tasks.clone();
@@ -221,6 +226,21 @@ impl ProxyHandle {
         }
     }
 
+    /// Reads a TLS VIP's certificate and key files again: new handshakes get the new
+    /// certificates, established connections keep theirs. Nothing changes when a file is
+    /// wrong (the error says which). Returns false for VIPs without TLS termination.
+    pub fn reload_tls(&self, vip: &str) -> Result<bool, ProxyError> {
+        let v = self.vip(vip)?;
+        let Some(tls) = &v.tls else {
+            return Ok(false);
+        };
+        tls.reload().map_err(|reason| ProxyError::InvalidSpec {
+            vip: vip.into(),
+            reason,
+        })?;
+        Ok(true)
+    }
+
     /// Per-VIP, per-backend counters, VIPs sorted by name.
     pub fn stats(&self) -> Vec<VipStats> {
         let mut out: Vec<VipStats> = self.lock().values().map(|r| r.vip.stats()).collect();
@@ -258,11 +278,11 @@ fn validate(spec: &ProxyVipSpec) -> Result<(), ProxyError> {
     if spec.mode == Mode::Tcp
         && let Balance::ConsistentHash {
             key: HashKey::Header(_) | HashKey::Cookie(_),
-        } = spec.balance
+        } = spec.options.balance
     {
         return Err(invalid("a TCP VIP can only hash on the client address"));
     }
-    if spec.limits.max_connections == 0 {
+    if spec.options.limits.max_connections == 0 {
         return Err(invalid("limits.max_connections must be at least 1"));
     }
     Ok(())

@@ -8,10 +8,12 @@
 //! direction then moves bytes with splice(2) through a pipe, socket to socket, without copying
 //! them into userspace, until the flow turns small again.
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 
@@ -62,6 +64,61 @@ async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, last: &AtomicU64) -
         _ => Ok(()),
     }
 }
+/// Relays between two streams of any kind (upgraded HTTP connections, TLS) until both sides
+/// finished, or until nothing moved either way for `idle`.
+pub(crate) async fn copy_with_idle<A, B>(a: A, b: B, idle: Duration) -> io::Result<()>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let last = AtomicU64::new(now_ms());
+    let mut a = Stamped { inner: a, last: &last };
+    let mut b = Stamped { inner: b, last: &last };
+    tokio::select! {
+        r = tokio::io::copy_bidirectional(&mut a, &mut b) => r.map(|_| ()),
+        _ = idle_watch(&last, idle) => Ok(()),
+    }
+}
+
+/// A stream that stamps `last` whenever bytes are read from it.
+struct Stamped<'a, T> {
+    inner: T,
+    last: &'a AtomicU64,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Stamped<'_, T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.last.store(now_ms(), Relaxed);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Stamped<'_, T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// Resolves once `last` is older than `idle`.
 async fn idle_watch(last: &AtomicU64, idle: Duration) {
     let idle_ms = idle.as_millis() as u64;
@@ -175,7 +232,6 @@ mod splice {
 
 #[cfg(test)]
 mod tests {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;

@@ -13,6 +13,13 @@ pub struct VipStats {
     /// Requests (HTTP) or connections (TCP) refused before reaching a backend:
     /// limits, no backend, full queues.
     pub rejected: u64,
+    /// Requests that failed by the client's fault: refused heads (bad framing, Host), malformed
+    /// or aborted bodies, uploads that stopped mid-way. Never counted against a backend.
+    pub client_errors: u64,
+    /// HTTP/1 clients answered 408 for not finishing a request head in time.
+    pub client_timeouts: u64,
+    /// TLS handshakes that failed or timed out (TLS termination and SNI routing).
+    pub tls_failures: u64,
     pub backends: Vec<BackendStats>,
 }
 
@@ -53,4 +60,7 @@ impl BackendCounters {
 pub(crate) struct VipCounters {
     pub(crate) client_connections: AtomicU64,
     pub(crate) rejected: AtomicU64,
+    pub(crate) client_errors: AtomicU64,
+    pub(crate) client_timeouts: AtomicU64,
+    pub(crate) tls_failures: AtomicU64,
 }

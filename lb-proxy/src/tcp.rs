@@ -1,17 +1,20 @@
 //! TCP VIPs: each client connection is relayed to one backend, chosen like HTTP requests are,
-//! with connect timeout and retry on another backend.
+//! with connect timeout and retry on another backend. With `sni` routes, the backend set is
+//! chosen by the server name of the client's TLS ClientHello (passthrough: TLS is not
+//! terminated). A relay ends after `timeouts.tunnel` without traffic either way.
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
-use lb_common::ip_bytes;
 use tokio::net::TcpStream;
 
+use lb_common::ip_bytes;
 use crate::error::UpstreamError;
 use crate::outlier::now_ms;
 use crate::pool::dial;
 use crate::proxy_protocol;
 use crate::relay::relay;
 use crate::shutdown::Tasks;
+use crate::tls::{ClientHelloError, read_server_name};
 use crate::vip::Vip;
 
 /// Relays one client connection; in-flight relays get the grace period, then they are cut.
@@ -31,22 +34,40 @@ pub(crate) async fn serve_connection(
 async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
     let _ = client_stream.set_nodelay(true);
     let spec = &vip.spec;
+    let opts = &spec.options;
+    // TLS passthrough routed by name: the ClientHello is peeked, so the backend gets it whole.
+    let server_name = if opts.sni.is_some() {
+        match read_server_name(&client_stream, opts.timeouts.handshake).await {
+            Ok(name) => name,
+            Err(e) => {
+                tracing::debug!(client = %client, error = ?e, "no usable ClientHello");
+                vip.counters.tls_failures.fetch_add(1, Relaxed);
+                if e == ClientHelloError::NotTls {
+                    vip.counters.client_errors.fetch_add(1, Relaxed);
+                }
+                return;
+            }
+        }
+    } else {
+        None
+    };
     let hash = lb_common::hash::client_hash(&ip_bytes(client.ip()).0, spec.hash_seed);
-    let header = proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr);
+    let header = proxy_protocol::header(opts.proxy_protocol, client, vip.local_addr);
+    let dial_how = vip.dial();
     let mut tried = Vec::new();
-    for _ in 0..=spec.retries.max {
-        let Some(backend) = vip.pick(hash, &tried) else {
+    for _ in 0..=opts.retries.max {
+        let Some(backend) = vip.pick_for_name(server_name.as_deref(), hash, &tried) else {
             break;
         };
         tried.push(backend.addr);
-        let Ok(slot) = backend.gate.admit(spec.timeouts.queue).await else {
+        let Ok(slot) = backend.gate.admit(spec.options.timeouts.queue).await else {
             continue;
         };
         let active = backend.begin();
-        match dial(backend.addr, spec.timeouts.connect, header.as_deref()).await {
+        match dial(backend.addr, &dial_how, header.as_deref()).await {
             Ok(upstream) => {
                 backend.outlier.record_success();
-                if let Err(e) = relay(client_stream, upstream, spec.timeouts.idle).await {
+                if let Err(e) = relay(client_stream, upstream, opts.timeouts.tunnel).await {
                     tracing::debug!(backend = %backend.addr, error = %e, "relay ended with an error");
                 }
                 drop((active, slot));
@@ -55,7 +76,7 @@ async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
             Err(e) => {
                 log_failure(&e);
                 backend.counters.error();
-                backend.outlier.record_failure(&spec.outlier, now_ms());
+                backend.outlier.record_failure(&spec.options.outlier, now_ms());
             }
         }
     }

@@ -79,9 +79,9 @@ async fn other_framing_tricks_are_rejected() {
 async fn head_size_count_and_target_length_limits() {
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.limits.max_header_bytes = 8 * 1024;
-    spec.limits.max_headers = 20;
-    spec.limits.max_request_line = 1024;
+    spec.options.limits.max_header_bytes = 8 * 1024;
+    spec.options.limits.max_headers = 20;
+    spec.options.limits.max_request_line = 1024;
     let p = proxy(spec).await;
     let big = format!(
         "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
@@ -106,7 +106,7 @@ async fn head_size_count_and_target_length_limits() {
 async fn slow_client_is_cut_by_the_header_timeout() {
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.timeouts.client_header = Duration::from_millis(300);
+    spec.options.timeouts.client_header = Duration::from_millis(300);
     let p = proxy(spec).await;
     // Half a head, then silence (slow loris). `raw` panics if the proxy keeps waiting.
     let out = raw(p.addr, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ").await;
@@ -121,7 +121,7 @@ async fn slow_client_is_cut_by_the_header_timeout() {
 async fn connection_cap_answers_503_and_frees_slots() {
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.limits.max_connections = 2;
+    spec.options.limits.max_connections = 2;
     let p = proxy(spec).await;
     let mut c1 = Client::connect(p.addr).await;
     let mut c2 = Client::connect(p.addr).await;

@@ -35,7 +35,7 @@ fn with_header(name: &str, value: &str) -> Request<Full<Bytes>> {
 async fn weighted_round_robin_follows_weights() {
     let b = backends(3).await;
     let mut spec = http_spec(&b);
-    spec.balance = Balance::WeightedRoundRobin;
+    spec.options.balance = Balance::WeightedRoundRobin;
     spec.backends[0].weight = 5;
     spec.backends[1].weight = 2;
     spec.backends[2].weight = 1;
@@ -48,7 +48,7 @@ async fn weighted_round_robin_follows_weights() {
 async fn least_connections_avoids_the_busy_backend() {
     let b = backends(2).await;
     let mut spec = http_spec(&b);
-    spec.balance = Balance::LeastConnections;
+    spec.options.balance = Balance::LeastConnections;
     let p = proxy(spec).await;
     let addr = p.addr;
     let slow = tokio::spawn(async move { fetch(addr, "/slow/1500").await.backend() });
@@ -71,7 +71,7 @@ async fn least_connections_avoids_the_busy_backend() {
 async fn power_of_two_mostly_avoids_the_busy_backend() {
     let b = backends(2).await;
     let mut spec = http_spec(&b);
-    spec.balance = Balance::PowerOfTwo;
+    spec.options.balance = Balance::PowerOfTwo;
     let p = proxy(spec).await;
     let addr = p.addr;
     let slow = tokio::spawn(async move { fetch(addr, "/slow/3000").await });
@@ -134,7 +134,7 @@ async fn consistent_hash_on_client_ip_uses_the_data_plane_ring() {
     let seed = (1..).find(|s| pick(*s) != pick(0)).unwrap();
     for seed in [0, seed] {
         let mut spec = http_spec(&b);
-        spec.balance = Balance::ConsistentHash {
+        spec.options.balance = Balance::ConsistentHash {
             key: HashKey::ClientIp,
         };
         spec.hash_seed = seed;
@@ -154,7 +154,7 @@ async fn consistent_hash_on_header_and_cookie_is_sticky_and_minimal_on_change() 
     ] {
         let b = backends(4).await;
         let mut spec = http_spec(&b);
-        spec.balance = Balance::ConsistentHash { key: key.clone() };
+        spec.options.balance = Balance::ConsistentHash { key: key.clone() };
         let p = proxy(spec).await;
         let mut c = Client::connect(p.addr).await;
         let req = |i: usize| match &key {

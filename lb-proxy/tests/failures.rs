@@ -15,7 +15,7 @@ const ERROR_500: &[u8] =
 const TRUNCATED: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n0123456789";
 
 fn no_outlier(spec: &mut lb_proxy::ProxyVipSpec) {
-    spec.outlier.consecutive_failures = 0;
+    spec.options.outlier.consecutive_failures = 0;
 }
 
 #[tokio::test]
@@ -123,14 +123,14 @@ async fn backend_closing_mid_response_gives_a_clean_error() {
 async fn slow_backend_gets_504() {
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.timeouts.backend_header = Duration::from_millis(200);
-    spec.retries.max = 0;
+    spec.options.timeouts.backend_header = Duration::from_millis(200);
+    spec.options.retries.max = 0;
     let p = proxy(spec).await;
     assert_eq!(fetch(p.addr, "/slow/3000").await.status, 504);
     assert_eq!(fetch(p.addr, "/slow/1").await.status, 200);
     // The whole-request budget applies across retries too.
     let mut spec = http_spec(&b);
-    spec.timeouts.request = Duration::from_millis(200);
+    spec.options.timeouts.request = Duration::from_millis(200);
     let p = proxy(spec).await;
     assert_eq!(fetch(p.addr, "/slow/3000").await.status, 504);
 }
@@ -155,8 +155,8 @@ async fn connect_timeout_gives_504() {
     }
     let mut spec = http_spec(&[]);
     spec.backends = vec![BackendSpec::new(addr)];
-    spec.timeouts.connect = Duration::from_millis(150);
-    spec.retries.max = 1;
+    spec.options.timeouts.connect = Duration::from_millis(150);
+    spec.options.retries.max = 1;
     let p = proxy(spec).await;
     assert_eq!(fetch(p.addr, "/").await.status, 504);
     drop(full);
@@ -168,9 +168,9 @@ async fn consecutive_5xx_eject_a_backend_for_a_growing_cooldown() {
     let good = Backend::start(1).await;
     let mut spec = http_spec(&[]);
     spec.backends = vec![BackendSpec::new(bad.addr), good.spec()];
-    spec.outlier.consecutive_failures = 3;
-    spec.outlier.base_ejection = Duration::from_secs(1);
-    spec.outlier.max_ejection = Duration::from_secs(60);
+    spec.options.outlier.consecutive_failures = 3;
+    spec.options.outlier.base_ejection = Duration::from_secs(1);
+    spec.options.outlier.max_ejection = Duration::from_secs(60);
     let p = proxy(spec).await;
     let mut c = Client::connect(p.addr).await;
     let mut codes = Vec::new();
@@ -206,7 +206,7 @@ async fn maxconn_queue_is_bounded_and_full_gives_503() {
         max_connections: Some(1),
         ..b[0].spec()
     }];
-    spec.limits.queue_per_backend = 1;
+    spec.options.limits.queue_per_backend = 1;
     let p = proxy(spec).await;
     let addr = p.addr;
     let tasks: Vec<_> = (0..3)

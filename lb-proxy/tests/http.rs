@@ -86,7 +86,7 @@ async fn keep_alive_on_both_sides_reuses_backend_connections() {
 async fn adds_forwarded_headers_and_removes_hop_by_hop() {
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.forwarded = ForwardedHeaders {
+    spec.options.forwarded = ForwardedHeaders {
         x_forwarded: true,
         forwarded: true,
         trust_incoming: false,
@@ -264,7 +264,7 @@ async fn proxy_protocol_v1_and_v2_reach_the_backend() {
         });
         let mut spec = http_spec(&[]);
         spec.backends = vec![lb_proxy::BackendSpec::new(addr)];
-        spec.proxy_protocol = kind;
+        spec.options.proxy_protocol = kind;
         let p = proxy(spec).await;
         let mut c = Client::connect(p.addr).await;
         let g = c.get("/").await.unwrap();

@@ -58,8 +58,8 @@ async fn eight_backends_10k_5000_requests_20_concurrent() {
 async fn backend_killed_mid_run_fails_no_idempotent_request() {
     let b = backends(4).await;
     let mut spec = http_spec(&b);
-    spec.outlier.consecutive_failures = 1;
-    spec.outlier.base_ejection = Duration::from_secs(30);
+    spec.options.outlier.consecutive_failures = 1;
+    spec.options.outlier.base_ejection = Duration::from_secs(30);
     let p = proxy(spec).await;
     let addr = p.addr;
     let run =

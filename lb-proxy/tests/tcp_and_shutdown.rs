@@ -77,7 +77,7 @@ async fn tcp_retries_another_backend_and_spreads() {
     let (a, ca) = tcp_backend(1).await;
     let (b, cb) = tcp_backend(2).await;
     let mut spec = tcp_spec(vec![dead_addr().await, a, b]);
-    spec.outlier.consecutive_failures = 0;
+    spec.options.outlier.consecutive_failures = 0;
     let p = proxy(spec).await;
     for _ in 0..12 {
         let out = exchange(p.addr, b"abc").await;
@@ -96,7 +96,7 @@ async fn tcp_retries_another_backend_and_spreads() {
 async fn tcp_proxy_protocol_header_comes_first() {
     let (a, _) = tcp_backend(1).await;
     let mut spec = tcp_spec(vec![a]);
-    spec.proxy_protocol = ProxyProtocol::V1;
+    spec.options.proxy_protocol = ProxyProtocol::V1;
     let p = proxy(spec).await;
     let out = exchange(p.addr, b"xy").await;
     let text = String::from_utf8_lossy(&out).into_owned();
@@ -170,7 +170,7 @@ async fn shutdown_cuts_what_outlives_the_grace_period() {
 async fn idle_tcp_relay_is_closed() {
     let (a, _) = tcp_backend(1).await;
     let mut spec = tcp_spec(vec![a]);
-    spec.timeouts.idle = Duration::from_millis(300);
+    spec.options.timeouts.tunnel = Duration::from_millis(300);
     let p = proxy(spec).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     s.write_all(b"some bytes, then silence").await.unwrap();

@@ -252,10 +252,17 @@ impl Writer {
         let next = State::from_config(&config, &self.state)?;
         let report = self.commit(next)?;
         self.config = config;
-        Ok(match undone {
-            0 => describe(&report),
-            n => format!("{}; undid {n} API changes (the file is the truth after a reload)", describe(&report)),
-        })
+        // Proxy VIPs are not in the maps: their changes are reported by the proxy runtime.
+        let proxy_changes = self.proxy.as_ref().map(|p| p.last_changes().join(", ")).unwrap_or_default();
+        let mut message = match (report.is_empty(), proxy_changes.is_empty()) {
+            (_, true) => describe(&report),
+            (true, false) => proxy_changes,
+            (false, false) => format!("{}, {proxy_changes}", describe(&report)),
+        };
+        if undone > 0 {
+            message.push_str(&format!("; undid {undone} API changes (the file is the truth after a reload)"));
+        }
+        Ok(message)
     }
 
     fn save_ids(&mut self) {

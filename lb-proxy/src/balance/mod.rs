@@ -6,6 +6,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 pub(crate) use schedule::Schedule;
+use schedule::smooth_pick;
 
 use crate::backend::{Backend, BackendSet};
 use crate::config::Balance;
@@ -14,7 +15,7 @@ use crate::outlier::now_ms;
 /// Longest walk along the ring past unusable slots before falling back to a scan.
 const RING_PROBES: usize = 64;
 
-/// Per-VIP balancer state (the round-robin cursor).
+/// Per-VIP balancer state (the cursor spreading scans and ties).
 #[derive(Debug, Default)]
 pub(crate) struct Balancer {
     cursor: AtomicUsize,
@@ -63,9 +64,13 @@ impl Balancer {
             self.cursor.load(Relaxed)
         };
         match (balance, &set.schedule) {
-            (Balance::WeightedRoundRobin, Schedule::Wrr(seq)) if !seq.is_empty() => (0..seq.len())
-                .map(|k| seq[(start + k) % seq.len()] as usize)
-                .find(|&i| usable(i, &set.backends[i])),
+            (_, Schedule::Smooth(current)) => smooth_pick(
+                current,
+                set.backends
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| usable(i, b).then(|| b.weight())),
+            ),
             (Balance::ConsistentHash { .. }, Schedule::Ring(ring)) if !ring.is_empty() => {
                 let slot = hash as usize % ring.len();
                 (0..RING_PROBES.min(ring.len()))

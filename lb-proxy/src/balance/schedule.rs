@@ -1,82 +1,100 @@
-//! Precomputed schedules, rebuilt whenever a VIP's backends, weights or health change:
-//! the smooth weighted round-robin sequence and the Maglev ring.
+//! Per-set balancing state, rebuilt whenever a VIP's backends, weights or health change: the
+//! smooth weighted round-robin weights and the Maglev ring.
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use lb_common::ring_key;
 use lb_common::limits::DEFAULT_RING_SIZE;
 use lb_common::maglev::{RingMember, build_ring};
-use lb_common::ring_key;
 
 use crate::backend::Backend;
 use crate::config::Balance;
-
-/// Longest WRR sequence; larger weight sums are scaled down to fit (shares stay within 1/4096).
-const MAX_WRR_LEN: u64 = 4096;
 
 #[derive(Debug)]
 pub(crate) enum Schedule {
     /// The algorithm needs nothing precomputed.
     None,
-    /// Backend indices in smooth-WRR order; one turn of the sequence gives each backend
-    /// its weight's share, evenly interleaved.
-    Wrr(Vec<u32>),
+    /// nginx's smooth weighted round-robin: each backend's current weight. A pick raises every
+    /// usable backend's current weight by its weight and lowers the winner's by their total, so
+    /// shares follow the weights, evenly interleaved, and a backend that cannot be used is
+    /// left out of the round instead of handing its turn to one neighbour.
+    Smooth(Mutex<Vec<i64>>),
     /// Maglev ring of backend indices (`BACKEND_NONE` = empty).
     Ring(Vec<u32>),
 }
 
 impl Schedule {
     pub(crate) fn build(balance: &Balance, backends: &[Arc<Backend>]) -> Schedule {
-        let weights: Vec<u32> = backends
-            .iter()
-            .map(|b| if b.in_rotation() { b.weight() } else { 0 })
-            .collect();
-        let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.addr).collect();
         match balance {
-            Balance::WeightedRoundRobin => Schedule::Wrr(wrr_sequence(&weights)),
-            Balance::ConsistentHash { .. } => Schedule::Ring(ring(&addrs, &weights)),
+            Balance::RoundRobin | Balance::WeightedRoundRobin => {
+                Schedule::Smooth(Mutex::new(vec![0; backends.len()]))
+            }
+            Balance::ConsistentHash { .. } => {
+                let weights: Vec<u32> = backends
+                    .iter()
+                    .map(|b| if b.in_rotation() { b.weight() } else { 0 })
+                    .collect();
+                let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.addr).collect();
+                Schedule::Ring(ring(&addrs, &weights))
+            }
             _ => Schedule::None,
         }
     }
 }
 
-/// nginx's smooth weighted round-robin, run once over a whole cycle.
-pub(crate) fn wrr_sequence(weights: &[u32]) -> Vec<u32> {
-    let gcd = weights
-        .iter()
-        .filter(|w| **w > 0)
-        .fold(0u64, |g, &w| gcd(g, w as u64));
-    if gcd == 0 {
-        return Vec::new();
-    }
-    let mut w: Vec<u64> = weights.iter().map(|&x| x as u64 / gcd).collect();
-    let total: u64 = w.iter().sum();
-    if total > MAX_WRR_LEN {
-        for x in w.iter_mut().filter(|x| **x > 0) {
-            *x = (*x * MAX_WRR_LEN / total).max(1);
+/// One smooth weighted round-robin pick. `weights` yields each backend's weight, or None for
+/// a backend that may not be picked now.
+pub(crate) fn smooth_pick(
+    current: &Mutex<Vec<i64>>,
+    weights: impl Iterator<Item = Option<u32>>,
+) -> Option<usize> {
+    let mut current = current.lock().unwrap_or_else(|e| e.into_inner());
+    let mut total = 0i64;
+    let mut best: Option<(usize, i64)> = None;
+    for (i, w) in weights.enumerate().take(current.len()) {
+        let Some(w) = w.filter(|w| *w > 0) else {
+            continue;
+        };
+        current[i] += w as i64;
+        total += w as i64;
+        if best.is_none_or(|(_, c)| current[i] > c) {
+            best = Some((i, current[i]));
         }
     }
-    let total: u64 = w.iter().sum();
-    let mut current = vec![0i64; w.len()];
-    let mut seq = Vec::with_capacity(total as usize);
-    for _ in 0..total {
-        let mut best = usize::MAX;
-        for i in 0..w.len() {
-            if w[i] == 0 {
-                continue;
-            }
-            current[i] += w[i] as i64;
-            if best == usize::MAX || current[i] > current[best] {
-                best = i;
-            }
-        }
-        current[best] -= total as i64;
-        seq.push(best as u32);
-    }
-    seq
+    let (b, _) = best?;
+    current[b] -= total;
+    Some(b)
 }
 
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
+#[cfg(test)]
+mod smooth_tests {
+    use super::*;
+
+    fn run(weights: &[u32], down: &[usize], n: usize) -> Vec<usize> {
+        let current = Mutex::new(vec![0; weights.len()]);
+        (0..n)
+            .map(|_| {
+                let ws = weights
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &w)| (!down.contains(&i)).then_some(w));
+                smooth_pick(&current, ws).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nginx_example_sequence() {
+        // nginx's documented example: weights 5,1,1 give a a b a c a a.
+        assert_eq!(run(&[5, 1, 1], &[], 7), vec![0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn a_backend_left_out_shares_its_turns_evenly() {
+        let picks = run(&[1, 1, 1, 1], &[1], 300);
+        let count = |i| picks.iter().filter(|&&p| p == i).count();
+        assert_eq!((count(0), count(1), count(2), count(3)), (100, 0, 100, 100));
+    }
 }
 
 fn ring(addrs: &[SocketAddr], weights: &[u32]) -> Vec<u32> {
@@ -97,25 +115,6 @@ fn ring(addrs: &[SocketAddr], weights: &[u32]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wrr_is_smooth_and_proportional() {
-        // nginx's documented example: weights 5,1,1 give a a b a c a a (no long runs of a).
-        let seq = wrr_sequence(&[5, 1, 1]);
-        assert_eq!(seq, vec![0, 0, 1, 0, 2, 0, 0]);
-        let seq = wrr_sequence(&[300, 100, 0]);
-        assert_eq!(seq.len(), 4, "weights are reduced by their gcd");
-        assert_eq!(seq.iter().filter(|&&i| i == 0).count(), 3);
-        assert!(!seq.contains(&2), "weight 0 gets no turn");
-        assert!(wrr_sequence(&[0, 0]).is_empty());
-    }
-
-    #[test]
-    fn wrr_large_weights_are_scaled() {
-        let seq = wrr_sequence(&[100_000, 1]);
-        assert!(seq.len() as u64 <= MAX_WRR_LEN + 1);
-        assert!(seq.contains(&1), "a small weight still gets a turn");
-    }
 
     #[test]
     fn ring_keys_differ_by_port() {

@@ -1,14 +1,20 @@
 //! Response bodies: the backend's body streamed through frame by frame (never buffered whole),
 //! or a short body the proxy writes itself (errors).
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use tokio::time::Sleep;
+
+use super::shared::BusyGuard;
 use crate::backend::ActiveGuard;
+use crate::error::BoxError;
 use crate::limits::Slot;
 use crate::outlier::now_ms;
 use crate::pool::Sender;
@@ -28,14 +34,41 @@ impl ProxyBody {
     }
 }
 
+/// A response body that keeps its HTTP/1 connection marked busy until it is sent (or
+/// dropped), so the keep-alive idle timer only runs between requests.
+pub(crate) struct ClientResponse {
+    pub(crate) body: ProxyBody,
+    pub(crate) _busy: Option<BusyGuard>,
+}
+
+impl Body for ClientResponse {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             ProxyBody::Upstream(u) => Pin::new(u).poll_frame(cx),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
@@ -59,10 +92,13 @@ impl Body for ProxyBody {
 
 /// A backend's response body. Holds what the request occupies (the backend's active count,
 /// its maxconn slot, the connection) until the body ends, then returns the connection to the
-/// pool; a body that breaks or is abandoned takes its connection down with it.
+/// pool; a body that breaks or is abandoned takes its connection down with it. A backend
+/// that sends nothing for `InFlight::body_idle` mid-body is cut off and counted as failing.
 pub(crate) struct UpstreamBody {
     inner: Incoming,
     done: Option<InFlight>,
+    idle: Duration,
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 /// What a request holds while its response streams.
@@ -75,13 +111,16 @@ pub(crate) struct InFlight {
     pub(crate) sender: Option<Sender>,
     pub(crate) pool_tag: Option<SocketAddr>,
     pub(crate) outlier: crate::config::Outlier,
+    pub(crate) body_idle: Duration,
 }
 
 impl UpstreamBody {
     pub(crate) fn new(inner: Incoming, done: InFlight) -> Self {
         UpstreamBody {
             inner,
+            idle: done.body_idle,
             done: Some(done),
+            timer: None,
         }
     }
 
@@ -103,20 +142,35 @@ impl UpstreamBody {
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let r = Pin::new(&mut self.inner).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
         match &r {
-            Poll::Ready(None) => self.finish(true),
-            Poll::Ready(Some(Err(_))) => self.finish(false),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.finish(true),
-            _ => {}
+            Poll::Ready(None) => this.finish(true),
+            Poll::Ready(Some(Err(_))) => this.finish(false),
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.finish(true),
+            Poll::Ready(Some(Ok(_))) => {
+                if let Some(t) = &mut this.timer {
+                    t.as_mut().reset(tokio::time::Instant::now() + this.idle);
+                }
+            }
+            Poll::Pending => {
+                let idle = this.idle;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    this.finish(false);
+                    return Poll::Ready(Some(Err("the backend stopped sending its response body".into())));
+                }
+            }
         }
-        r
+        r.map(|o| o.map(|r| r.map_err(BoxError::from)))
     }
 
     fn is_end_stream(&self) -> bool {

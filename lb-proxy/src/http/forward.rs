@@ -4,17 +4,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, header};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
-use super::body::{InFlight, ProxyBody, UpstreamBody};
+use super::body::{ClientResponse, InFlight, ProxyBody, UpstreamBody};
 use super::headers::{self, cookie, is_upgrade};
 use super::respond::error_response;
-use super::sniff::Conflicts;
+use super::shared::ConnShared;
 use super::upgrade;
+use super::upload::{RequestBody, Upload};
+use super::validate::refuse;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
 use crate::error::UpstreamError;
@@ -30,31 +32,43 @@ pub(crate) struct ConnCtx {
     pub(crate) client_hash: u32,
     /// The PROXY header for this client's backend connections, if the VIP sends one.
     pub(crate) proxy_header: Option<Vec<u8>>,
-    /// Which request of the connection had both Content-Length and Transfer-Encoding (found
-    /// by the sniffer; hyper would silently prefer chunked): that one is refused.
-    pub(crate) conflicts: Arc<Conflicts>,
+    /// Shared with the HTTP/1 connection's reader: which request the sniffer found ambiguous
+    /// (that one is refused), busy/idle, upgraded. None for h2.
+    pub(crate) shared: Option<Arc<ConnShared>>,
+    /// The client spoke TLS to the proxy.
+    pub(crate) https: bool,
     /// Requests seen so far on this connection (HTTP/1 serves them in order).
     pub(crate) requests: std::sync::atomic::AtomicU64,
     /// Upgraded tunnels outlive the HTTP connection; they are tracked and stopped with it.
     pub(crate) tasks: crate::shutdown::Tasks,
 }
 
-pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
+pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ClientResponse> {
+    let busy = ctx.shared.as_ref().map(|s| s.begin());
+    let resp = forward(req, ctx).await;
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, ClientResponse { body, _busy: busy })
+}
+
+async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let index = ctx.requests.fetch_add(1, Relaxed);
     if let Some(refusal) = refuse(&req, index, ctx) {
         ctx.vip.counters.rejected.fetch_add(1, Relaxed);
+        ctx.vip.counters.client_errors.fetch_add(1, Relaxed);
         return refusal;
     }
     let spec = &ctx.vip.spec;
+    let opts = &spec.options;
     let upgrade = is_upgrade(req.version(), req.headers());
-    let hash = request_hash(&spec.balance, req.headers(), ctx.client_hash);
+    let hash = request_hash(&opts.balance, req.headers(), ctx.client_hash);
     let (mut parts, body) = req.into_parts();
     let client_upgrade = if upgrade {
         parts.extensions.remove::<OnUpgrade>()
     } else {
         None
     };
-    headers::prepare_request(&mut parts, ctx.client, &spec.forwarded, upgrade);
+    let proto = if ctx.https { "https" } else { "http" };
+    headers::prepare_request(&mut parts, ctx.client, &opts.forwarded, upgrade, proto);
 
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
@@ -64,24 +78,33 @@ pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<Pr
             uri: parts.uri.clone(),
             headers: parts.headers.clone(),
         });
+    let (body, upload) = RequestBody::new(body, opts.timeouts.body);
     let mut up = Request::new(body.boxed());
     *up.method_mut() = parts.method;
     *up.uri_mut() = parts.uri;
     *up.headers_mut() = parts.headers;
 
-    let attempt = attempts(up, replay, hash, ctx, upgrade);
-    let result = match tokio::time::timeout(spec.timeouts.request, attempt).await {
-        Ok(r) => r,
-        Err(_) => Err(UpstreamError::RequestTimeout),
+    // The request budget starts when the request has been received whole.
+    let result = tokio::select! {
+        r = attempts(up, replay, hash, ctx, upgrade, &upload) => r,
+        _ = upload.ended_plus(opts.timeouts.request) => Err(UpstreamError::RequestTimeout),
     };
     match result {
         Ok((resp, in_flight)) => finish_response(resp, in_flight, client_upgrade, ctx),
         Err(e) => {
             tracing::debug!(vip = %spec.name, client = %ctx.client, error = %e, "request failed");
-            if matches!(e, UpstreamError::NoBackend | UpstreamError::Full(_)) {
-                ctx.vip.counters.rejected.fetch_add(1, Relaxed);
+            match e {
+                UpstreamError::NoBackend | UpstreamError::Full(_) => {
+                    ctx.vip.counters.rejected.fetch_add(1, Relaxed);
+                }
+                UpstreamError::Client(_) => {
+                    ctx.vip.counters.client_errors.fetch_add(1, Relaxed);
+                }
+                _ => {}
             }
-            error_response(e.status(), false)
+            // After a broken upload the connection's framing is lost: close it.
+            let close = matches!(e, UpstreamError::Client(_));
+            error_response(e.status(), close)
         }
     }
 }
@@ -104,39 +127,6 @@ impl Replay {
         *r.headers_mut() = self.headers.clone();
         r
     }
-}
-
-/// Requests refused before any backend sees them.
-fn refuse(req: &Request<Incoming>, index: u64, ctx: &ConnCtx) -> Option<Response<ProxyBody>> {
-    let limits = &ctx.vip.spec.limits;
-    if ctx.conflicts.is_conflicting(index)
-        || (req.headers().contains_key(header::CONTENT_LENGTH)
-            && req.headers().contains_key(header::TRANSFER_ENCODING))
-    {
-        // Ambiguous framing is how requests get smuggled: never forward, close the connection.
-        return Some(error_response(StatusCode::BAD_REQUEST, true));
-    }
-    let target_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len())
-        + req.uri().authority().map_or(0, |a| a.as_str().len());
-    if target_len > limits.max_request_line {
-        return Some(error_response(StatusCode::URI_TOO_LONG, true));
-    }
-    // hyper enforces these for HTTP/1 while parsing; h2 heads are checked here.
-    let head_bytes: usize = req
-        .headers()
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
-    if req.headers().len() > limits.max_headers || head_bytes > limits.max_header_bytes {
-        return Some(error_response(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            true,
-        ));
-    }
-    if req.method() == Method::CONNECT {
-        return Some(error_response(StatusCode::METHOD_NOT_ALLOWED, false));
-    }
-    None
 }
 
 fn is_idempotent(m: &Method) -> bool {
@@ -165,12 +155,14 @@ async fn attempts(
     hash: u32,
     ctx: &ConnCtx,
     upgrade: bool,
+    upload: &Upload,
 ) -> Result<(Response<Incoming>, InFlight), UpstreamError> {
     let spec = &ctx.vip.spec;
+    let opts = &spec.options;
     let mut tried: Vec<SocketAddr> = Vec::new();
     let mut req = Some(req);
     let mut last = UpstreamError::NoBackend;
-    for _ in 0..=spec.retries.max {
+    for _ in 0..=opts.retries.max {
         let Some(out) = req.take().or_else(|| replay.as_ref().map(Replay::request)) else {
             break;
         };
@@ -178,7 +170,7 @@ async fn attempts(
             break;
         };
         tried.push(backend.addr);
-        let slot = match backend.gate.admit(spec.timeouts.queue).await {
+        let slot = match backend.gate.admit(opts.timeouts.queue).await {
             Ok(s) => s,
             Err(_) => {
                 last = UpstreamError::Full(backend.addr);
@@ -187,11 +179,11 @@ async fn attempts(
             }
         };
         let active = backend.begin();
-        match send(&backend, out, ctx).await {
+        match send(&backend, out, ctx, upload).await {
             Ok((resp, sender)) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();
-                    backend.outlier.record_failure(&spec.outlier, now_ms());
+                    backend.outlier.record_failure(&opts.outlier, now_ms());
                 } else {
                     backend.outlier.record_success();
                 }
@@ -202,13 +194,18 @@ async fn attempts(
                     slot,
                     sender,
                     pool_tag,
-                    outlier: spec.outlier.clone(),
+                    outlier: opts.outlier.clone(),
+                    body_idle: opts.timeouts.body,
                 };
                 return Ok((resp, in_flight));
             }
             Err((e, back)) => {
+                // A failure the client's upload caused is the client's: no retry, no blame.
+                if let Some(fault) = upload.fault() {
+                    return Err(UpstreamError::Client(fault));
+                }
                 backend.counters.error();
-                backend.outlier.record_failure(&spec.outlier, now_ms());
+                backend.outlier.record_failure(&opts.outlier, now_ms());
                 tracing::debug!(backend = %backend.addr, error = %e, "attempt failed");
                 last = e;
                 req = back;
@@ -224,8 +221,9 @@ async fn send(
     backend: &Arc<Backend>,
     req: Request<UpBody>,
     ctx: &ConnCtx,
+    upload: &Upload,
 ) -> Result<(Response<Incoming>, Sender), (UpstreamError, Option<Request<UpBody>>)> {
-    let t = &ctx.vip.spec.timeouts;
+    let t = &ctx.vip.spec.options.timeouts;
     let tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
     let mut req = req;
     // Pooled connections may have been closed by the backend meanwhile; such a failure before
@@ -234,7 +232,7 @@ async fn send(
     loop {
         let (mut sender, pooled) = match backend.pool().take(tag) {
             Some(s) => (s, true),
-            None => match open_http(backend.addr, t.connect, ctx.proxy_header.as_deref()).await {
+            None => match open_http(backend.addr, &ctx.vip.dial(), ctx.proxy_header.as_deref()).await {
                 Ok(s) => (s, false),
                 Err(e) => return Err((e, Some(req))),
             },
@@ -245,13 +243,18 @@ async fn send(
             }
             return Err((UpstreamError::Connect(backend.addr, closed()), Some(req)));
         }
-        match tokio::time::timeout(t.backend_header, sender.try_send_request(req)).await {
-            Ok(Ok(resp)) => return Ok((resp, sender)),
-            Ok(Err(mut e)) => match e.take_message() {
+        // The backend's time to answer starts when the request has been sent whole.
+        let sent = tokio::select! {
+            r = sender.try_send_request(req) => Some(r),
+            _ = upload.ended_plus(t.backend_header) => None,
+        };
+        match sent {
+            Some(Ok(resp)) => return Ok((resp, sender)),
+            Some(Err(mut e)) => match e.take_message() {
                 Some(back) if pooled => req = back,
                 back => return Err((UpstreamError::Http(backend.addr, e.into_error()), back)),
             },
-            Err(_) => return Err((UpstreamError::HeaderTimeout(backend.addr), None)),
+            None => return Err((UpstreamError::HeaderTimeout(backend.addr), None)),
         }
     }
 }
@@ -272,6 +275,9 @@ fn finish_response(
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_upgrade) = client_upgrade
     {
+        if let Some(shared) = &ctx.shared {
+            shared.set_upgraded();
+        }
         let backend_upgrade = hyper::upgrade::on(&mut resp);
         upgrade::spawn_tunnel(client_upgrade, backend_upgrade, in_flight, ctx);
         let (mut parts, _) = resp.into_parts();

@@ -41,6 +41,8 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|s| s.split(','))
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        // Host is end-to-end whatever Connection says: a backend needs it (RFC 9112 §3.2).
+        .filter(|n| *n != header::HOST)
         .filter(|n| !(upgrade && *n == header::UPGRADE))
         .collect();
     for n in named {
@@ -82,18 +84,20 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// Turns a client request head into the one sent to a backend (always HTTP/1.1, origin-form).
+/// `proto` is the scheme the client used (`http` or `https`).
 pub(crate) fn prepare_request(
     parts: &mut request::Parts,
     client: SocketAddr,
     opts: &ForwardedHeaders,
     upgrade: bool,
+    proto: &'static str,
 ) {
-    // h2 carries the host in :authority; an HTTP/1.1 backend needs a Host header.
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(v) = parts
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    // An absolute-form target's authority replaces Host (RFC 9112 §3.2.2); h2 carries the
+    // host in :authority. Either way the HTTP/1.1 backend gets it as Host.
+    if let Some(v) = parts
+        .uri
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     {
         parts.headers.insert(header::HOST, v);
     }
@@ -103,10 +107,31 @@ pub(crate) fn prepare_request(
     }
     parts.version = Version::HTTP_11;
     remove_hop_by_hop(&mut parts.headers, upgrade);
-    add_forwarded(&mut parts.headers, client.ip(), opts);
+    add_forwarded(&mut parts.headers, client.ip(), opts, proto);
 }
 
-fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeaders) {
+/// Every line of a (list-valued) header joined in order, as one value (RFC 9110 §5.3).
+fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+    let mut out: Option<String> = None;
+    for v in headers.get_all(name) {
+        let v = v.to_str().ok()?.trim();
+        match &mut out {
+            Some(o) => {
+                o.push_str(", ");
+                o.push_str(v);
+            }
+            None => out = Some(v.to_string()),
+        }
+    }
+    out
+}
+
+fn add_forwarded(
+    headers: &mut HeaderMap,
+    client: IpAddr,
+    opts: &ForwardedHeaders,
+    proto: &'static str,
+) {
     let forwarded_names = [
         X_FORWARDED_FOR,
         X_FORWARDED_PROTO,
@@ -124,7 +149,7 @@ fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeader
     let host = headers.get(header::HOST).cloned();
     if opts.x_forwarded {
         let ip = client.to_string();
-        let xff = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        let xff = match joined(headers, &X_FORWARDED_FOR) {
             Some(prev) => format!("{prev}, {ip}"),
             None => ip,
         };
@@ -132,7 +157,7 @@ fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeader
             headers.insert(X_FORWARDED_FOR, v);
         }
         if !headers.contains_key(X_FORWARDED_PROTO) {
-            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
         }
         if let (false, Some(h)) = (headers.contains_key(X_FORWARDED_HOST), &host) {
             headers.insert(X_FORWARDED_HOST, h.clone());
@@ -154,8 +179,9 @@ fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeader
                 elem.push_str(&format!(";host={h:?}"));
             }
         }
-        elem.push_str(";proto=http");
-        let value = match headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
+        elem.push_str(";proto=");
+        elem.push_str(proto);
+        let value = match joined(headers, &header::FORWARDED) {
             Some(prev) => format!("{prev}, {elem}"),
             None => elem,
         };
@@ -209,6 +235,7 @@ mod tests {
             "192.0.2.7:9".parse().unwrap(),
             &ForwardedHeaders::default(),
             false,
+            "http",
         );
         for gone in [
             "connection",
@@ -238,6 +265,7 @@ mod tests {
             "192.0.2.7:9".parse().unwrap(),
             &ForwardedHeaders::default(),
             true,
+            "http",
         );
         assert_eq!(p.headers["upgrade"], "websocket");
         assert_eq!(p.headers["connection"], "upgrade");
@@ -258,7 +286,7 @@ mod tests {
             forwarded: true,
             trust_incoming: false,
         };
-        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false);
+        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false, "http");
         assert_eq!(p.headers["x-forwarded-for"], "192.0.2.7");
         assert_eq!(p.headers["x-forwarded-proto"], "http");
         assert_eq!(p.headers["x-forwarded-host"], "example.org");
@@ -283,7 +311,7 @@ mod tests {
             forwarded: true,
             trust_incoming: true,
         };
-        prepare_request(&mut p, "[2001:db8::5]:9".parse().unwrap(), &opts, false);
+        prepare_request(&mut p, "[2001:db8::5]:9".parse().unwrap(), &opts, false, "http");
         assert_eq!(p.headers["x-forwarded-for"], "198.51.100.1, 2001:db8::5");
         assert_eq!(
             p.headers["forwarded"],
@@ -303,7 +331,7 @@ mod tests {
             x_forwarded: false,
             ..Default::default()
         };
-        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false);
+        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false, "http");
         assert_eq!(p.headers["host"], "example.org:8080");
         assert_eq!(p.uri, "/a?b=1");
         assert_eq!(p.version, Version::HTTP_11);

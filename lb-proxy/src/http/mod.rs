@@ -1,10 +1,16 @@
-//! The HTTP side: HTTP/1.1 and h2c (prior knowledge) from clients, HTTP/1.1 to backends.
+//! The HTTP side: HTTP/1.1 and h2 (h2c prior knowledge, or ALPN over TLS) from clients,
+//! HTTP/1.1 (optionally over TLS) to backends.
 mod body;
+mod deadline;
 mod forward;
 mod headers;
 mod respond;
 mod server;
+mod shared;
 mod sniff;
 mod upgrade;
+mod upload;
+mod validate;
 
 pub(crate) use server::{refuse_busy, serve_connection};
+pub(crate) use upload::ClientFault;

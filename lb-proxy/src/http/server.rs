@@ -2,19 +2,21 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use lb_common::ip_bytes;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::forward::{ConnCtx, handle};
 use super::respond::BUSY_RESPONSE;
-use super::sniff::{Conflicts, Sniffer};
+use super::deadline::ClientIo;
+use super::shared::ConnShared;
+use super::sniff::Sniffer;
+use lb_common::ip_bytes;
 use crate::proxy_protocol;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
@@ -27,7 +29,8 @@ pub(crate) async fn refuse_busy(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
-/// Serves one client connection (HTTP/1.1, or h2c with prior knowledge) until it ends.
+/// Serves one client connection until it ends: TLS (ALPN h2 or HTTP/1.1) on VIPs that
+/// terminate it, else HTTP/1.1 or h2c with prior knowledge.
 pub(crate) async fn serve_connection(
     stream: TcpStream,
     client: SocketAddr,
@@ -35,22 +38,44 @@ pub(crate) async fn serve_connection(
     tasks: Tasks,
 ) {
     let _ = stream.set_nodelay(true);
-    let spec = &vip.spec;
-    let h2 =
-        match tokio::time::timeout(spec.timeouts.client_header, starts_with_h2_preface(&stream))
-            .await
-        {
-            Ok(Ok(h2)) => h2,
-            // Silent or gone before sending anything.
-            _ => return,
+    let timeouts = &vip.spec.options.timeouts;
+    if let Some(tls) = &vip.tls {
+        let Some((stream, h2)) = crate::tls::accept(tls, stream, timeouts.handshake).await else {
+            vip.counters.tls_failures.fetch_add(1, Relaxed);
+            return;
         };
-    let conflicts = Conflicts::new();
+        return serve_http(stream, client, vip, tasks, h2, true).await;
+    }
+    let h2 = match tokio::time::timeout(timeouts.client_header, starts_with_h2_preface(&stream))
+        .await
+    {
+        Ok(Ok(h2)) => h2,
+        // Silent or gone before sending anything.
+        _ => return,
+    };
+    serve_http(stream, client, vip, tasks, h2, false).await
+}
+
+async fn serve_http<S>(
+    stream: S,
+    client: SocketAddr,
+    vip: &Arc<Vip>,
+    tasks: Tasks,
+    h2: bool,
+    https: bool,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let spec = &vip.spec;
+    let opts = &spec.options;
+    let shared = (!h2).then(ConnShared::new);
     let ctx = Arc::new(ConnCtx {
         vip: vip.clone(),
         client,
         client_hash: lb_common::hash::client_hash(&ip_bytes(client.ip()).0, spec.hash_seed),
-        proxy_header: proxy_protocol::header(spec.proxy_protocol, client, vip.local_addr),
-        conflicts: conflicts.clone(),
+        proxy_header: proxy_protocol::header(opts.proxy_protocol, client, vip.local_addr),
+        shared: shared.clone(),
+        https,
         requests: AtomicU64::new(0),
         tasks: tasks.clone(),
     });
@@ -65,40 +90,42 @@ pub(crate) async fn serve_connection(
         ($conn:expr) => {{
             let conn = $conn;
             tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => { log_end(r); return; }
-                _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
-            }
-            tokio::select! {
-                r = conn.as_mut() => log_end(r),
-                _ = force.wait_for(|f| *f) => {}
+            let stopping = tokio::select! {
+                r = conn.as_mut() => { log_end(r); false }
+                _ = stop.wait_for(|s| *s) => true,
+            };
+            if stopping {
+                conn.as_mut().graceful_shutdown();
+                tokio::select! {
+                    r = conn.as_mut() => log_end(r),
+                    _ = force.wait_for(|f| *f) => {}
+                }
             }
         }};
     }
     if h2 {
         let mut b = http2::Builder::new(TokioExecutor::new());
         b.timer(TokioTimer::new())
-            .max_concurrent_streams(spec.limits.h2_max_streams)
-            .max_header_list_size(spec.limits.max_header_bytes.min(u32::MAX as usize) as u32)
+            .max_concurrent_streams(opts.limits.h2_max_streams)
+            .max_header_list_size(opts.limits.max_header_bytes.min(u32::MAX as usize) as u32)
             // A silent peer is found by pings; one that stays silent is dropped.
-            .keep_alive_interval(spec.timeouts.idle)
-            .keep_alive_timeout(spec.timeouts.client_header);
+            .keep_alive_interval(opts.timeouts.idle)
+            .keep_alive_timeout(opts.timeouts.client_header);
         drive!(b.serve_connection(TokioIo::new(stream), svc));
     } else {
+        let shared = shared.expect("HTTP/1 connections have shared state");
         let mut b = http1::Builder::new();
         b.timer(TokioTimer::new())
             .keep_alive(true)
-            .header_read_timeout(spec.timeouts.client_header)
-            .max_headers(spec.limits.max_headers)
-            .max_header_size(spec.limits.max_header_bytes)
+            // Off: `ClientIo` keeps the idle and header deadlines (and answers 408).
+            .header_read_timeout(None)
+            .max_headers(opts.limits.max_headers)
+            .max_header_size(opts.limits.max_header_bytes)
             // hyper's read buffer must hold a whole head; 8 KiB is its floor.
-            .max_buf_size(spec.limits.max_header_bytes.max(8192));
-        let io = TokioIo::new(Sniffer::new(
-            stream,
-            spec.limits.max_header_bytes,
-            conflicts,
-        ));
-        drive!(b.serve_connection(io, svc).with_upgrades());
+            .max_buf_size(opts.limits.max_header_bytes.max(8192));
+        let sniffer = Sniffer::new(stream, opts.limits.max_header_bytes, shared.clone());
+        let io = ClientIo::new(sniffer, shared, vip.clone());
+        drive!(b.serve_connection(TokioIo::new(io), svc).with_upgrades());
     }
 }
 

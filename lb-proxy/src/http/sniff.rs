@@ -1,36 +1,39 @@
 //! Request-smuggling guard. hyper resolves a request carrying both Content-Length and
-//! Transfer-Encoding by dropping Content-Length (RFC 9112 §6.3 allows that), so the proxy
-//! never sees the conflict. This wrapper follows the client's byte stream with a minimal
-//! HTTP/1 framing tracker (heads, Content-Length bodies, chunked bodies) and records which
-//! request (by position on the connection) had both, so the service refuses exactly that one.
+//! Transfer-Encoding by dropping Content-Length (RFC 9112 §6.3 allows that), and accepts
+//! repeated equal Content-Lengths, so the proxy never sees them. This wrapper follows the
+//! client's byte stream with a minimal HTTP/1 framing tracker (heads, Content-Length bodies,
+//! chunked bodies) and records which request (by position on the connection) had ambiguous
+//! framing (RFC 9112 §6.1, §6.3: CL with TE, several CLs, a CL that is not one number) or a
+//! head it cannot parse, so the service refuses exactly that one. It keeps tracking through
+//! requests that carry `Upgrade` and through heads with any number of fields; only a
+//! connection that really switched protocols ends it.
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::shared::ConnShared;
+
 /// Longest chunk-size or trailer line followed; longer ones stop the tracking (hyper rejects
 /// them anyway).
 const MAX_LINE: usize = 4096;
-/// Header fields parsed per head; more stop the tracking (hyper's limit answers 431).
-const MAX_FIELDS: usize = 128;
+/// Header fields parsed on the stack; heads with more are parsed again with room for all.
+const STACK_FIELDS: usize = 128;
+/// Most fields of a head that can still be parsed (beyond any configurable limit).
+const MAX_FIELDS: usize = 64 * 1024;
 
-/// Shared with the connection's service: the index of the first request with conflicting
-/// framing (`u64::MAX`: none yet).
-#[derive(Debug)]
-pub(crate) struct Conflicts(AtomicU64);
-
-impl Conflicts {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Conflicts(AtomicU64::new(u64::MAX)))
-    }
-
-    pub(crate) fn is_conflicting(&self, request_index: u64) -> bool {
-        self.0.load(Relaxed) == request_index
-    }
+/// Where the client is in its byte stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Between requests (nothing of the next head read yet).
+    Between,
+    /// Part of a head read.
+    InHead,
+    /// In a body, or no longer HTTP/1 framing.
+    Other,
 }
 
 enum State {
@@ -40,7 +43,7 @@ enum State {
     ChunkData(u64),
     ChunkCrlf(u8),
     Trailer(Vec<u8>),
-    /// Not HTTP/1 framing any more (upgrade, h2, or something hyper will refuse).
+    /// Not HTTP/1 framing any more (switched protocols, or a head hyper refuses too).
     Off,
 }
 
@@ -49,18 +52,35 @@ pub(crate) struct Sniffer<T> {
     state: State,
     heads: u64,
     head_limit: usize,
-    conflicts: Arc<Conflicts>,
+    shared: Arc<ConnShared>,
 }
 
 impl<T> Sniffer<T> {
-    pub(crate) fn new(inner: T, head_limit: usize, conflicts: Arc<Conflicts>) -> Self {
+    pub(crate) fn new(inner: T, head_limit: usize, shared: Arc<ConnShared>) -> Self {
         Sniffer {
             inner,
             state: State::Head(Vec::new()),
             heads: 0,
             head_limit,
-            conflicts,
+            shared,
         }
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        match &self.state {
+            State::Head(b) if b.is_empty() => Phase::Between,
+            State::Head(_) => Phase::InHead,
+            _ => Phase::Other,
+        }
+    }
+
+    /// Heads seen so far.
+    pub(crate) fn heads(&self) -> u64 {
+        self.heads
+    }
+
+    pub(crate) fn inner_mut(&mut self) -> &mut T {
+        &mut self.inner
     }
 
     fn feed(&mut self, mut data: &[u8]) {
@@ -151,50 +171,68 @@ impl<T> Sniffer<T> {
     fn parsed_head(&mut self, head: &[u8]) -> State {
         let index = self.heads;
         self.heads += 1;
-        // Left uninitialized: httparse writes the fields it finds (no 4 KiB fill per head).
-        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
-        let mut req = httparse::Request::new(&mut []);
-        if !matches!(
-            req.parse_with_uninit_headers(head, &mut fields),
-            Ok(httparse::Status::Complete(_))
-        ) {
-            return State::Off;
-        }
-        let mut length: Option<u64> = None;
-        let (mut te, mut cl, mut upgrade) = (false, false, false);
-        for h in req.headers.iter() {
-            if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                te = true;
-            } else if h.name.eq_ignore_ascii_case("content-length") {
-                cl = true;
-                length = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok());
-            } else if h.name.eq_ignore_ascii_case("upgrade") {
-                upgrade = true;
+        self.shared.head_seen();
+        match framing(head) {
+            Some(Framing::None) => State::Head(Vec::new()),
+            Some(Framing::Length(n)) => State::Body(n),
+            Some(Framing::Chunked) => State::ChunkSize(Vec::new()),
+            None => {
+                // hyper closes the connection after the refusal: nothing follows to track.
+                self.shared.refuse(index);
+                State::Off
             }
         }
-        if te && cl {
-            // hyper closes the connection after such a request: nothing follows to track.
-            let _ = self
-                .conflicts
-                .0
-                .compare_exchange(u64::MAX, index, Relaxed, Relaxed);
-            return State::Off;
-        }
-        if upgrade {
-            State::Off
-        } else if te {
-            State::ChunkSize(Vec::new())
-        } else if cl {
-            match length {
-                Some(0) => State::Head(Vec::new()),
-                Some(n) => State::Body(n),
-                None => State::Off,
+    }
+}
+
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// How a request head frames its body; None when it is ambiguous or unparsable.
+fn framing(head: &[u8]) -> Option<Framing> {
+    // Left uninitialized: httparse writes the fields it finds (no 4 KiB fill per head).
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_FIELDS];
+    let mut req = httparse::Request::new(&mut []);
+    match req.parse_with_uninit_headers(head, &mut fields) {
+        Ok(httparse::Status::Complete(_)) => framing_of(req.headers),
+        Err(httparse::Error::TooManyHeaders) => {
+            let mut fields = vec![httparse::EMPTY_HEADER; MAX_FIELDS.min(head.len() / 2)];
+            let mut req = httparse::Request::new(&mut fields);
+            match req.parse(head) {
+                Ok(httparse::Status::Complete(_)) => framing_of(req.headers),
+                _ => None,
             }
-        } else {
-            State::Head(Vec::new())
         }
+        _ => None,
+    }
+}
+
+fn framing_of(fields: &[httparse::Header<'_>]) -> Option<Framing> {
+    let (mut te, mut lengths) = (false, 0);
+    let mut length: Option<u64> = None;
+    for h in fields {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            te = true;
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            lengths += 1;
+            // Only a plain decimal number: "+5", "5, 5" and the like are refused.
+            length = std::str::from_utf8(h.value)
+                .ok()
+                .map(|v| v.trim_matches([' ', '\t']))
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse().ok());
+            length?;
+        }
+    }
+    match (te, lengths, length) {
+        (true, 0, _) => Some(Framing::Chunked),
+        (false, 0, _) => Some(Framing::None),
+        (false, 1, Some(0)) => Some(Framing::None),
+        (false, 1, Some(n)) => Some(Framing::Length(n)),
+        _ => None,
     }
 }
 
@@ -246,6 +284,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for Sniffer<T> {
         let before = buf.filled().len();
         let this = &mut *self;
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if !matches!(this.state, State::Off) && this.shared.is_upgraded() {
+            this.state = State::Off;
+        }
         if let Poll::Ready(Ok(())) = r
             && !matches!(this.state, State::Off)
         {
@@ -290,12 +331,12 @@ mod tests {
     use super::*;
 
     fn sniff(parts: &[&[u8]]) -> (u64, u64) {
-        let c = Conflicts::new();
+        let c = ConnShared::new();
         let mut s = Sniffer::new((), 64 * 1024, c.clone());
         for p in parts {
             s.feed(p);
         }
-        (s.heads, c.0.load(Relaxed))
+        (s.heads, c.first_refused())
     }
 
     #[test]
@@ -315,6 +356,31 @@ mod tests {
         let data = b"GET / HTTP/1.1\r\nHost: x\r\n\r\nPOST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n";
         let parts: Vec<&[u8]> = data.chunks(1).collect();
         assert_eq!(sniff(&parts), (2, 1));
+    }
+
+    #[test]
+    fn upgrade_header_and_many_fields_do_not_stop_the_tracking() {
+        let many: String = (0..300).map(|i| format!("X-F{i}: v\r\n")).collect();
+        let smuggle = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\n{many}Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        let (heads, at) = sniff(&[
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",
+            smuggle.as_bytes(),
+        ]);
+        assert_eq!((heads, at), (2, 1));
+    }
+
+    #[test]
+    fn repeated_or_odd_lengths_and_obs_fold_are_refused() {
+        for head in [
+            "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
+            "POST / HTTP/1.1\r\nX-A: 1\r\n folded\r\nContent-Length: 3\r\n\r\n",
+        ] {
+            assert_eq!(sniff(&[head.as_bytes()]), (1, 0), "{head:?}");
+        }
     }
 
     #[test]

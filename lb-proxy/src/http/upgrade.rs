@@ -1,5 +1,6 @@
 //! Upgraded connections (WebSocket and other `Upgrade:` protocols): once the backend answers
-//! 101, both sides' raw streams are joined and relayed until either closes.
+//! 101, both sides' raw streams are joined and relayed until either closes, or until nothing
+//! moved either way for `timeouts.tunnel`.
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
@@ -10,13 +11,14 @@ use super::forward::ConnCtx;
 /// maxconn slot taken for the tunnel's lifetime.
 pub(crate) fn spawn_tunnel(client: OnUpgrade, backend: OnUpgrade, hold: InFlight, ctx: &ConnCtx) {
     let mut force = ctx.tasks.force.clone();
+    let idle = ctx.vip.spec.options.timeouts.tunnel;
     ctx.tasks.tracker.spawn(async move {
         let relay = async move {
             let (Ok(c), Ok(b)) = tokio::join!(client, backend) else {
                 return;
             };
-            let (mut c, mut b) = (TokioIo::new(c), TokioIo::new(b));
-            if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut b).await {
+            let (c, b) = (TokioIo::new(c), TokioIo::new(b));
+            if let Err(e) = crate::relay::copy_with_idle(c, b, idle).await {
                 tracing::debug!(error = %e, "upgraded tunnel ended");
             }
         };

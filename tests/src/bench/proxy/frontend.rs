@@ -16,7 +16,7 @@ pub fn run(args: &[String]) {
         let mut spec = ProxyVipSpec::new(name, SocketAddr::from(([127, 0, 0, 1], p)), mode);
         spec.backends = backends.clone();
         // Like the nginx and HAProxy configs of the benchmark: no client-address headers.
-        spec.forwarded.x_forwarded = false;
+        spec.options.forwarded.x_forwarded = false;
         spec
     };
     // The proxy runs on its own worker threads; this runtime only starts and stops it.

@@ -1,0 +1,222 @@
+//! Runtime specs of proxy VIPs. A spec is the VIP's identity (name, address, mode, backends)
+//! plus its [`ProxyOptions`], the type lb.toml's `[vip.proxy]` table deserializes into.
+//! Every table rejects keys it does not know, so a misspelt option is an error, not a default.
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+pub(crate) mod duration;
+mod tls;
+mod tuning;
+
+pub use tls::{BackendTls, CertificateFiles, SniRoute, SniRouting, TlsTermination};
+pub use tuning::{ForwardedHeaders, Limits, Outlier, ProxyProtocol, Retries, Timeouts};
+
+/// One VIP served by lb-proxy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyVipSpec {
+    /// The VIP's name (as in lb.toml); the handle addresses VIPs by it.
+    pub name: String,
+    /// Where to listen. Tests and the daemon may instead pass an already bound listener.
+    pub listen: SocketAddr,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default)]
+    pub backends: Vec<BackendSpec>,
+    /// Seed of the client-address hash (the data plane's `hash_seed`, so a consistent-hash
+    /// VIP places a client as an XDP VIP with `hash = "ip"` would).
+    #[serde(default)]
+    pub hash_seed: u32,
+    #[serde(default)]
+    pub options: ProxyOptions,
+}
+
+impl ProxyVipSpec {
+    /// A spec with every option at its default.
+    pub fn new(name: impl Into<String>, listen: SocketAddr, mode: Mode) -> Self {
+        ProxyVipSpec {
+            name: name.into(),
+            listen,
+            mode,
+            backends: Vec::new(),
+            hash_seed: 0,
+            options: ProxyOptions::default(),
+        }
+    }
+}
+
+/// How lb-proxy serves one VIP: lb.toml's `[vip.proxy]` table (every key optional).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyOptions {
+    pub balance: Balance,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+    pub forwarded: ForwardedHeaders,
+    pub proxy_protocol: ProxyProtocol,
+    pub retries: Retries,
+    pub outlier: Outlier,
+    /// Most concurrent requests/connections per backend, for backends that set none of their
+    /// own (more wait in a bounded queue).
+    pub max_connections: Option<u32>,
+    /// TLS termination (HTTP VIPs): clients speak TLS to the proxy.
+    pub tls: Option<TlsTermination>,
+    /// TLS from the proxy to the backends (HTTP VIPs).
+    pub backend_tls: Option<BackendTls>,
+    /// TLS passthrough routed by the ClientHello's server name (TCP VIPs).
+    pub sni: Option<SniRouting>,
+}
+
+/// What the VIP speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// HTTP/1.1 and h2 from clients (h2c, or ALPN over TLS), HTTP/1.1 to backends.
+    #[default]
+    Http,
+    /// A byte relay: each client connection gets one backend connection.
+    Tcp,
+}
+
+/// How a backend is chosen for a request (HTTP) or a connection (TCP).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// Smooth weighted round-robin (nginx's): shares follow the weights, evenly interleaved;
+    /// a backend that cannot take a request gives its turn to all the others alike.
+    #[default]
+    RoundRobin,
+    /// The same as `round_robin` (kept so older configurations keep their meaning).
+    WeightedRoundRobin,
+    /// Fewest active requests relative to weight.
+    LeastConnections,
+    /// Two random backends, the less loaded one wins: near least-connections without a scan.
+    PowerOfTwo,
+    /// Maglev ring (the data plane's code) indexed by a hash of `key`.
+    ConsistentHash { key: HashKey },
+}
+
+/// What the consistent hash is computed from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HashKey {
+    /// The client address (the same hash as the data plane's `hash = "ip"`).
+    #[default]
+    ClientIp,
+    /// A request header's value; requests without it fall back to the client address.
+    Header(String),
+    /// A cookie's value; requests without it fall back to the client address.
+    Cookie(String),
+}
+
+/// A backend of a VIP.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    pub addr: SocketAddr,
+    /// Relative share; 0 drains the backend (no new requests, in-flight ones finish).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Most concurrent requests (HTTP) or connections (TCP) to this backend; more wait in a
+    /// bounded queue (`Limits::queue_per_backend`) and get 503 when it is full.
+    #[serde(default)]
+    pub max_connections: Option<u32>,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+impl BackendSpec {
+    pub fn new(addr: SocketAddr) -> Self {
+        BackendSpec {
+            addr,
+            weight: 1,
+            max_connections: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn minimal_spec_gets_defaults() {
+        let spec: ProxyVipSpec = serde_json::from_str(
+            r#"{"name":"web","listen":"127.0.0.1:0","backends":[{"addr":"127.0.0.1:81"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.mode, Mode::Http);
+        assert_eq!(spec.options, ProxyOptions::default());
+        assert_eq!(spec.options.balance, Balance::RoundRobin);
+        assert_eq!(spec.backends[0].weight, 1);
+    }
+
+    #[test]
+    fn full_spec_parses() {
+        let spec: ProxyVipSpec = serde_json::from_str(
+            r#"{"name":"t","listen":"127.0.0.1:0","mode":"tcp",
+                "backends":[{"addr":"127.0.0.1:81","weight":3,"max_connections":10}],
+                "options":{
+                "balance":{"consistent_hash":{"key":{"cookie":"session"}}},
+                "timeouts":{"connect":"250ms","idle":"2m","request":1500,"tunnel":"1h"},
+                "proxy_protocol":"v2","retries":{"max":4},
+                "outlier":{"consecutive_failures":3,"base_ejection":"1s"}}}"#,
+        )
+        .unwrap();
+        let o = &spec.options;
+        assert_eq!(spec.mode, Mode::Tcp);
+        assert_eq!(
+            o.balance,
+            Balance::ConsistentHash {
+                key: HashKey::Cookie("session".into())
+            }
+        );
+        assert_eq!(spec.backends[0].max_connections, Some(10));
+        assert_eq!(o.timeouts.connect, Duration::from_millis(250));
+        assert_eq!(o.timeouts.idle, Duration::from_secs(120));
+        assert_eq!(o.timeouts.request, Duration::from_millis(1500));
+        assert_eq!(o.timeouts.tunnel, Duration::from_secs(3600));
+        assert_eq!(o.timeouts.client_header, Timeouts::default().client_header);
+        assert_eq!(o.proxy_protocol, ProxyProtocol::V2);
+        assert_eq!(o.retries.max, 4);
+        assert_eq!(o.outlier.base_ejection, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_at_every_level() {
+        for (what, text) in [
+            ("top", r#"{"balanse":"round_robin"}"#),
+            ("timeouts", r#"{"timeouts":{"conect":"1s"}}"#),
+            ("limits", r#"{"limits":{"max_conns":5}}"#),
+            ("forwarded", r#"{"forwarded":{"x_forwarded_for":true}}"#),
+            ("retries", r#"{"retries":{"maximum":1}}"#),
+            ("outlier", r#"{"outlier":{"failures":1}}"#),
+            ("tls", r#"{"tls":{"certificates":[],"cert":"x"}}"#),
+            (
+                "tls certificate",
+                r#"{"tls":{"certificates":[{"chain":"a","key":"b","pass":"c"}]}}"#,
+            ),
+            ("backend_tls", r#"{"backend_tls":{"ca":"x"}}"#),
+            ("sni", r#"{"sni":{"route":[]}}"#),
+            (
+                "sni route",
+                r#"{"sni":{"routes":[{"names":["a"],"backends":[],"weight":1}]}}"#,
+            ),
+        ] {
+            let r: Result<ProxyOptions, _> = serde_json::from_str(text);
+            let e = r.expect_err(what).to_string();
+            assert!(e.contains("unknown field"), "{what}: {e}");
+        }
+    }
+
+    #[test]
+    fn bad_duration_is_an_error() {
+        let r: Result<Timeouts, _> = serde_json::from_str(r#"{"connect":"3 parsecs"}"#);
+        assert!(r.unwrap_err().to_string().contains("invalid duration"));
+    }
+}

@@ -1,0 +1,177 @@
+//! The tuning tables of [`super::ProxyOptions`]: timeouts, limits, client-information headers,
+//! PROXY protocol, retries and outlier detection.
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::duration;
+
+/// Timeouts. In lb.toml-style text they read `"2s"`, `"500ms"`, `"1m"`, `"1h"`, or a number
+/// of milliseconds.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    /// Establishing a backend connection (each attempt).
+    #[serde(with = "duration")]
+    pub connect: Duration,
+    /// A client must send a complete request head within this from its first byte (slow-loris
+    /// defence); HTTP/1 clients then get 408.
+    #[serde(with = "duration")]
+    pub client_header: Duration,
+    /// A backend must answer with a response head within this once the request has been sent
+    /// whole (each attempt); then 504. Upload time does not count.
+    #[serde(with = "duration")]
+    pub backend_header: Duration,
+    /// Keep-alive idle time: between requests on a client connection, and of pooled backend
+    /// connections.
+    #[serde(with = "duration")]
+    pub idle: Duration,
+    /// The budget from the end of the request (head, and body if any) to the response head:
+    /// queueing, retries, every attempt.
+    #[serde(with = "duration")]
+    pub request: Duration,
+    /// How long a request may wait in a backend's maxconn queue.
+    #[serde(with = "duration")]
+    pub queue: Duration,
+    /// Inactivity while a request or response body streams: a client or backend that sends
+    /// nothing for this long mid-body loses the exchange.
+    #[serde(with = "duration")]
+    pub body: Duration,
+    /// Inactivity of upgraded connections (WebSocket) and TCP relays, both ways together
+    /// (HAProxy's `timeout tunnel`).
+    #[serde(with = "duration")]
+    pub tunnel: Duration,
+    /// TCP keepalive probes on client and backend sockets start after this much silence, so
+    /// peers that vanished without a FIN are found; 0 turns them off.
+    #[serde(with = "duration")]
+    pub tcp_keepalive: Duration,
+    /// TLS: a client must complete its handshake (or, with SNI routing, send its ClientHello)
+    /// within this.
+    #[serde(with = "duration")]
+    pub handshake: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(3),
+            client_header: Duration::from_secs(10),
+            backend_header: Duration::from_secs(30),
+            idle: Duration::from_secs(60),
+            request: Duration::from_secs(60),
+            queue: Duration::from_secs(5),
+            body: Duration::from_secs(60),
+            tunnel: Duration::from_secs(3600),
+            tcp_keepalive: Duration::from_secs(60),
+            handshake: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Limits on what clients may send and hold.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Most bytes of a request head (request line and headers); more gets 431.
+    pub max_header_bytes: usize,
+    /// Most header fields in a request; more gets 431.
+    pub max_headers: usize,
+    /// Most bytes of the request target; longer gets 414.
+    pub max_request_line: usize,
+    /// Most concurrent client connections to the VIP; more are answered 503 (HTTP) or closed.
+    pub max_connections: usize,
+    /// Requests waiting for a full backend (per backend); more get 503.
+    pub queue_per_backend: usize,
+    /// Idle pooled connections kept per backend.
+    pub pool_idle_per_backend: usize,
+    /// HTTP/2 streams per client connection.
+    pub h2_max_streams: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 16 * 1024,
+            max_headers: 100,
+            max_request_line: 8 * 1024,
+            max_connections: 10_000,
+            queue_per_backend: 128,
+            pool_idle_per_backend: 256,
+            h2_max_streams: 128,
+        }
+    }
+}
+
+/// Which client-information headers are added to requests.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ForwardedHeaders {
+    /// X-Forwarded-For / -Proto / -Host.
+    pub x_forwarded: bool,
+    /// RFC 7239 `Forwarded`.
+    pub forwarded: bool,
+    /// Keep what the client sent in these headers and append to it (only right behind another
+    /// trusted proxy); by default the client's copies are dropped, so they cannot be spoofed.
+    pub trust_incoming: bool,
+}
+
+impl Default for ForwardedHeaders {
+    fn default() -> Self {
+        ForwardedHeaders {
+            x_forwarded: true,
+            forwarded: false,
+            trust_incoming: false,
+        }
+    }
+}
+
+/// PROXY protocol header sent first on every backend connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyProtocol {
+    #[default]
+    None,
+    V1,
+    V2,
+}
+
+/// Retries, bounded.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Retries {
+    /// Extra attempts after the first one, each on another backend when there is one.
+    /// Connection failures are always retried; failures after the request was sent only
+    /// for idempotent requests without a body.
+    pub max: u32,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Retries { max: 2 }
+    }
+}
+
+/// Passive outlier detection. Only backend faults count: connect refused or timed out, a
+/// reset or malformed response, a backend timeout, a 5xx. A client's fault (a malformed or
+/// aborted upload) never does.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Outlier {
+    /// Consecutive backend faults that eject a backend; 0 disables ejection.
+    pub consecutive_failures: u32,
+    /// First ejection time; each further ejection in a row doubles it, up to `max_ejection`.
+    #[serde(with = "duration")]
+    pub base_ejection: Duration,
+    #[serde(with = "duration")]
+    pub max_ejection: Duration,
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        Outlier {
+            consecutive_failures: 5,
+            base_ejection: Duration::from_secs(10),
+            max_ejection: Duration::from_secs(300),
+        }
+    }
+}

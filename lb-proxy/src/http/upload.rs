@@ -1,0 +1,164 @@
+//! The client's request body on its way to a backend. It tells the request's timers when the
+//! upload is over (backend timeouts start only then, so a slow but steady upload is not cut),
+//! cuts a client that goes silent mid-body, and records whether the body failed on the
+//! client's side, so a client's fault is answered 400/408 and never counted against the
+//! backend.
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use tokio::sync::Notify;
+use tokio::time::Sleep;
+
+use crate::error::BoxError;
+
+/// How the upload went, shared with the request's timers.
+#[derive(Debug, Default)]
+pub(crate) struct Upload {
+    state: AtomicU8,
+    done: Notify,
+}
+
+const STREAMING: u8 = 0;
+const COMPLETE: u8 = 1;
+/// The client sent a malformed body or went away mid-body.
+const BROKEN: u8 = 2;
+/// The client stopped sending mid-body.
+const STALLED: u8 = 3;
+
+/// A client-side failure of the upload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClientFault {
+    Broken,
+    Stalled,
+}
+
+impl Upload {
+    pub(crate) fn fault(&self) -> Option<ClientFault> {
+        match self.state.load(Relaxed) {
+            BROKEN => Some(ClientFault::Broken),
+            STALLED => Some(ClientFault::Stalled),
+            _ => None,
+        }
+    }
+
+    fn finish(&self, state: u8) {
+        if self
+            .state
+            .compare_exchange(STREAMING, state, Relaxed, Relaxed)
+            .is_ok()
+        {
+            self.done.notify_waiters();
+        }
+    }
+
+    /// Resolves once the body has been sent whole (or failed); never for a body that is
+    /// still streaming.
+    pub(crate) async fn ended(&self) {
+        loop {
+            let notified = self.done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.state.load(Relaxed) != STREAMING {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Resolves `after` the end of the upload: the deadline of a timer that must not count
+    /// upload time.
+    pub(crate) async fn ended_plus(&self, after: Duration) {
+        self.ended().await;
+        tokio::time::sleep(after).await;
+    }
+}
+
+pub(crate) struct RequestBody {
+    inner: Incoming,
+    upload: Arc<Upload>,
+    idle: Duration,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl RequestBody {
+    pub(crate) fn new(inner: Incoming, idle: Duration) -> (Self, Arc<Upload>) {
+        let upload = Arc::new(Upload::default());
+        if inner.is_end_stream() {
+            upload.finish(COMPLETE);
+        }
+        let body = RequestBody {
+            inner,
+            upload: upload.clone(),
+            idle,
+            timer: None,
+        };
+        (body, upload)
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.inner.is_end_stream() {
+                    this.upload.finish(COMPLETE);
+                }
+                if let Some(t) = &mut this.timer {
+                    t.as_mut().reset(tokio::time::Instant::now() + this.idle);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                this.upload.finish(COMPLETE);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.upload.finish(BROKEN);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Pending => {
+                let idle = this.idle;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.upload.finish(STALLED);
+                Poll::Ready(Some(Err(
+                    "the client stopped sending its request body".into()
+                )))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        // Dropped unfinished: the backend no longer wants it (answered early, or failed).
+        // Timers waiting for the upload's end must not wait for ever.
+        self.upload.finish(COMPLETE);
+    }
+}
