@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lb_proxy::{BackendSpec, Mode, ProxyHandle, ProxyOptions, ProxyVipSpec};
+use lb_proxy::{BackendSpec, Mode, ProxyError, ProxyHandle, ProxyOptions, ProxyVipSpec};
 
 use crate::config::Protocol;
 use crate::state::plan::ring_input;
@@ -13,15 +13,6 @@ use crate::state::{State, VipState};
 
 /// How long a removed proxy VIP's in-flight requests may take to finish.
 const REMOVE_GRACE: Duration = Duration::from_secs(5);
-
-/// Reads a `[vip.proxy]` table into lb-proxy's options (unknown keys, at any depth, are
-/// errors); the error says which key is wrong.
-pub fn settings(table: Option<&toml::Table>) -> Result<ProxyOptions, String> {
-    match table {
-        None => Ok(ProxyOptions::default()),
-        Some(t) => toml::Value::Table(t.clone()).try_into().map_err(|e: toml::de::Error| e.message().to_string()),
-    }
-}
 
 /// The backends as the proxy should see them: the VIP's backends with their weights (0 when
 /// drained), and whether each may take new requests (healthy, or the all-down policy says
@@ -38,14 +29,14 @@ pub fn backends(vip: &VipState, max_connections: Option<u32>) -> Vec<(BackendSpe
 }
 
 /// The lb-proxy spec of a proxy VIP.
-pub fn spec(vip: &VipState, hash_seed: u32) -> Result<ProxyVipSpec, String> {
-    let options = settings(vip.proxy.as_ref())?;
+pub fn spec(vip: &VipState, hash_seed: u32) -> ProxyVipSpec {
+    let options = vip.proxy.clone().unwrap_or_default();
     let mode = if vip.protocol == Protocol::Http { Mode::Http } else { Mode::Tcp };
     let mut spec = ProxyVipSpec::new(vip.label(), SocketAddr::new(vip.address, vip.port), mode);
     spec.hash_seed = hash_seed;
     spec.backends = backends(vip, options.max_connections).into_iter().map(|(b, _)| b).collect();
     spec.options = options;
-    Ok(spec)
+    spec
 }
 
 /// What a running proxy VIP was started from: a change means restarting that VIP.
@@ -53,7 +44,7 @@ pub fn spec(vip: &VipState, hash_seed: u32) -> Result<ProxyVipSpec, String> {
 struct Started {
     listen: SocketAddr,
     protocol: Protocol,
-    settings: Option<toml::Table>,
+    options: Option<ProxyOptions>,
     hash_seed: u32,
 }
 
@@ -70,8 +61,8 @@ pub struct ProxyRuntime {
 
 impl ProxyRuntime {
     /// A proxy with no VIP yet. Called within the daemon's tokio runtime.
-    pub fn new(runtime: tokio::runtime::Handle) -> Result<Self, String> {
-        let handle = runtime.block_on(lb_proxy::Proxy::start(Vec::new())).map_err(|e| e.to_string())?;
+    pub fn new(runtime: tokio::runtime::Handle) -> Result<Self, ProxyError> {
+        let handle = runtime.block_on(lb_proxy::Proxy::start(Vec::new()))?;
         Ok(Self { handle, runtime, running: HashMap::new(), applied: HashMap::new(), last_changes: Vec::new() })
     }
 
@@ -87,7 +78,7 @@ impl ProxyRuntime {
 
     /// Starts, restarts or stops proxy VIPs so they match `state`, then hands every proxy VIP
     /// its backends and their health. Called from the writer (a blocking thread).
-    pub fn sync(&mut self, state: &State) -> Result<(), String> {
+    pub fn sync(&mut self, state: &State) -> Result<(), ProxyError> {
         let wanted: HashMap<String, &VipState> =
             state.vips.iter().filter(|v| !v.forwarding.is_xdp()).map(|v| (v.label(), v)).collect();
         let stale: Vec<String> = self
@@ -98,7 +89,7 @@ impl ProxyRuntime {
             .collect();
         self.last_changes.clear();
         for name in stale {
-            self.runtime.block_on(self.handle.remove_vip(&name, REMOVE_GRACE)).map_err(|e| e.to_string())?;
+            self.runtime.block_on(self.handle.remove_vip(&name, REMOVE_GRACE))?;
             self.running.remove(&name);
             self.applied.remove(&name);
             let what = if wanted.contains_key(&name) { "restarted" } else { "stopped" };
@@ -106,10 +97,7 @@ impl ProxyRuntime {
         }
         for (name, vip) in &wanted {
             if !self.running.contains_key(name) {
-                let spec = spec(vip, state.hash_seed)?;
-                self.runtime
-                    .block_on(self.handle.add_vip(spec))
-                    .map_err(|e| format!("proxy VIP {name}: {e}"))?;
+                self.runtime.block_on(self.handle.add_vip(spec(vip, state.hash_seed)))?;
                 self.running.insert(name.clone(), started_from(vip, state.hash_seed));
                 if !self.last_changes.iter().any(|c| c == &format!("proxy VIP {name} restarted")) {
                     self.last_changes.push(format!("proxy VIP {name} started"));
@@ -117,18 +105,16 @@ impl ProxyRuntime {
             } else {
                 // Certificates are read again on every sync (reload): new handshakes get the
                 // files' current contents, established connections keep theirs.
-                self.handle.reload_tls(name).map_err(|e| format!("proxy VIP {name}: {e}"))?;
+                self.handle.reload_tls(name)?;
             }
-            let s = settings(vip.proxy.as_ref())?;
-            let backends = backends(vip, s.max_connections);
+            let max_connections = vip.proxy.as_ref().and_then(|o| o.max_connections);
+            let backends = backends(vip, max_connections);
             if self.applied.get(name) == Some(&backends) {
                 continue;
             }
-            self.handle
-                .set_backends(name, backends.iter().map(|(b, _)| b.clone()).collect())
-                .map_err(|e| e.to_string())?;
+            self.handle.set_backends(name, backends.iter().map(|(b, _)| b.clone()).collect())?;
             for (b, up) in &backends {
-                self.handle.set_backend_health(name, b.addr, *up).map_err(|e| e.to_string())?;
+                self.handle.set_backend_health(name, b.addr, *up)?;
             }
             if self.applied.insert(name.clone(), backends).is_some() {
                 self.last_changes.push(format!("proxy VIP {name} backends updated"));
@@ -144,7 +130,7 @@ impl ProxyRuntime {
 }
 
 fn started_from(vip: &VipState, hash_seed: u32) -> Started {
-    Started { listen: SocketAddr::new(vip.address, vip.port), protocol: vip.protocol, settings: vip.proxy.clone(), hash_seed }
+    Started { listen: SocketAddr::new(vip.address, vip.port), protocol: vip.protocol, options: vip.proxy.clone(), hash_seed }
 }
 
 #[cfg(test)]
@@ -183,19 +169,5 @@ mod tests {
         proxy.sync(&state(port, 5, 8082, "[vip.proxy]\nretries = { max = 1 }\n")).unwrap();
         assert_eq!(proxy.last_changes(), ["proxy VIP web restarted"], "options");
         proxy.shutdown(Duration::from_secs(1));
-    }
-
-    #[test]
-    fn misspelt_keys_at_any_depth_are_errors() {
-        for text in ["timeouts = { conect = \"1s\" }", "limits = { max_conns = 5 }", "balanse = \"round_robin\""] {
-            let table: toml::Table = toml::from_str(text).unwrap();
-            let e = settings(Some(&table)).expect_err(text);
-            assert!(e.contains("unknown field"), "{text}: {e}");
-        }
-        let table: toml::Table =
-            toml::from_str("timeouts = { connect = \"1s\", tunnel = \"1h\" }\nmax_connections = 5").unwrap();
-        let o = settings(Some(&table)).unwrap();
-        assert_eq!(o.timeouts.tunnel, Duration::from_secs(3600));
-        assert_eq!(o.max_connections, Some(5));
     }
 }

@@ -89,8 +89,8 @@ pub struct VipSpec {
     pub all_down: AllDownPolicy,
     /// The VIP's own health table (with defaults): what backends added at run time get.
     pub health: Option<HealthSpec>,
-    /// `[vip.proxy]`: settings for the userspace proxy, kept raw (proxy VIPs only).
-    pub proxy: Option<toml::Table>,
+    /// `[vip.proxy]`: lb-proxy's options (proxy VIPs only).
+    pub proxy: Option<lb_proxy::ProxyOptions>,
 }
 
 /// What identifies a VIP across reloads and restarts: address, port, wire protocol.

@@ -40,7 +40,7 @@ pub(super) struct RawVip {
     pub health: Option<Spanned<RawHealth>>,
     #[serde(default)]
     pub backends: Vec<Spanned<RawBackend>>,
-    pub proxy: Option<Spanned<toml::Table>>,
+    pub proxy: Option<Spanned<lb_proxy::ProxyOptions>>,
 }
 
 #[derive(Debug, Deserialize)]

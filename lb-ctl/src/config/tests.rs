@@ -204,8 +204,13 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "proxy table on an XDP VIP",
-            format!("{VIP}[vip.proxy]\nbalance = \"random\"\n"),
+            format!("{VIP}[vip.proxy]\nbalance = \"round_robin\"\n"),
             &["lb.toml:5: vip \"web\": [vip.proxy] only applies to forwarding = \"proxy\" VIPs"],
+        ),
+        (
+            "misspelt key inside a [vip.proxy] sub-table",
+            format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\" }}\n"),
+            &["lb.toml:7: unknown field `conect`, expected one of `connect`, `client_header`, `backend_header`, `idle`, `request`, `queue`, `body`, `tunnel`, `tcp_keepalive`, `handshake`"],
         ),
         (
             "bad health values",

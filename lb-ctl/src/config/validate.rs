@@ -258,10 +258,6 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
         && forwarding.is_xdp()
     {
         c.error(p.span(), format!("{at}: [vip.proxy] only applies to forwarding = \"proxy\" VIPs"));
-    } else if let Some(p) = &v.proxy
-        && let Err(e) = crate::proxy::settings(Some(p.get_ref()))
-    {
-        c.error(p.span(), format!("{at}: [vip.proxy]: {e}"));
     }
     let all_down = v.all_down.as_ref().map(|a| *a.get_ref()).unwrap_or(daemon.all_down);
     let vip_health = v.health.as_ref();

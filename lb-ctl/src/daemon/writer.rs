@@ -80,7 +80,8 @@ impl Writer {
             if state.vips.iter().all(|v| v.forwarding.is_xdp()) {
                 return Ok(());
             }
-            self.proxy = Some(ProxyRuntime::new(self.runtime.clone()).map_err(ApiError::internal)?);
+            let proxy = ProxyRuntime::new(self.runtime.clone()).map_err(|e| ApiError::internal(format!("proxy: {e}")))?;
+            self.proxy = Some(proxy);
         }
         let proxy = self.proxy.as_mut().expect("started above");
         proxy.sync(state).map_err(|e| ApiError::internal(format!("proxy: {e}")))
