@@ -59,3 +59,26 @@ pub fn backend_generation(current: Option<&Backend>, new: &Backend) -> u32 {
 
 crate::user_pod!(Backend);
 const _: () = assert!(core::mem::size_of::<Backend>() == 24);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipv4_bytes;
+
+    fn backend(last: u8, port: u16) -> Backend {
+        Backend { addr: ipv4_bytes([198, 51, 100, last]), port: port.to_be(), family: 4, flags: BACKEND_ACTIVE, generation: 0 }
+    }
+
+    #[test]
+    fn an_id_keeps_its_generation_only_while_it_holds_the_same_active_backend() {
+        let first = Backend { generation: backend_generation(None, &backend(11, 8080)), ..backend(11, 8080) };
+        assert_eq!(first.generation, 1, "a never-written id starts at 1 (0 is never a generation)");
+        assert_eq!(backend_generation(Some(&first), &backend(11, 8080)), 1, "rewritten as it was: same generation");
+        assert_eq!(backend_generation(Some(&first), &backend(12, 8080)), 2, "another address: the next one");
+        assert_eq!(backend_generation(Some(&first), &backend(11, 9090)), 2, "another port: the next one");
+        let removed = Backend { flags: 0, ..first };
+        assert_eq!(backend_generation(Some(&removed), &backend(11, 8080)), 2, "given back after a removal: the next one");
+        let last = Backend { generation: u32::MAX, ..backend(13, 80) };
+        assert_eq!(backend_generation(Some(&last), &backend(14, 80)), 1, "wraps past 0");
+    }
+}

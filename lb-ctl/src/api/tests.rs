@@ -63,7 +63,8 @@ async fn status_vips_and_list() {
     // Traffic and flows come from the data plane.
     let id = list[0].id;
     d.fake.lock().fake.backend_traffic.insert(id, lb_common::stats::Traffic { packets: 5, bytes: 700 });
-    d.fake.lock().fake.flows.insert(FlowKey::default(), FlowEntry { backend_id: id, vip_id: 0, ..Default::default() });
+    let generation = d.fake.lock().fake.backends[&id].generation;
+    d.fake.lock().fake.flows.insert(FlowKey::default(), FlowEntry { backend_id: id, vip_id: 0, generation, reply_hash: 0 });
     let b = d.list().await.into_iter().find(|b| b.id == id).unwrap();
     assert_eq!((b.packets, b.bytes, b.active_flows), (5, 700, 1));
     let stats = d.client.stats().await.unwrap();

@@ -87,6 +87,7 @@ fn check_pinned(dir: &Path, ring_size: u32, flow_table_size: u32) -> Result<bool
         (map_names::VIPS, size_of::<VipKey>(), size_of::<VipInfo>(), None),
         (map_names::VIP_INFO, 4, size_of::<VipInfo>(), None),
         (map_names::BACKENDS, 4, size_of::<Backend>(), None),
+        (map_names::NAT_BACKENDS, size_of::<VipKey>(), 4, None),
         (map_names::RINGS, 4, 4, Some(MAX_VIPS * ring_size)),
         (map_names::FLOWS, 4, size_of::<ForwardSet>(), Some(flow_sets(flow_table_size))),
         (map_names::REVERSE_FLOWS, 4, size_of::<ReverseSet>(), Some(flow_sets(flow_table_size))),

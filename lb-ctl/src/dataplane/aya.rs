@@ -274,9 +274,18 @@ impl Dataplane for AyaDataplane {
 
     fn flows_per_backend(&self) -> Result<HashMap<u32, u64>> {
         let mut out = HashMap::new();
+        // Each id's current generation: entries of an earlier holder do not count.
+        let mut generations: HashMap<u32, Option<u32>> = HashMap::new();
         for index in 0..self.flow_sets {
             for way in self.flow_set(index)?.flows(self.table_seed) {
-                *out.entry(way.value.backend_id).or_default() += 1;
+                let id = way.value.backend_id;
+                let current = match generations.get(&id) {
+                    Some(g) => *g,
+                    None => *generations.entry(id).or_insert(self.backend(id)?.map(|b| b.generation)),
+                };
+                if current == Some(way.value.generation) {
+                    *out.entry(id).or_default() += 1;
+                }
             }
         }
         Ok(out)

@@ -25,6 +25,7 @@ pub const PINNED_MAPS: &[&str] = &[
     map_names::COUNTERS,
     map_names::VIP_STATS,
     map_names::BACKEND_STATS,
+    map_names::NAT_BACKENDS,
 ];
 
 /// How to load the balancer.

@@ -112,7 +112,8 @@ impl Dataplane for MemoryDataplane {
     }
     fn flows_per_backend(&self) -> Result<HashMap<u32, u64>> {
         let mut out = HashMap::new();
-        for entry in self.flows.values() {
+        let current = |e: &FlowEntry| self.backends.get(&e.backend_id).is_some_and(|b| b.generation == e.generation);
+        for entry in self.flows.values().filter(|e| current(e)) {
             *out.entry(entry.backend_id).or_default() += 1;
         }
         Ok(out)

@@ -81,6 +81,7 @@ pub trait Dataplane: Send {
     /// Totals over CPUs for one backend.
     fn backend_traffic(&self, backend_id: u32) -> Result<Traffic>;
     /// Number of connection-table entries per backend id.
+    /// (Entries of an id's earlier holder, another generation, do not count.)
     fn flows_per_backend(&self) -> Result<HashMap<u32, u64>>;
     /// The connection-table entry of one flow, if the program would follow it: its backend id
     /// still holds, active, the backend it was recorded for (same generation).

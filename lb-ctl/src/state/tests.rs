@@ -368,3 +368,60 @@ fn rings_are_rebuilt_only_for_vips_whose_members_changed() {
     assert_eq!(rig.apply(), vec![Op::WriteRing(web)]);
     assert!(rig.dp.lock().fake.ring_slot_writes > before);
 }
+
+#[test]
+fn nat_backends_name_their_one_vip_or_shared() {
+    use lb_common::backend::{NAT_BACKEND_SHARED, NatBackendKey};
+    let text = format!(
+        "{TWO_VIPS}{}",
+        r#"
+[[vip]]
+name = "api"
+address = "203.0.113.11"
+port = 80
+backends = [ { address = "198.51.100.1", port = 8080 }, { address = "198.51.100.9", port = 8080 } ]
+"#
+    );
+    let mut rig = Rig::new(&text);
+    let (web, api) = (rig.state.find_vip("web").unwrap().id, rig.state.find_vip("api").unwrap().id);
+    let key = |last: u8| NatBackendKey { addr: lb_common::ipv4_bytes([198, 51, 100, last]), port: 8080u16.to_be(), protocol: 6, family: 4 };
+    let owner = |rig: &Rig, last: u8| rig.dp.lock().fake.nat_backends.get(&key(last)).copied();
+    assert_eq!(owner(&rig, 1), Some(NAT_BACKEND_SHARED), "198.51.100.1:8080 serves web and api");
+    assert_eq!((owner(&rig, 2), owner(&rig, 9)), (Some(web), Some(api)));
+    assert_eq!(rig.dp.lock().fake.nat_backends.len(), 4, "DSR backends have no entry");
+    rig.state.remove_backend("api", "198.51.100.1:8080").unwrap();
+    rig.apply();
+    assert_eq!(owner(&rig, 1), Some(web), "no longer shared");
+    rig.state.remove_backend("api", "198.51.100.9:8080").unwrap();
+    rig.apply();
+    assert_eq!(owner(&rig, 9), None, "removed with its backend");
+}
+
+#[test]
+fn a_backend_id_given_to_another_backend_gets_a_new_generation() {
+    let mut rig = Rig::new(TWO_VIPS);
+    let id = rig.id("web", "198.51.100.3:8080");
+    let generation = |rig: &Rig| rig.dp.lock().fake.backends[&id].generation;
+    let first = generation(&rig);
+    assert_ne!(first, 0);
+    rig.state.vips[0].backends[0].weight = 300;
+    rig.apply();
+    assert_eq!(generation(&rig), first, "a weight change keeps the id's holder");
+    rig.dp.lock().fake.backend_traffic.insert(id, lb_common::stats::Traffic { packets: 9, bytes: 900 });
+    rig.state.remove_backend("web", "198.51.100.3:8080").unwrap();
+    rig.apply();
+    assert_eq!(generation(&rig), first, "removed: inactive, generation kept for the next holder");
+    // Ids come back only after the allocator wrapped (4096 of them): the map writer's call
+    // for the id's next holder, as it then makes it.
+    let newcomer = lb_common::backend::Backend {
+        addr: lb_common::ipv4_bytes([198, 51, 100, 77]),
+        port: 8080u16.to_be(),
+        family: 4,
+        flags: BACKEND_ACTIVE,
+        generation: 0,
+    };
+    let mut dp = rig.dp.clone();
+    crate::dataplane::Dataplane::upsert_backend(&mut dp, id, newcomer).unwrap();
+    assert_ne!(generation(&rig), first, "a new holder, a new generation");
+    assert!(!rig.dp.lock().fake.backend_traffic.contains_key(&id), "and its counters start at zero");
+}
