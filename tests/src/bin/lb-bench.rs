@@ -17,6 +17,31 @@ enum Bench {
     Proxy,
     /// `backends remove` to the map change, Maglev ring build, daemon RSS (root).
     Control,
+    /// Packets and connections through lb-ctl, nftables DNAT, HAProxy and nginx in the
+    /// namespace lab, interleaved, with plain routing as the floor (root).
+    Lab {
+        /// One short repetition (2 s runs).
+        #[arg(long)]
+        quick: bool,
+        /// Repetitions of every run (interleaved A,B,C,A,B,C).
+        #[arg(long, default_value_t = 3)]
+        repetitions: usize,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Also write every run as JSON to this file.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// Every benchmark, then an HTML report with charts and the raw results as JSON (root).
+    All {
+        /// The report's directory (report.html, results.json).
+        #[arg(long)]
+        report: std::path::PathBuf,
+        /// The lab benchmark's short pass (one repetition of 2 s runs).
+        #[arg(long)]
+        quick: bool,
+    },
     /// The proxy benchmark's backends (started by `proxy`).
     #[command(hide = true)]
     ProxyBackend { args: Vec<String> },
@@ -27,9 +52,26 @@ enum Bench {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
-        Bench::Dataplane => bench::dataplane::run(),
-        Bench::Proxy => bench::proxy::run(),
+        Bench::Dataplane => bench::dataplane::run().map(drop),
+        Bench::Proxy => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
+        Bench::Lab { quick, repetitions, seconds, json } => {
+            let options = if quick {
+                bench::lab::Options::quick()
+            } else {
+                bench::lab::Options { repetitions: repetitions.max(1), seconds: seconds.clamp(1, 60) }
+            };
+            let results = bench::lab::run(options)?;
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&results)?)?;
+                println!("runs written to {}", path.display());
+            }
+            Ok(())
+        }
+        Bench::All { report, quick } => {
+            let options = if quick { bench::lab::Options::quick() } else { bench::lab::Options { repetitions: 3, seconds: 3 } };
+            bench::report::run_all(&report, options)
+        }
         Bench::ProxyBackend { args } => {
             bench::proxy::backend::run(&args);
             Ok(())

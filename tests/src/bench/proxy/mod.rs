@@ -41,7 +41,18 @@ fn rounds() -> usize {
         .max(1)
 }
 
-pub fn run() -> Result<()> {
+/// One wrk run of a peer, for the report.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProxyRun {
+    pub peer: String,
+    pub test: String,
+    pub requests_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+}
+
+pub fn run() -> Result<Vec<ProxyRun>> {
     // The backends and the lb-proxy front end are this same program (`lb-bench proxy-backend`,
     // `lb-bench proxy-frontend`).
     let me = std::env::current_exe().context("own path")?;
@@ -149,7 +160,17 @@ pub fn run() -> Result<()> {
             );
         }
     }
-    Ok(())
+    Ok(results
+        .into_iter()
+        .map(|(peer, test, r)| ProxyRun {
+            peer: peer.to_string(),
+            test: test.to_string(),
+            requests_per_sec: r.rps,
+            p50_ms: r.p50_ms,
+            p99_ms: r.p99_ms,
+            errors: r.errors,
+        })
+        .collect())
 }
 
 /// A free loopback port (bound and released; the tiny race is acceptable for a benchmark).
