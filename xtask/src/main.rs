@@ -23,10 +23,11 @@ enum Task {
     Test,
     /// The lab demo: a namespace lab with a client, the balancer and three backends (root).
     Demo,
-    /// Benchmarks: print figures, assert nothing.
+    /// Benchmarks: print figures, assert nothing. `bench help` lists them (dataplane, proxy,
+    /// control, lab, all); the arguments go to `lb-bench`.
     Bench {
-        #[command(subcommand)]
-        what: bench::Bench,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
 }
 
@@ -35,6 +36,6 @@ fn main() -> anyhow::Result<()> {
         Task::Setup => setup::run(),
         Task::Test => test::run(),
         Task::Demo => demo::run(),
-        Task::Bench { what } => bench::run(what),
+        Task::Bench { args } => bench::run(&args),
     }
 }

@@ -5,6 +5,7 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
+use crate::bench::proxy::nginx_main;
 use crate::lab::{LB_BACKEND_SIDE, backend_addr};
 
 /// UDP port of the datagram workload, TCP ports of the request and stream workloads.
@@ -153,14 +154,7 @@ pub fn nginx_conf(dir: &Path, backends: usize, workers: usize) -> String {
     let vip = Peer::NginxStream.address();
     let servers = |port: u16| backend_list(backends, port, |_, a, p| format!("        server {a}:{p};"));
     format!(
-        "load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-daemon off;
-master_process on;
-worker_processes {workers};
-pid {dir}/nginx.pid;
-error_log stderr error;
-events {{ worker_connections 20000; }}
-stream {{
+        "{}stream {{
     upstream http_out {{
 {}
     }}
@@ -178,9 +172,9 @@ stream {{
     }}
 }}
 ",
+        nginx_main(dir, workers, 20000),
         servers(HTTP_PORT),
         servers(STREAM_PORT),
-        dir = dir.display()
     )
 }
 

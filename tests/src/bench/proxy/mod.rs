@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 
 use super::stats::median;
 use configs::{haproxy_conf, nginx_conf};
+pub use configs::nginx_main;
 pub use wrk::parse_wrk;
 use wrk::{WrkResult, fmt_ms, print_row, wrk};
 
