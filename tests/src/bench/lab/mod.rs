@@ -11,7 +11,7 @@ use crate::lab;
 
 mod observe;
 pub mod peers;
-mod report;
+pub mod report;
 mod rig;
 pub mod workloads;
 

@@ -8,7 +8,8 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::dataplane::PathCost;
-use super::lab::peers::PEERS;
+use super::lab::peers::{PEERS, Peer};
+use super::lab::report::paired_ratio;
 use super::lab::workloads::WORKLOADS;
 use super::lab::{Options, Results};
 use super::proxy::ProxyRun;
@@ -132,7 +133,22 @@ fn html(all: &Everything) -> String {
                 (!v.is_empty()).then(|| Bar { label: peer.name().into(), value: median(v.into_iter()), spread: Some((lo, hi)), marker: None })
             })
             .collect();
+        if wbars.is_empty() {
+            continue;
+        }
         body.push_str(&bars(workload.name(), workload.unit(), &wbars, None));
+        // Ratios paired within each repetition (lb-ctl NAT's figure over the peer's), median.
+        let rbars: Vec<Bar> = PEERS
+            .iter()
+            .filter(|&&peer| peer != Peer::LbNat)
+            .filter_map(|&peer| {
+                let ratio = paired_ratio(&lab.runs, Peer::LbNat, peer, workload)?;
+                Some(Bar { label: peer.name().into(), value: ratio, spread: None, marker: Some(1.0) })
+            })
+            .collect();
+        if !rbars.is_empty() {
+            body.push_str(&bars(&format!("{}: lb-ctl XDP NAT / peer", workload.name()), "ratio (paired, median)", &rbars, Some("1.0 (even)")));
+        }
     }
     for (what, why) in &lab.skipped {
         body.push_str(&format!("<p>{}: skipped: {}</p>\n", escape(what), escape(why)));
@@ -183,4 +199,38 @@ fn html(all: &Everything) -> String {
          max-width:1100px;margin:2em auto}} pre{{background:#f4f4f4;padding:.6em;overflow-x:auto;font-size:12px}} \
          svg{{display:block;margin:1em 0}}</style></head><body>\n{body}</body></html>\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::lab::Run;
+    use crate::bench::lab::workloads::Workload;
+
+    #[test]
+    fn the_report_is_one_page_with_every_chart() {
+        let machine = Machine { cpu: "cpu <x>".into(), cores: 2, kernel: "k".into(), nic: "veth".into(), commit: "abc".into() };
+        let run = |peer, value| Run {
+            repetition: 1,
+            workload: Workload::Udp,
+            peer,
+            value,
+            sent: value,
+            delivered: value,
+            observed: Default::default(),
+        };
+        let lab = Results {
+            options: Options::quick(),
+            configs: vec![("nft".into(), "table ip t {}".into())],
+            skipped: vec![("IPVS".into(), "not here".into())],
+            runs: vec![run(Peer::LbNat, 200.0), run(Peer::NftDnat, 100.0)],
+        };
+        let dataplane = [PathCost { path: "non-VIP pass".into(), extra_ns: 20.0, katran_ns: Some(60.0) }];
+        let all = Everything { machine: &machine, dataplane: &dataplane, control: "control <text>", proxy: &[], lab: &lab };
+        let page = html(&all);
+        assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>\n"));
+        assert!(page.contains("cpu &lt;x&gt;") && page.contains("control &lt;text&gt;"), "text is escaped");
+        assert!(page.contains("lb-ctl XDP NAT / peer") && page.contains("IPVS: skipped"));
+        assert_eq!(page.matches("<svg").count(), 3, "dataplane, and UDP's figures and ratios (no other workload ran)");
+    }
 }
