@@ -24,7 +24,7 @@ enum Task {
     /// The lab demo: a namespace lab with a client, the balancer and three backends (root).
     Demo,
     /// Benchmarks: print figures, assert nothing. `bench help` lists them (dataplane, proxy,
-    /// control, lab, all); the arguments go to `lb-bench`.
+    /// control, flows, lab, all); the arguments go to `lb-bench`.
     Bench {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,

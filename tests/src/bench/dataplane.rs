@@ -36,7 +36,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn ns_per_run(prog: &Xdp, before: &mut (u64, u64)) -> f64 {
+pub(crate) fn ns_per_run(prog: &Xdp, before: &mut (u64, u64)) -> f64 {
     let info = prog.info().expect("program info");
     let now = (info.run_time().as_nanos() as u64, info.run_count());
     let per = (now.0 - before.0) as f64 / (now.1 - before.1).max(1) as f64;

@@ -13,6 +13,8 @@ struct Cli {
 enum Bench {
     /// ns per packet of each XDP path, over a bare XDP_PASS measured in the same run (root).
     Dataplane,
+    /// ns per packet of an established flow as the flows grow from 1 to 1,000,000 (root).
+    Flows,
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
     Proxy,
     /// `backends remove` to the map change, Maglev ring build, daemon RSS (root).
@@ -53,6 +55,7 @@ enum Bench {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
         Bench::Dataplane => bench::dataplane::run().map(drop),
+        Bench::Flows => bench::flows::run().map(drop),
         Bench::Proxy => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
         Bench::Lab { quick, repetitions, seconds, json } => {

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::dataplane::PathCost;
+use super::flows::FlowsCost;
 use super::lab::peers::{PEERS, Peer};
 use super::lab::report::paired_ratio;
 use super::lab::workloads::WORKLOADS;
@@ -32,6 +33,7 @@ pub struct Machine {
 struct Everything<'a> {
     machine: &'a Machine,
     dataplane: &'a [PathCost],
+    flows: &'a [FlowsCost],
     control: &'a str,
     proxy: &'a [ProxyRun],
     lab: &'a Results,
@@ -42,13 +44,15 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
     let machine = machine();
     println!("==> bench dataplane");
     let dataplane = super::dataplane::run()?;
+    println!("==> bench flows");
+    let flows = super::flows::run()?;
     println!("==> bench control");
     let control = control_text()?;
     println!("==> bench proxy");
     let proxy = super::proxy::run()?;
     println!("==> bench lab");
     let lab = super::lab::run(lab_options)?;
-    let all = Everything { machine: &machine, dataplane: &dataplane, control: &control, proxy: &proxy, lab: &lab };
+    let all = Everything { machine: &machine, dataplane: &dataplane, flows: &flows, control: &control, proxy: &proxy, lab: &lab };
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&all)?)?;
     std::fs::write(dir.join("report.html"), html(&all))?;
     println!("report: {} (raw results: {})", dir.join("report.html").display(), dir.join("results.json").display());
@@ -117,6 +121,16 @@ fn html(all: &Everything) -> String {
         .collect();
     body.push_str(&bars("lb_ingress per path (BPF_PROG_TEST_RUN, medians)", "ns / packet", &dp, Some("Katran (separate measurement)")));
     body.push_str("<p>Katran's markers are figures from a separate measurement (the same method on the same machine kind), not run by this benchmark.</p>\n");
+
+    if !all.flows.is_empty() {
+        body.push_str("<h2>Data plane: ns per packet against the number of flows</h2>\n");
+        let fbars: Vec<Bar> = all
+            .flows
+            .iter()
+            .map(|f| Bar { label: format!("{} flows", f.flows), value: f.extra_ns, spread: None, marker: None })
+            .collect();
+        body.push_str(&bars("established UDP (NAT), flows taken in scattered order", "extra ns / packet", &fbars, None));
+    }
 
     body.push_str("<h2>Lab: through a running balancer, next to its peers</h2>\n");
     let lab = all.lab;
@@ -226,7 +240,7 @@ mod tests {
             runs: vec![run(Peer::LbNat, 200.0), run(Peer::NftDnat, 100.0)],
         };
         let dataplane = [PathCost { path: "non-VIP pass".into(), extra_ns: 20.0, katran_ns: Some(60.0) }];
-        let all = Everything { machine: &machine, dataplane: &dataplane, control: "control <text>", proxy: &[], lab: &lab };
+        let all = Everything { machine: &machine, dataplane: &dataplane, flows: &[], control: "control <text>", proxy: &[], lab: &lab };
         let page = html(&all);
         assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>\n"));
         assert!(page.contains("cpu &lt;x&gt;") && page.contains("control &lt;text&gt;"), "text is escaped");
