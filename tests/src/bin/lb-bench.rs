@@ -31,6 +31,9 @@ enum Bench {
         /// Seconds per run.
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+        /// RX/TX queues of the balancer's veth and its switch port (1 or 2).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=2))]
+        balancer_queues: u16,
         /// Also write every run as JSON to this file.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
@@ -58,12 +61,13 @@ fn main() -> anyhow::Result<()> {
         Bench::Flows => bench::flows::run().map(drop),
         Bench::Proxy => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
-        Bench::Lab { quick, repetitions, seconds, json } => {
-            let options = if quick {
+        Bench::Lab { quick, repetitions, seconds, balancer_queues, json } => {
+            let mut options = if quick {
                 bench::lab::Options::quick()
             } else {
-                bench::lab::Options { repetitions: repetitions.max(1), seconds: seconds.clamp(1, 60) }
+                bench::lab::Options { repetitions: repetitions.max(1), seconds: seconds.clamp(1, 60), balancer_queues: 2 }
             };
+            options.balancer_queues = balancer_queues.into();
             let results = bench::lab::run(options)?;
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_string_pretty(&results)?)?;
@@ -72,7 +76,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Bench::All { report, quick } => {
-            let options = if quick { bench::lab::Options::quick() } else { bench::lab::Options { repetitions: 3, seconds: 3 } };
+            let options = if quick { bench::lab::Options::quick() } else { bench::lab::Options { repetitions: 3, seconds: 3, balancer_queues: 2 } };
             bench::report::run_all(&report, options)
         }
         Bench::ProxyBackend { args } => {

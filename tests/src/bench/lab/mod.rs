@@ -24,11 +24,13 @@ use workloads::{WORKLOADS, Workload};
 pub struct Options {
     pub repetitions: usize,
     pub seconds: u64,
+    /// RX and TX queues of the balancer's veth (and its switch port): 1 or 2.
+    pub balancer_queues: usize,
 }
 
 impl Options {
     pub fn quick() -> Options {
-        Options { repetitions: 1, seconds: 2 }
+        Options { repetitions: 1, seconds: 2, balancer_queues: 2 }
     }
 }
 
@@ -59,10 +61,11 @@ pub fn run(options: Options) -> Result<Results> {
     anyhow::ensure!(crate::privileges::require_root("lb-bench lab"), "the lab benchmark needs root");
     crate::netns::set_run_prefix("lbb");
     lab::catch_ctrl_c();
-    let rig = rig::Rig::build()?;
+    let rig = rig::Rig::build(options.balancer_queues)?;
     println!(
-        "lab: client (8 addresses), balancer, {} backends on one bridge; {} CPUs shared by generator, balancer and backends; \
-         {} repetition(s) of {} s per run",
+        "lab: client (8 addresses), balancer ({} queue(s)), {} backends on one bridge; {} CPUs shared by generator, balancer \
+         and backends; {} repetition(s) of {} s per run",
+        options.balancer_queues,
         rig::BACKENDS,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         options.repetitions,

@@ -45,9 +45,15 @@ impl Drop for Decaps {
 }
 
 impl Rig {
-    pub fn build() -> Result<Rig> {
+    pub fn build(balancer_queues: usize) -> Result<Rig> {
         let mut lab = Lab::new("", BACKENDS, CLIENTS);
         lab.tune_for_load();
+        if balancer_queues != 2 {
+            // Both ends of the balancer's link, before any XDP program is attached to them.
+            let queues = balancer_queues.to_string();
+            lab.lb.exec(&["ethtool", "-L", "eth0", "rx", &queues, "tx", &queues]);
+            lab.switch.exec(&["ethtool", "-L", LB_PORT, "rx", &queues, "tx", &queues]);
+        }
         let files = tempfile::Builder::new().prefix("lb-bench-lab-").tempdir()?;
         let mut configs = Vec::new();
         for key in ["net.ipv4.tcp_tw_reuse=1", "net.ipv4.ip_local_port_range=1024 65000"] {
