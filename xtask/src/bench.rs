@@ -1,41 +1,48 @@
-//! `cargo xtask bench …`: installs what a benchmark needs, then builds and runs `lb-bench`
-//! (lb-tests: the benchmarks need aya, lb-ctl and lb-proxy, which xtask itself stays free of,
-//! so that it builds before `setup` has installed the eBPF toolchain).
-use clap::Subcommand;
+//! `cargo xtask bench WHAT [ARGS]`: installs what the benchmark needs, then builds and runs
+//! `lb-bench WHAT [ARGS]` (lb-tests, where every benchmark and its options are defined; they
+//! need aya, lb-ctl and lb-proxy, which xtask stays free of so that it builds before `setup`
+//! has installed the eBPF toolchain). `cargo xtask bench help` lists them.
+use anyhow::ensure;
 
 use crate::util::{cmd, is_root, target_dir};
 
-#[derive(Subcommand)]
-pub enum Bench {
-    /// ns per packet of each XDP path, over a bare XDP_PASS measured in the same run (root).
-    Dataplane,
-    /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
-    Proxy,
-    /// Control plane: `backends remove` to the map change, Maglev ring build for 1000
-    /// backends, daemon RSS with the full VIP x backend table (root).
-    Control,
-}
-
 /// Debian packages of the proxy benchmark: the load generator and the peers.
 const PROXY_PACKAGES: &[&str] = &["wrk", "nginx", "libnginx-mod-stream", "haproxy"];
+/// Debian packages of the lab benchmark (and so of `all`): generators (trafgen, wrk, iperf3),
+/// nftables (the DNAT peer and the backends' counters) and the proxy peers.
+const LAB_PACKAGES: &[&str] = &["netsniff-ng", "wrk", "iperf3", "nftables", "haproxy", "nginx", "libnginx-mod-stream"];
 
-pub fn run(what: Bench) -> anyhow::Result<()> {
+pub fn run(args: &[String]) -> anyhow::Result<()> {
     crate::setup::run()?;
-    let (name, packages, extra): (&str, &[&str], Vec<String>) = match what {
-        Bench::Dataplane => ("dataplane", &[][..], vec![]),
-        Bench::Proxy => ("proxy", PROXY_PACKAGES, vec![]),
-        Bench::Control => ("control", &[][..], vec![]),
+    let what = args.first().map(String::as_str).unwrap_or("help");
+    let packages = match what {
+        "proxy" => PROXY_PACKAGES,
+        "lab" | "all" => LAB_PACKAGES,
+        _ => &[],
     };
-    anyhow::ensure!(name == "proxy" || is_root(), "`bench {name}` loads XDP programs: run it as root");
-    crate::setup::debian_packages(packages)?;
-    // Release builds: the daemon the control benchmark drives, and the benchmarks themselves.
+    let help = matches!(what, "help" | "-h" | "--help") || args.iter().any(|a| a == "-h" || a == "--help");
+    ensure!(help || what == "proxy" || is_root(), "`bench {what}` loads XDP programs: run it as root");
+    if !help {
+        crate::setup::debian_packages(packages)?;
+    }
+    // Release builds: the daemon the benchmarks drive, and the benchmarks themselves.
     cmd("cargo", &["build", "--quiet", "--release", "-p", "lb-ctl", "-p", "lb-tests", "--bin", "lb-ctl", "--bin", "lb-bench", "--bin", "lb-test-backend"])?;
     let release = target_dir().join("release");
-    let status = std::process::Command::new(release.join("lb-bench"))
-        .arg(name)
-        .args(&extra)
-        .env("LB_CTL_BIN", release.join("lb-ctl"))
-        .status()?;
-    anyhow::ensure!(status.success(), "lb-bench {name} failed: {status}");
+    let mut args = args.to_vec();
+    if what == "all" {
+        // An absolute report directory: it lands where it was asked for.
+        for arg in &mut args {
+            if let Some(dir) = arg.strip_prefix("--report=") {
+                *arg = format!("--report={}", std::env::current_dir()?.join(dir).display());
+            }
+        }
+        if let Some(i) = args.iter().position(|a| a == "--report") {
+            if let Some(dir) = args.get_mut(i + 1) {
+                *dir = std::env::current_dir()?.join(&*dir).display().to_string();
+            }
+        }
+    }
+    let status = std::process::Command::new(release.join("lb-bench")).args(&args).env("LB_CTL_BIN", release.join("lb-ctl")).status()?;
+    ensure!(status.success(), "lb-bench {what} failed: {status}");
     Ok(())
 }

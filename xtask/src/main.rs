@@ -33,10 +33,11 @@ enum Task {
         /// Generator seed (hex); the default is fixed, so runs repeat.
         seed: Option<String>,
     },
-    /// Benchmarks: print figures, assert nothing.
+    /// Benchmarks: print figures, assert nothing. `bench help` lists them (dataplane, proxy,
+    /// control, flows, lab, all); the arguments go to `lb-bench`.
     Bench {
-        #[command(subcommand)]
-        what: bench::Bench,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
 }
 
@@ -46,6 +47,6 @@ fn main() -> anyhow::Result<()> {
         Task::Test => test::run(),
         Task::Demo => demo::run(),
         Task::Fuzz { frames, seed } => fuzz::run(frames, seed),
-        Task::Bench { what } => bench::run(what),
+        Task::Bench { args } => bench::run(&args),
     }
 }

@@ -46,7 +46,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn ns_per_run(prog: &Xdp, before: &mut (u64, u64)) -> f64 {
+pub(crate) fn ns_per_run(prog: &Xdp, before: &mut (u64, u64)) -> f64 {
     let info = prog.info().expect("program info");
     let now = (info.run_time().as_nanos() as u64, info.run_count());
     let per = (now.0 - before.0) as f64 / (now.1 - before.1).max(1) as f64;
@@ -63,7 +63,16 @@ where
     Ok(())
 }
 
-pub fn run() -> anyhow::Result<()> {
+/// One path's figure: extra ns per packet over the bare program (median), and Katran's
+/// reference figure for the same path (a separate measurement, see README).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PathCost {
+    pub path: String,
+    pub extra_ns: f64,
+    pub katran_ns: Option<f64>,
+}
+
+pub fn run() -> anyhow::Result<Vec<PathCost>> {
     anyhow::ensure!(unsafe { libc::geteuid() } == 0, "the data-plane benchmark needs root");
     let ns = lab();
     let _inside = ns.enter();
@@ -145,6 +154,7 @@ pub fn run() -> anyhow::Result<()> {
     let _stats = enable_stats(Stats::RunTime)?;
     println!("lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, medians");
     println!("{:<28} {:>9} {:>9} {:>12} {:>10} {:>14}", "path", "ours ns", "bare ns", "extra ns", "target", "Katran extra");
+    let mut costs = Vec::new();
     for path in &paths {
         set_budget(&mut config, path.budget)?;
         let (mut b_state, mut o_state) = ((0, 0), (0, 0));
@@ -173,10 +183,12 @@ pub fn run() -> anyhow::Result<()> {
             path.name,
             median(o_all),
             median(b_all),
-            median(extra),
+            median(extra.clone()),
             path.target.map_or("-".to_string(), |t| format!("<= {t:.0}")),
             path.katran.map_or("-".to_string(), |k| format!("{k:.0}"))
         );
+        costs.push(PathCost { path: path.name.to_string(), extra_ns: median(extra), katran_ns: path.katran });
     }
-    Ok(())
+    println!("(Katran: figures of a separate measurement, the same method on the same machine kind; not run here)");
+    Ok(costs)
 }

@@ -2,5 +2,8 @@
 //! print figures, peers and floors measured in the same run, and assert nothing.
 pub mod control;
 pub mod dataplane;
+pub mod flows;
+pub mod lab;
 pub mod proxy;
+pub mod report;
 pub mod stats;

@@ -13,10 +13,40 @@ struct Cli {
 enum Bench {
     /// ns per packet of each XDP path, over a bare XDP_PASS measured in the same run (root).
     Dataplane,
+    /// ns per packet of an established flow as the flows grow from 1 to 1,000,000 (root).
+    Flows,
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
     Proxy,
     /// `backends remove` to the map change, Maglev ring build, daemon RSS (root).
     Control,
+    /// Packets and connections through lb-ctl, nftables DNAT, HAProxy and nginx in the
+    /// namespace lab, interleaved, with plain routing as the floor (root).
+    Lab {
+        /// One short repetition (2 s runs).
+        #[arg(long)]
+        quick: bool,
+        /// Repetitions of every run (interleaved A,B,C,A,B,C).
+        #[arg(long, default_value_t = 3)]
+        repetitions: usize,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// RX/TX queues of the balancer's veth and its switch port (1 or 2).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=2))]
+        balancer_queues: u16,
+        /// Also write every run as JSON to this file.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// Every benchmark, then an HTML report with charts and the raw results as JSON (root).
+    All {
+        /// The report's directory (report.html, results.json).
+        #[arg(long)]
+        report: std::path::PathBuf,
+        /// The lab benchmark's short pass (one repetition of 2 s runs).
+        #[arg(long)]
+        quick: bool,
+    },
     /// The proxy benchmark's backends (started by `proxy`).
     #[command(hide = true)]
     ProxyBackend { args: Vec<String> },
@@ -27,9 +57,28 @@ enum Bench {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
-        Bench::Dataplane => bench::dataplane::run(),
-        Bench::Proxy => bench::proxy::run(),
+        Bench::Dataplane => bench::dataplane::run().map(drop),
+        Bench::Flows => bench::flows::run().map(drop),
+        Bench::Proxy => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
+        Bench::Lab { quick, repetitions, seconds, balancer_queues, json } => {
+            let mut options = if quick {
+                bench::lab::Options::quick()
+            } else {
+                bench::lab::Options { repetitions: repetitions.max(1), seconds: seconds.clamp(1, 60), balancer_queues: 2 }
+            };
+            options.balancer_queues = balancer_queues.into();
+            let results = bench::lab::run(options)?;
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&results)?)?;
+                println!("runs written to {}", path.display());
+            }
+            Ok(())
+        }
+        Bench::All { report, quick } => {
+            let options = if quick { bench::lab::Options::quick() } else { bench::lab::Options { repetitions: 3, seconds: 3, balancer_queues: 2 } };
+            bench::report::run_all(&report, options)
+        }
         Bench::ProxyBackend { args } => {
             bench::proxy::backend::run(&args);
             Ok(())

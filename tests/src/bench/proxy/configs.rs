@@ -4,20 +4,29 @@ use std::path::Path;
 
 use super::WORKERS;
 
+/// nginx's main context: in the foreground under the benchmark, the stream module loaded,
+/// `workers` worker processes, files in `dir`, errors only to stderr.
+pub fn nginx_main(dir: &Path, workers: usize, connections: usize) -> String {
+    format!(
+        "load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+daemon off;
+master_process on;
+worker_processes {workers};
+pid {}/nginx.pid;
+error_log stderr error;
+events {{ worker_connections {connections}; }}
+",
+        dir.display()
+    )
+}
+
 pub fn nginx_conf(dir: &Path, http: u16, tcp: u16, backends: &[u16]) -> String {
     let servers: String = backends
         .iter()
         .map(|p| format!("        server 127.0.0.1:{p};\n"))
         .collect();
     format!(
-        "load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-daemon off;
-master_process on;
-worker_processes {WORKERS};
-pid {dir}/nginx.pid;
-error_log stderr error;
-events {{ worker_connections 4096; }}
-http {{
+        "{main}http {{
     access_log off;
     client_body_temp_path {dir}/body;
     proxy_temp_path {dir}/proxy;
@@ -46,6 +55,7 @@ stream {{
     }}
 }}
 ",
+        main = nginx_main(dir, WORKERS, 4096),
         dir = dir.display()
     )
 }

@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 
 use super::stats::median;
 use configs::{haproxy_conf, nginx_conf};
+pub use configs::nginx_main;
 pub use wrk::parse_wrk;
 use wrk::{WrkResult, fmt_ms, print_row, wrk};
 
@@ -41,7 +42,18 @@ fn rounds() -> usize {
         .max(1)
 }
 
-pub fn run() -> Result<()> {
+/// One wrk run of a peer, for the report.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ProxyRun {
+    pub peer: String,
+    pub test: String,
+    pub requests_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+}
+
+pub fn run() -> Result<Vec<ProxyRun>> {
     // The backends and the lb-proxy front end are this same program (`lb-bench proxy-backend`,
     // `lb-bench proxy-frontend`).
     let me = std::env::current_exe().context("own path")?;
@@ -149,7 +161,17 @@ pub fn run() -> Result<()> {
             );
         }
     }
-    Ok(())
+    Ok(results
+        .into_iter()
+        .map(|(peer, test, r)| ProxyRun {
+            peer: peer.to_string(),
+            test: test.to_string(),
+            requests_per_sec: r.rps,
+            p50_ms: r.p50_ms,
+            p99_ms: r.p99_ms,
+            errors: r.errors,
+        })
+        .collect())
 }
 
 /// A free loopback port (bound and released; the tiny race is acceptable for a benchmark).

@@ -1,0 +1,250 @@
+//! `lb-bench all --report DIR`: every benchmark in turn, then a self-contained HTML report
+//! (charts inlined as SVG, the peers' configurations, the machine and the commit) and the raw
+//! results as JSON, both in DIR.
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::dataplane::PathCost;
+use super::flows::FlowsCost;
+use super::lab::peers::{PEERS, Peer};
+use super::lab::report::paired_ratio;
+use super::lab::workloads::WORKLOADS;
+use super::lab::{Options, Results};
+use super::proxy::ProxyRun;
+use super::stats::median;
+use charts::{Bar, bars};
+
+mod charts;
+
+/// Where the figures were measured.
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    pub cpu: String,
+    pub cores: usize,
+    pub kernel: String,
+    pub nic: String,
+    pub commit: String,
+}
+
+#[derive(Serialize)]
+struct Everything<'a> {
+    machine: &'a Machine,
+    dataplane: &'a [PathCost],
+    flows: &'a [FlowsCost],
+    control: &'a str,
+    proxy: &'a [ProxyRun],
+    lab: &'a Results,
+}
+
+pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let machine = machine();
+    println!("==> bench dataplane");
+    let dataplane = super::dataplane::run()?;
+    println!("==> bench flows");
+    let flows = super::flows::run()?;
+    println!("==> bench control");
+    let control = control_text()?;
+    println!("==> bench proxy");
+    let proxy = super::proxy::run()?;
+    println!("==> bench lab");
+    let lab = super::lab::run(lab_options)?;
+    let all = Everything { machine: &machine, dataplane: &dataplane, flows: &flows, control: &control, proxy: &proxy, lab: &lab };
+    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&all)?)?;
+    std::fs::write(dir.join("report.html"), html(&all))?;
+    println!("report: {} (raw results: {})", dir.join("report.html").display(), dir.join("results.json").display());
+    Ok(())
+}
+
+/// The control-plane benchmark prints its figures only: run it as a child and keep its text.
+fn control_text() -> Result<String> {
+    let out = Command::new(std::env::current_exe()?).arg("control").output().context("lb-bench control")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{text}");
+    anyhow::ensure!(out.status.success(), "lb-bench control failed: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(text)
+}
+
+fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_else(|| "unknown".into());
+    let run = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".into())
+    };
+    let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut commit = run("git", &["-C", workspace, "rev-parse", "--short=12", "HEAD"]);
+    if !run("git", &["-C", workspace, "status", "--porcelain", "--untracked-files=no"]).is_empty() {
+        commit.push_str(" (with uncommitted changes)");
+    }
+    Machine {
+        cpu,
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        kernel: run("uname", &["-r"]),
+        nic: "veth pairs and a bridge in network namespaces (the lab); no physical NIC".into(),
+        commit,
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+fn html(all: &Everything) -> String {
+    let m = all.machine;
+    let mut body = format!(
+        "<h1>lb-ctl benchmarks</h1>\n<p>Commit {}; {} ({} cores), kernel {}; network: {}. Benchmarks print figures and \
+         assert nothing; peers and floors are measured in the same run.</p>\n",
+        escape(&m.commit),
+        escape(&m.cpu),
+        m.cores,
+        escape(&m.kernel),
+        escape(&m.nic)
+    );
+
+    body.push_str("<h2>Data plane: extra ns per packet over a bare XDP_PASS</h2>\n");
+    let dp: Vec<Bar> = all
+        .dataplane
+        .iter()
+        .map(|p| Bar { label: p.path.clone(), value: p.extra_ns, spread: None, marker: p.katran_ns })
+        .collect();
+    body.push_str(&bars("lb_ingress per path (BPF_PROG_TEST_RUN, medians)", "ns / packet", &dp, Some("Katran (separate measurement)")));
+    body.push_str("<p>Katran's markers are figures from a separate measurement (the same method on the same machine kind), not run by this benchmark.</p>\n");
+
+    if !all.flows.is_empty() {
+        body.push_str("<h2>Data plane: ns per packet against the number of flows</h2>\n");
+        let fbars: Vec<Bar> = all
+            .flows
+            .iter()
+            .map(|f| Bar { label: format!("{} flows", f.flows), value: f.extra_ns, spread: None, marker: None })
+            .collect();
+        body.push_str(&bars("established UDP (NAT), flows taken in scattered order", "extra ns / packet", &fbars, None));
+    }
+
+    body.push_str("<h2>Lab: through a running balancer, next to its peers</h2>\n");
+    let lab = all.lab;
+    body.push_str(&format!(
+        "<p>{} repetition(s) of {} s per run, interleaved; bars are medians, whiskers min..max.</p>\n",
+        lab.options.repetitions, lab.options.seconds
+    ));
+    for workload in WORKLOADS {
+        let wbars: Vec<Bar> = PEERS
+            .iter()
+            .filter_map(|&peer| {
+                let v: Vec<f64> = lab.runs.iter().filter(|r| r.workload == workload && r.peer == peer).map(|r| r.value).collect();
+                let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+                (!v.is_empty()).then(|| Bar { label: peer.name().into(), value: median(v.into_iter()), spread: Some((lo, hi)), marker: None })
+            })
+            .collect();
+        if wbars.is_empty() {
+            continue;
+        }
+        body.push_str(&bars(workload.name(), workload.unit(), &wbars, None));
+        // Ratios paired within each repetition (lb-ctl NAT's figure over the peer's), median.
+        let rbars: Vec<Bar> = PEERS
+            .iter()
+            .filter(|&&peer| peer != Peer::LbNat)
+            .filter_map(|&peer| {
+                let ratio = paired_ratio(&lab.runs, Peer::LbNat, peer, workload)?;
+                Some(Bar { label: peer.name().into(), value: ratio, spread: None, marker: Some(1.0) })
+            })
+            .collect();
+        if !rbars.is_empty() {
+            body.push_str(&bars(&format!("{}: lb-ctl XDP NAT / peer", workload.name()), "ratio (paired, median)", &rbars, Some("1.0 (even)")));
+        }
+    }
+    for (what, why) in &lab.skipped {
+        body.push_str(&format!("<p>{}: skipped: {}</p>\n", escape(what), escape(why)));
+    }
+    body.push_str("<h3>Every run (sent, delivered, drops, CPUs)</h3>\n<pre>");
+    for r in &lab.runs {
+        body.push_str(&escape(&format!(
+            "rep {} {:<26} {:<16} {:>12.1} {}  sent {:.0} delivered {:.0}  {}\n",
+            r.repetition,
+            r.workload.name(),
+            r.peer.name(),
+            r.value,
+            r.workload.unit(),
+            r.sent,
+            r.delivered,
+            r.observed.summary()
+        )));
+    }
+    body.push_str("</pre>\n<h3>Configurations</h3>\n");
+    for (name, text) in &lab.configs {
+        body.push_str(&format!("<h4>{}</h4>\n<pre>{}</pre>\n", escape(name), escape(text)));
+    }
+
+    body.push_str("<h2>lb-proxy against nginx and HAProxy (wrk, loopback)</h2>\n");
+    let mut tests: Vec<&str> = all.proxy.iter().map(|r| r.test.as_str()).collect();
+    tests.dedup();
+    for test in tests {
+        let mut peers: Vec<&str> = all.proxy.iter().filter(|r| r.test == test).map(|r| r.peer.as_str()).collect();
+        peers.sort();
+        peers.dedup();
+        let pbars: Vec<Bar> = peers
+            .iter()
+            .map(|peer| {
+                let runs: Vec<&ProxyRun> = all.proxy.iter().filter(|r| r.test == test && r.peer == *peer).collect();
+                Bar {
+                    label: peer.to_string(),
+                    value: median(runs.iter().map(|r| r.p50_ms)),
+                    spread: None,
+                    marker: Some(median(runs.iter().map(|r| r.p99_ms))),
+                }
+            })
+            .collect();
+        body.push_str(&bars(&format!("{test}: latency p50 (bars) and p99"), "ms", &pbars, Some("p99")));
+    }
+    body.push_str(&format!("<h2>Control plane</h2>\n<pre>{}</pre>\n", escape(all.control)));
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>lb-ctl benchmarks</title>\n<style>body{{font-family:sans-serif;\
+         max-width:1100px;margin:2em auto}} pre{{background:#f4f4f4;padding:.6em;overflow-x:auto;font-size:12px}} \
+         svg{{display:block;margin:1em 0}}</style></head><body>\n{body}</body></html>\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::lab::Run;
+    use crate::bench::lab::workloads::Workload;
+
+    #[test]
+    fn the_report_is_one_page_with_every_chart() {
+        let machine = Machine { cpu: "cpu <x>".into(), cores: 2, kernel: "k".into(), nic: "veth".into(), commit: "abc".into() };
+        let run = |peer, value| Run {
+            repetition: 1,
+            workload: Workload::Udp,
+            peer,
+            value,
+            sent: value,
+            delivered: value,
+            observed: Default::default(),
+        };
+        let lab = Results {
+            options: Options::quick(),
+            configs: vec![("nft".into(), "table ip t {}".into())],
+            skipped: vec![("IPVS".into(), "not here".into())],
+            runs: vec![run(Peer::LbNat, 200.0), run(Peer::NftDnat, 100.0)],
+        };
+        let dataplane = [PathCost { path: "non-VIP pass".into(), extra_ns: 20.0, katran_ns: Some(60.0) }];
+        let all = Everything { machine: &machine, dataplane: &dataplane, flows: &[], control: "control <text>", proxy: &[], lab: &lab };
+        let page = html(&all);
+        assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>\n"));
+        assert!(page.contains("cpu &lt;x&gt;") && page.contains("control &lt;text&gt;"), "text is escaped");
+        assert!(page.contains("lb-ctl XDP NAT / peer") && page.contains("IPVS: skipped"));
+        assert_eq!(page.matches("<svg").count(), 3, "dataplane, and UDP's figures and ratios (no other workload ran)");
+    }
+}
