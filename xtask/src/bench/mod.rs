@@ -2,6 +2,7 @@
 use clap::Subcommand;
 
 mod control;
+mod cpu;
 mod dataplane;
 mod proxy;
 

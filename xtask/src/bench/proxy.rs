@@ -1,6 +1,7 @@
 //! `cargo xtask bench proxy`: wrk against lb-proxy, nginx and HAProxy in one run, over the same
-//! local backends and with equal worker counts. Prints requests/s and p50/p99 latency for 1 KiB
-//! and 300 KiB responses and for TCP mode; asserts nothing. `LB_BENCH_ROUNDS=N` repeats every
+//! local backends and with equal worker counts. Prints requests/s, p50/p99 latency and the
+//! proxy process's CPU time per request (user + system of it and its workers over the run,
+//! from /proc) for 1 KiB and 300 KiB responses and for TCP mode; asserts nothing. `LB_BENCH_ROUNDS=N` repeats every
 //! test N times (peers interleaved) and compares medians. Everything listens on 127.0.0.1,
 //! and every process started here is stopped by its pid when the run ends (also on error).
 use std::fs;
@@ -111,8 +112,8 @@ pub fn run() -> Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>8}",
-        "peer", "test", "requests/s", "p50", "p99", "errors"
+        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>8} {:>10}",
+        "peer", "test", "requests/s", "p50", "p99", "errors", "CPU/req"
     );
     let rounds = rounds();
     let mut results = Vec::new();
@@ -125,7 +126,13 @@ pub fn run() -> Result<()> {
             let direct = wrk(backend_ports[0], path)?;
             print_row("direct", &format!("{test} (1 backend)"), &direct);
             for &(name, h, t) in &peers {
-                let r = wrk(if tcp { t } else { h }, path)?;
+                let pid = procs.pid(name);
+                let before = pid.map(super::cpu::tree_seconds);
+                let mut r = wrk(if tcp { t } else { h }, path)?;
+                if let (Some(pid), Some(before)) = (pid, before) {
+                    let used = super::cpu::tree_seconds(pid) - before;
+                    r.cpu_us_per_request = Some(used * 1e6 / r.requests.max(1) as f64);
+                }
                 print_row(name, test, &r);
                 results.push((name, test, r));
             }
@@ -147,14 +154,16 @@ pub fn run() -> Result<()> {
                 (
                     median(runs.iter().map(|r| r.rps)),
                     median(runs.iter().map(|r| r.p99_ms)),
+                    median(runs.iter().filter_map(|r| r.cpu_us_per_request)),
                 )
             })
         };
-        if let (Some((lb_rps, lb_p99)), Some((ng_rps, ng_p99))) =
+        if let (Some((lb_rps, lb_p99, lb_cpu)), Some((ng_rps, ng_p99, ng_cpu))) =
             (median("lb-proxy"), median("nginx"))
         {
             println!(
-                "{test:<16} lb-proxy/nginx requests/s: {:.2}x (target >= 1.3x)   p99 lb-proxy {} vs nginx {} (target: no worse)",
+                "{test:<16} lb-proxy/nginx CPU per request: {:.2}x (target <= 1, <= 0.8 keep-alive and TCP)   requests/s: {:.2}x (target >= 1)   p99 lb-proxy {} vs nginx {} (target: no worse)",
+                lb_cpu / ng_cpu.max(f64::MIN_POSITIVE),
                 lb_rps / ng_rps.max(1.0),
                 fmt_ms(lb_p99),
                 fmt_ms(ng_p99)
@@ -169,11 +178,18 @@ struct WrkResult {
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
+    /// Requests wrk completed in the run.
+    requests: u64,
+    /// CPU time (user + system) of the proxy's processes per request, in microseconds.
+    cpu_us_per_request: Option<f64>,
 }
 
 fn print_row(peer: &str, test: &str, r: &WrkResult) {
+    let cpu = r
+        .cpu_us_per_request
+        .map_or("-".to_string(), |us| format!("{us:.1}us"));
     println!(
-        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {:>8}",
+        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {:>8} {cpu:>10}",
         r.rps,
         fmt_ms(r.p50_ms),
         fmt_ms(r.p99_ms),
@@ -213,10 +229,12 @@ fn parse_wrk(text: &str) -> Option<WrkResult> {
     let mut rps = None;
     let (mut p50, mut p99) = (None, None);
     let mut errors = 0u64;
+    let mut requests = 0u64;
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["Requests/sec:", v] => rps = v.parse().ok(),
+            [n, "requests", "in", ..] => requests = n.parse().unwrap_or(0),
             ["50%", v] => p50 = parse_duration_ms(v),
             ["99%", v] => p99 = parse_duration_ms(v),
             // "Non-2xx or 3xx responses: N" and "Socket errors: connect A, read B, write C, timeout D"
@@ -235,6 +253,8 @@ fn parse_wrk(text: &str) -> Option<WrkResult> {
         p50_ms: p50?,
         p99_ms: p99?,
         errors,
+        requests,
+        cpu_us_per_request: None,
     })
 }
 
@@ -429,6 +449,11 @@ impl Procs {
         Ok(())
     }
 
+    /// The pid of the process started as `name`.
+    fn pid(&self, name: &str) -> Option<u32> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
+    }
+
     fn check_alive(&mut self) -> Result<()> {
         for (name, child) in &mut self.0 {
             if let Some(status) = child.try_wait()? {
@@ -514,5 +539,6 @@ Transfer/sec:     22.50MB
         assert!((r.p50_ms - 0.812).abs() < 1e-9);
         assert_eq!(r.p99_ms, 3.2);
         assert_eq!(r.errors, 8);
+        assert_eq!(r.requests, 80000);
     }
 }
