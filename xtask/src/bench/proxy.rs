@@ -74,6 +74,9 @@ pub fn run() -> Result<()> {
     let mut cmd = Command::new(examples.join("bench_proxy"));
     cmd.args([WORKERS.to_string(), lb_http.to_string(), lb_tcp.to_string()])
         .args(backend_ports.iter().map(u16::to_string));
+    println!(
+        "--- lb-proxy ---\nlb-proxy/examples/bench_proxy.rs: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin), X-Forwarded-* off, no access log\n--- end of lb-proxy ---"
+    );
     procs.spawn("lb-proxy", cmd)?;
     peers.push(("lb-proxy", lb_http, lb_tcp));
 
@@ -82,6 +85,7 @@ pub fn run() -> Result<()> {
         "nginx.conf",
         &nginx_conf(&dir.0, ng_http, ng_tcp, &backend_ports),
     )?;
+    print_config("nginx.conf", &conf)?;
     let mut cmd = Command::new("nginx");
     cmd.arg("-c")
         .arg(&conf)
@@ -96,6 +100,7 @@ pub fn run() -> Result<()> {
         "haproxy.cfg",
         &haproxy_conf(ha_http, ha_tcp, &backend_ports),
     )?;
+    print_config("haproxy.cfg", &conf)?;
     let mut cmd = Command::new("haproxy");
     cmd.arg("-db").arg("-f").arg(&conf);
     procs.spawn("haproxy", cmd)?;
@@ -272,6 +277,13 @@ fn parse_duration_ms(v: &str) -> Option<f64> {
     })
 }
 
+/// The peers' configurations go into the report: a figure is only as fair as its config.
+fn print_config(name: &str, path: &Path) -> Result<()> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {name}"))?;
+    println!("--- {name} ---\n{}--- end of {name} ---", text);
+    Ok(())
+}
+
 fn nginx_conf(dir: &Path, http: u16, tcp: u16, backends: &[u16]) -> String {
     let servers: String = backends
         .iter()
@@ -293,6 +305,11 @@ http {{
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
     keepalive_requests 100000;
+    # Buffers sized for the largest payload (300 KiB), as an operator would: with the
+    # default 4 KiB ones nginx spills to disk-backed temp buffers and loses the race.
+    proxy_buffer_size 16k;
+    proxy_buffers 32 16k;
+    proxy_busy_buffers_size 64k;
     upstream backends {{
 {servers}        keepalive 128;
     }}
@@ -328,6 +345,8 @@ fn haproxy_conf(http: u16, tcp: u16, backends: &[u16]) -> String {
         "global
     nbthread {WORKERS}
     maxconn 4000
+    # Buffers sized for the payload (the 16 KiB default halves 300 KiB throughput).
+    tune.bufsize 65536
 defaults
     timeout connect 5s
     timeout client 30s
