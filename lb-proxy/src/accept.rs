@@ -85,10 +85,12 @@ async fn connection(
     };
     crate::pool::set_keepalive(&stream, vip.spec.options.timeouts.tcp_keepalive);
     vip.counters.client_connections.fetch_add(1, Relaxed);
+    crate::trim::connection_opened();
     match vip.spec.mode {
         Mode::Http => crate::http::serve_connection(stream, client, &vip, tasks).await,
         Mode::Tcp => crate::tcp::serve_connection(stream, client, &vip, tasks).await,
     }
     vip.counters.client_connections.fetch_sub(1, Relaxed);
+    crate::trim::connection_closed();
     drop(permit);
 }

@@ -24,6 +24,7 @@ mod shutdown;
 pub mod stats;
 mod tcp;
 mod tls;
+mod trim;
 mod vip;
 mod workers;
 

@@ -158,3 +158,20 @@ impl Pool {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keepalive_is_set_as_configured() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let sock = socket2::SockRef::from(&s);
+        set_keepalive(&s, Duration::ZERO);
+        assert!(!sock.keepalive().unwrap());
+        set_keepalive(&s, Duration::from_secs(42));
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(42));
+    }
+}

@@ -320,6 +320,12 @@ async fn passthrough_drops_garbage_and_silent_clients() {
         "a client that never says hello is dropped"
     );
     assert_eq!(conns.load(std::sync::atomic::Ordering::Relaxed), 0);
+    for _ in 0..100 {
+        if p.handle.stats()[0].tls_failures == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(p.handle.stats()[0].tls_failures, 2);
 }
 
@@ -339,4 +345,66 @@ async fn tcp_counting_backend() -> (
         }
     });
     (addr, n)
+}
+
+#[tokio::test]
+async fn tls_versions_and_garbage_on_a_terminating_vip() {
+    let ca = Ca::new();
+    let a = ca.leaf("a", &["a.test"]);
+    let b = backends(1).await;
+    let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let tls12_only = std::sync::Arc::new(
+        tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&tokio_rustls::rustls::version::TLS12])
+            .unwrap()
+            .with_root_certificates(ca.roots())
+            .with_no_client_auth(),
+    );
+    let p = proxy(tls_spec(&b, &[&a])).await;
+    let s = connect(tls12_only.clone(), p.addr, "a.test").await.unwrap();
+    assert_eq!(
+        s.get_ref().1.protocol_version(),
+        Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_2)
+    );
+    let s = connect(ca.client_config(&[]), p.addr, "a.test")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_ref().1.protocol_version(),
+        Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_3)
+    );
+
+    let mut spec = tls_spec(&b, &[&a]);
+    spec.options.tls.as_mut().unwrap().min_version = "1.3".into();
+    spec.options.timeouts.handshake = Duration::from_millis(300);
+    let p = proxy(spec).await;
+    assert!(
+        connect(tls12_only, p.addr, "a.test").await.is_err(),
+        "TLS 1.2 refused"
+    );
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let out = read_until_closed(&mut s, Duration::from_secs(5)).await;
+    assert!(
+        out.is_some_and(|o| !o.contains("HTTP/1.1 200")),
+        "plain HTTP is no handshake"
+    );
+    let mut silent = TcpStream::connect(p.addr).await.unwrap();
+    let out = read_until_closed(&mut silent, Duration::from_secs(5)).await;
+    assert_eq!(
+        out.as_deref(),
+        Some(""),
+        "a silent client is dropped after the handshake timeout"
+    );
+    // Counted just after the connection is dropped: wait for it (bounded).
+    for _ in 0..100 {
+        if p.handle.stats()[0].tls_failures == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(p.handle.stats()[0].tls_failures, 3);
+    assert_eq!(b[0].hits(), 0);
 }

@@ -190,6 +190,16 @@ impl RawBackend {
 }
 
 pub async fn raw_backend(reply: &'static [u8]) -> RawBackend {
+    serve_raw(reply, false).await
+}
+
+/// A backend that reads a request head, writes `reply`, then holds the connection open
+/// without a further byte until the proxy closes it (a hung backend, or a silent tunnel).
+pub async fn stalling_backend(reply: &'static [u8]) -> RawBackend {
+    serve_raw(reply, true).await
+}
+
+async fn serve_raw(reply: &'static [u8], hold: bool) -> RawBackend {
     let listener = TcpListener::bind(loopback()).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let heads = Arc::new(AtomicU64::new(0));
@@ -211,6 +221,17 @@ pub async fn raw_backend(reply: &'static [u8]) -> RawBackend {
                 }
                 h.fetch_add(1, Relaxed);
                 let _ = s.write_all(reply).await;
+                if hold {
+                    // Bounded: a test never waits longer than LIMIT anyway.
+                    let _ = tokio::time::timeout(LIMIT * 2, async {
+                        while let Ok(n) = s.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                    })
+                    .await;
+                }
             });
         }
     });
@@ -378,45 +399,6 @@ pub async fn load(
         failed += r.unwrap();
     }
     failed
-}
-
-/// A backend that reads a request head, writes `reply`, then holds the connection open
-/// without a further byte until the proxy closes it (a hung backend, or a silent tunnel).
-pub async fn stalling_backend(reply: &'static [u8]) -> RawBackend {
-    let listener = TcpListener::bind(loopback()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let heads = Arc::new(AtomicU64::new(0));
-    let h = heads.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                continue;
-            };
-            let h = h.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                h.fetch_add(1, Relaxed);
-                let _ = s.write_all(reply).await;
-                // Bounded: a test never waits longer than LIMIT anyway.
-                let _ = tokio::time::timeout(LIMIT * 2, async {
-                    while let Ok(n) = s.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                    }
-                })
-                .await;
-            });
-        }
-    });
-    RawBackend { addr, heads, task }
 }
 
 /// Reads from `s` until the peer closes, within `limit`; None if it did not close in time.

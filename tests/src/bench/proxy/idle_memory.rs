@@ -1,6 +1,7 @@
 //! Memory of idle client connections: the proxy's resident set (VmRSS of its own process)
-//! with 5000 idle keep-alive connections, after they close, after a burst of 5000 busy ones,
-//! and after asking glibc to return free memory (malloc_trim on SIGUSR1). Prints figures.
+//! with 5000 idle keep-alive connections, after they close (the proxy trims by itself a few
+//! seconds after a big drop, see src/trim.rs), after a burst of 5000 busy ones, and after an
+//! explicit malloc_trim (on SIGUSR1). Prints figures.
 //! Usage: cargo run --release -p lb-proxy --example idle_memory [connections]
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -185,8 +186,9 @@ async fn open(addr: SocketAddr, n: usize, requests: usize) -> Held {
     Held(held)
 }
 
+/// Long enough for the proxy's trimming thread (every 2 s) to act.
 async fn settle() {
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
 }
 
 fn rss_kib(pid: u32) -> i64 {
