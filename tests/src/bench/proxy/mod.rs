@@ -51,6 +51,8 @@ pub struct ProxyRun {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub errors: u64,
+    /// CPU time of the proxy's processes per request, in microseconds (not for `direct`).
+    pub cpu_us_per_request: Option<f64>,
 }
 
 pub fn run() -> Result<Vec<ProxyRun>> {
@@ -79,11 +81,15 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     let mut cmd = Command::new(&me);
     cmd.arg("proxy-frontend").args([WORKERS.to_string(), lb_http.to_string(), lb_tcp.to_string()])
         .args(backend_ports.iter().map(u16::to_string));
+    println!(
+        "--- lb-proxy ---\nlb-bench proxy-frontend: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin), X-Forwarded-* off, no access log\n--- end of lb-proxy ---"
+    );
     procs.spawn("lb-proxy", cmd)?;
     peers.push(("lb-proxy", lb_http, lb_tcp));
 
     let (ng_http, ng_tcp) = (free_port()?, free_port()?);
     let conf = write("nginx.conf", &nginx_conf(dir.path(), ng_http, ng_tcp, &backend_ports))?;
+    print_config("nginx.conf", &conf)?;
     let mut cmd = Command::new("nginx");
     cmd.arg("-c")
         .arg(&conf)
@@ -95,6 +101,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
 
     let (ha_http, ha_tcp) = (free_port()?, free_port()?);
     let conf = write("haproxy.cfg", &haproxy_conf(ha_http, ha_tcp, &backend_ports))?;
+    print_config("haproxy.cfg", &conf)?;
     let mut cmd = Command::new("haproxy");
     cmd.arg("-db").arg("-f").arg(&conf);
     procs.spawn("haproxy", cmd)?;
@@ -111,8 +118,8 @@ pub fn run() -> Result<Vec<ProxyRun>> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>8}",
-        "peer", "test", "requests/s", "p50", "p99", "errors"
+        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>8} {:>10}",
+        "peer", "test", "requests/s", "p50", "p99", "errors", "CPU/req"
     );
     let rounds = rounds();
     let mut results = Vec::new();
@@ -125,7 +132,13 @@ pub fn run() -> Result<Vec<ProxyRun>> {
             let direct = wrk(backend_ports[0], path)?;
             print_row("direct", &format!("{test} (1 backend)"), &direct);
             for &(name, h, t) in &peers {
-                let r = wrk(if tcp { t } else { h }, path)?;
+                let pid = procs.pid(name);
+                let before = pid.map(super::cpu::tree_seconds);
+                let mut r = wrk(if tcp { t } else { h }, path)?;
+                if let (Some(pid), Some(before)) = (pid, before) {
+                    let used = super::cpu::tree_seconds(pid) - before;
+                    r.cpu_us_per_request = Some(used * 1e6 / r.requests.max(1) as f64);
+                }
                 print_row(name, test, &r);
                 results.push((name, test, r));
             }
@@ -147,14 +160,16 @@ pub fn run() -> Result<Vec<ProxyRun>> {
                 (
                     median(runs.iter().map(|r| r.rps)),
                     median(runs.iter().map(|r| r.p99_ms)),
+                    median(runs.iter().filter_map(|r| r.cpu_us_per_request)),
                 )
             })
         };
-        if let (Some((lb_rps, lb_p99)), Some((ng_rps, ng_p99))) =
+        if let (Some((lb_rps, lb_p99, lb_cpu)), Some((ng_rps, ng_p99, ng_cpu))) =
             (median("lb-proxy"), median("nginx"))
         {
             println!(
-                "{test:<16} lb-proxy/nginx requests/s: {:.2}x (target >= 1.3x)   p99 lb-proxy {} vs nginx {} (target: no worse)",
+                "{test:<16} lb-proxy/nginx CPU per request: {:.2}x (target <= 1, <= 0.8 keep-alive and TCP)   requests/s: {:.2}x (target >= 1)   p99 lb-proxy {} vs nginx {} (target: no worse)",
+                lb_cpu / ng_cpu.max(f64::MIN_POSITIVE),
                 lb_rps / ng_rps.max(1.0),
                 fmt_ms(lb_p99),
                 fmt_ms(ng_p99)
@@ -170,8 +185,16 @@ pub fn run() -> Result<Vec<ProxyRun>> {
             p50_ms: r.p50_ms,
             p99_ms: r.p99_ms,
             errors: r.errors,
+            cpu_us_per_request: r.cpu_us_per_request,
         })
         .collect())
+}
+
+/// The peers' configurations go into the output: a figure is only as fair as its config.
+fn print_config(name: &str, path: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {name}"))?;
+    println!("--- {name} ---\n{text}--- end of {name} ---");
+    Ok(())
 }
 
 /// A free loopback port (bound and released; the tiny race is acceptable for a benchmark).
@@ -202,6 +225,11 @@ impl Procs {
             .with_context(|| format!("starting {name}"))?;
         self.0.push((name, child));
         Ok(())
+    }
+
+    /// The pid of the process started as `name`.
+    fn pid(&self, name: &str) -> Option<u32> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
     }
 
     fn check_alive(&mut self) -> Result<()> {

@@ -10,11 +10,16 @@ pub struct WrkResult {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub errors: u64,
+    /// Requests wrk completed in the run.
+    pub requests: u64,
+    /// CPU time (user + system) of the proxy's processes per request, in microseconds.
+    pub cpu_us_per_request: Option<f64>,
 }
 
 pub fn print_row(peer: &str, test: &str, r: &WrkResult) {
+    let cpu = r.cpu_us_per_request.map_or("-".to_string(), |us| format!("{us:.1}us"));
     println!(
-        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {:>8}",
+        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {:>8} {cpu:>10}",
         r.rps,
         fmt_ms(r.p50_ms),
         fmt_ms(r.p99_ms),
@@ -54,10 +59,12 @@ pub fn parse_wrk(text: &str) -> Option<WrkResult> {
     let mut rps = None;
     let (mut p50, mut p99) = (None, None);
     let mut errors = 0u64;
+    let mut requests = 0u64;
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["Requests/sec:", v] => rps = v.parse().ok(),
+            [n, "requests", "in", ..] => requests = n.parse().unwrap_or(0),
             ["50%", v] => p50 = parse_duration_ms(v),
             ["99%", v] => p99 = parse_duration_ms(v),
             // "Non-2xx or 3xx responses: N" and "Socket errors: connect A, read B, write C, timeout D"
@@ -76,6 +83,8 @@ pub fn parse_wrk(text: &str) -> Option<WrkResult> {
         p50_ms: p50?,
         p99_ms: p99?,
         errors,
+        requests,
+        cpu_us_per_request: None,
     })
 }
 
