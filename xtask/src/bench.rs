@@ -36,10 +36,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 *arg = format!("--report={}", std::env::current_dir()?.join(dir).display());
             }
         }
-        if let Some(i) = args.iter().position(|a| a == "--report") {
-            if let Some(dir) = args.get_mut(i + 1) {
-                *dir = std::env::current_dir()?.join(&*dir).display().to_string();
-            }
+        if let Some(i) = args.iter().position(|a| a == "--report")
+            && let Some(dir) = args.get_mut(i + 1)
+        {
+            *dir = std::env::current_dir()?.join(&*dir).display().to_string();
         }
     }
     let status = std::process::Command::new(release.join("lb-bench")).args(&args).env("LB_CTL_BIN", release.join("lb-ctl")).status()?;

@@ -141,8 +141,8 @@ impl Lab {
         }
     }
 
-    /// Starts `args` inside namespace `ns` in the background; it is killed when the lab is
-    /// dropped (or when the thread that started it ends).
+    /// Starts `args` inside namespace `ns` in the background; it is stopped when the lab is
+    /// dropped (and killed when the thread that started it ends).
     pub fn spawn(&mut self, ns: &str, args: &[&str]) -> u32 {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", ns]).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
@@ -155,18 +155,33 @@ impl Lab {
     /// Stops a process started with [`Lab::spawn`].
     pub fn kill(&mut self, pid: u32) {
         if let Some(pos) = self.children.iter().position(|c| c.id() == pid) {
-            let mut child = self.children.remove(pos);
-            let _ = child.kill();
-            let _ = child.wait();
+            stop(self.children.remove(pos));
         }
     }
 }
 
+/// SIGTERM, then SIGKILL if it is still there after 3 s: a server with worker processes (nginx)
+/// stops them on SIGTERM, where SIGKILL to its master would leave them running, holding the
+/// deleted namespace.
+fn stop(mut child: Child) {
+    // SAFETY: kill(2) on the pid of our own child, not reaped yet. SIGCONT: a stopped process
+    // (a test's hung backend) acts on SIGTERM only once continued.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+        libc::kill(child.id() as i32, libc::SIGCONT);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while child.try_wait().ok().flatten().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
+        for child in self.children.drain(..) {
+            stop(child);
         }
         // Then the programs are detached and the namespaces deleted, in field order.
     }

@@ -22,11 +22,12 @@ pub struct Rig {
     pub configs: Vec<(String, String)>,
     trafgen_confs: Vec<(Peer, PathBuf)>,
     nft_ruleset: PathBuf,
-    // Field order is drop order: the daemon and the decapsulators go before the lab.
+    // Field order is drop order: the daemon and the decapsulators go before the lab, and the
+    // configuration files after it (nginx removes its pid file when it stops).
     daemon: Daemon,
     _decaps: Decaps,
-    _files: tempfile::TempDir,
     lab: Lab,
+    _files: tempfile::TempDir,
 }
 
 /// `lb-ctl decap attach` on the backends (pinned): detached on drop.

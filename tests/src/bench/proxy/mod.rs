@@ -60,9 +60,11 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     // `lb-bench proxy-frontend`).
     let me = std::env::current_exe().context("own path")?;
     let dir = tempfile::Builder::new().prefix("lb-bench-proxy-").tempdir()?;
+    // Each peer's configuration is printed as it is written: figures come with their setup.
     let write = |name: &str, text: &str| -> Result<std::path::PathBuf> {
         let path = dir.path().join(name);
         std::fs::write(&path, text)?;
+        println!("--- {name} ---\n{}", text.trim_end());
         Ok(path)
     };
     let mut procs = Procs::default();
