@@ -33,6 +33,15 @@ fn nightly() -> anyhow::Result<()> {
         step("adding rust-src to nightly (build-std=core for bpfel-unknown-none)");
         cmd("rustup", &["component", "add", "rust-src", "--toolchain", "nightly"])?;
     }
+    // The test command lints both toolchains' crates and checks formatting.
+    for (toolchain, component) in [("nightly", "clippy"), ("stable", "clippy"), ("stable", "rustfmt")] {
+        let installed =
+            output("rustup", &["component", "list", "--toolchain", toolchain, "--installed"]).unwrap_or_default();
+        if !installed.lines().any(|l| l.starts_with(component)) {
+            step(&format!("adding {component} to {toolchain}"));
+            cmd("rustup", &["component", "add", component, "--toolchain", toolchain])?;
+        }
+    }
     Ok(())
 }
 

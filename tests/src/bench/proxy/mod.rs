@@ -84,14 +84,13 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     cmd.arg("proxy-frontend").args([WORKERS.to_string(), lb_http.to_string(), lb_tcp.to_string()])
         .args(backend_ports.iter().map(u16::to_string));
     println!(
-        "--- lb-proxy ---\nlb-bench proxy-frontend: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin), X-Forwarded-* off, no access log\n--- end of lb-proxy ---"
+        "--- lb-proxy ---\nlb-bench proxy-frontend: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin), X-Forwarded-* off, no access log"
     );
     procs.spawn("lb-proxy", cmd)?;
     peers.push(("lb-proxy", lb_http, lb_tcp));
 
     let (ng_http, ng_tcp) = (free_port()?, free_port()?);
     let conf = write("nginx.conf", &nginx_conf(dir.path(), ng_http, ng_tcp, &backend_ports))?;
-    print_config("nginx.conf", &conf)?;
     let mut cmd = Command::new("nginx");
     cmd.arg("-c")
         .arg(&conf)
@@ -103,7 +102,6 @@ pub fn run() -> Result<Vec<ProxyRun>> {
 
     let (ha_http, ha_tcp) = (free_port()?, free_port()?);
     let conf = write("haproxy.cfg", &haproxy_conf(ha_http, ha_tcp, &backend_ports))?;
-    print_config("haproxy.cfg", &conf)?;
     let mut cmd = Command::new("haproxy");
     cmd.arg("-db").arg("-f").arg(&conf);
     procs.spawn("haproxy", cmd)?;
@@ -190,13 +188,6 @@ pub fn run() -> Result<Vec<ProxyRun>> {
             cpu_us_per_request: r.cpu_us_per_request,
         })
         .collect())
-}
-
-/// The peers' configurations go into the output: a figure is only as fair as its config.
-fn print_config(name: &str, path: &std::path::Path) -> Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {name}"))?;
-    println!("--- {name} ---\n{text}--- end of {name} ---");
-    Ok(())
 }
 
 /// A free loopback port (bound and released; the tiny race is acceptable for a benchmark).
