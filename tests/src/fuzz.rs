@@ -30,7 +30,7 @@ impl Rng {
         Rng(seed | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -38,7 +38,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 
     fn pick<T: Copy>(&mut self, items: &[T]) -> T {
@@ -101,7 +101,7 @@ impl Targets {
             return false;
         };
         let (sport, dport) = (u16::from_be_bytes([ports[0], ports[1]]), u16::from_be_bytes([ports[2], ports[3]]));
-        self.vips.iter().any(|t| *t == (dst, dport, proto)) || self.nat_backends.iter().any(|t| *t == (src, sport, proto))
+        self.vips.contains(&(dst, dport, proto)) || self.nat_backends.contains(&(src, sport, proto))
     }
 }
 
@@ -124,7 +124,7 @@ fn seeds(vips: &[Vip]) -> Vec<Vec<u8>> {
 fn frame(rng: &mut Rng, seeds: &[Vec<u8>], targets: &Targets) -> Vec<u8> {
     match rng.below(10) {
         0 => {
-            let mut f: Vec<u8> = (0..ETH_LEN + rng.below(160)).map(|_| rng.next() as u8).collect();
+            let mut f: Vec<u8> = (0..ETH_LEN + rng.below(160)).map(|_| rng.next_u64() as u8).collect();
             if rng.below(2) == 0 {
                 f[12..14].copy_from_slice(&[0x08, 0x00]);
             }
@@ -149,7 +149,7 @@ fn frame(rng: &mut Rng, seeds: &[Vec<u8>], targets: &Targets) -> Vec<u8> {
             if rng.below(4) == 0 {
                 f.vlan = Some(1 + rng.below(4000) as u16);
             }
-            f.payload = (0..rng.pick(&[0, 1, 64, 1400, 1472])).map(|_| rng.next() as u8).collect();
+            f.payload = (0..rng.pick(&[0, 1, 64, 1400, 1472])).map(|_| rng.next_u64() as u8).collect();
             let bytes = f.bytes();
             if rng.below(4) == 0 { mutate(rng, bytes) } else { bytes }
         }
@@ -165,12 +165,12 @@ fn mutate(rng: &mut Rng, mut frame: Vec<u8>) -> Vec<u8> {
                 frame[at] ^= 1 << rng.below(8);
             }
         }
-        2 => frame.extend((0..rng.below(64)).map(|_| rng.next() as u8)),
+        2 => frame.extend((0..rng.below(64)).map(|_| rng.next_u64() as u8)),
         3 => {
             // A header byte (Ethernet type, IPv4, L4) set at random.
             let at = 12 + rng.below(46);
             if at < frame.len() {
-                frame[at] = rng.next() as u8;
+                frame[at] = rng.next_u64() as u8;
             }
         }
         _ => {

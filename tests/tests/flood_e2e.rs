@@ -199,7 +199,7 @@ fn established_connections_survive_a_syn_flood_and_a_ring_change() {
             let started = Instant::now();
             let mut sent = 0u64;
             let mut n = 0usize;
-            while sent < FLOOD_MAX_FRAMES && (n % 1024 != 0 || (started.elapsed() < FLOOD_TIME && !flood_stop.load(Relaxed))) {
+            while sent < FLOOD_MAX_FRAMES && (!n.is_multiple_of(1024) || (started.elapsed() < FLOOD_TIME && !flood_stop.load(Relaxed))) {
                 let frame = &pool[n % pool.len()];
                 n += 1;
                 // SAFETY: sends our own buffer on our own socket.
