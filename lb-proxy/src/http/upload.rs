@@ -3,7 +3,6 @@
 //! cuts a client that goes silent mid-body, and records whether the body failed on the
 //! client's side, so a client's fault is answered 400/408 and never counted against the
 //! backend.
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -14,8 +13,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
-use tokio::time::Sleep;
 
+use super::idle::IdleTimer;
 use crate::error::BoxError;
 
 /// How the upload went, shared with the request's timers.
@@ -83,8 +82,7 @@ impl Upload {
 pub(crate) struct RequestBody {
     inner: Incoming,
     upload: Arc<Upload>,
-    idle: Duration,
-    timer: Option<Pin<Box<Sleep>>>,
+    idle: IdleTimer,
 }
 
 impl RequestBody {
@@ -96,8 +94,7 @@ impl RequestBody {
         let body = RequestBody {
             inner,
             upload: upload.clone(),
-            idle,
-            timer: None,
+            idle: IdleTimer::new(idle),
         };
         (body, upload)
     }
@@ -117,9 +114,7 @@ impl Body for RequestBody {
                 if this.inner.is_end_stream() {
                     this.upload.finish(COMPLETE);
                 }
-                if let Some(t) = &mut this.timer {
-                    t.as_mut().reset(tokio::time::Instant::now() + this.idle);
-                }
+                this.idle.activity();
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(None) => {
@@ -131,11 +126,7 @@ impl Body for RequestBody {
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Pending => {
-                let idle = this.idle;
-                let timer = this
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                if timer.as_mut().poll(cx).is_pending() {
+                if !this.idle.expired(cx) {
                     return Poll::Pending;
                 }
                 this.upload.finish(STALLED);
