@@ -117,9 +117,14 @@ pub fn run() -> Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>8} {:>10}",
-        "peer", "test", "requests/s", "p50", "p99", "errors", "CPU/req"
+        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>10} {:>8} {:>10}",
+        "peer", "test", "requests/s", "p50", "p99", "p99.9", "errors", "CPU/req"
     );
+    // wrk's --latency stops at the 99th percentile; its Lua hook reports the 99.9th.
+    let tail_script = dir.write(
+        "p999.lua",
+        "done = function(summary, latency, requests)\n  io.write(string.format(\"99.9%% %.2fus\\n\", latency:percentile(99.9)))\nend\n",
+    )?;
     let rounds = rounds();
     let mut results = Vec::new();
     for round in 1..=rounds {
@@ -128,12 +133,12 @@ pub fn run() -> Result<()> {
         }
         for (test, path, tcp) in TESTS {
             // A direct run gives the backends' own ceiling in the same conditions.
-            let direct = wrk(backend_ports[0], path)?;
+            let direct = wrk(backend_ports[0], path, &tail_script)?;
             print_row("direct", &format!("{test} (1 backend)"), &direct);
             for &(name, h, t) in &peers {
                 let pid = procs.pid(name);
                 let before = pid.map(super::cpu::tree_seconds);
-                let mut r = wrk(if tcp { t } else { h }, path)?;
+                let mut r = wrk(if tcp { t } else { h }, path, &tail_script)?;
                 if let (Some(pid), Some(before)) = (pid, before) {
                     let used = super::cpu::tree_seconds(pid) - before;
                     r.cpu_us_per_request = Some(used * 1e6 / r.requests.max(1) as f64);
@@ -182,6 +187,7 @@ struct WrkResult {
     rps: f64,
     p50_ms: f64,
     p99_ms: f64,
+    p999_ms: Option<f64>,
     errors: u64,
     /// Requests wrk completed in the run.
     requests: u64,
@@ -193,8 +199,9 @@ fn print_row(peer: &str, test: &str, r: &WrkResult) {
     let cpu = r
         .cpu_us_per_request
         .map_or("-".to_string(), |us| format!("{us:.1}us"));
+    let p999 = r.p999_ms.map_or("-".to_string(), fmt_ms);
     println!(
-        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {:>8} {cpu:>10}",
+        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {p999:>10} {:>8} {cpu:>10}",
         r.rps,
         fmt_ms(r.p50_ms),
         fmt_ms(r.p99_ms),
@@ -210,8 +217,10 @@ fn fmt_ms(ms: f64) -> String {
     }
 }
 
-fn wrk(port: u16, path: &str) -> Result<WrkResult> {
+fn wrk(port: u16, path: &str, script: &Path) -> Result<WrkResult> {
     let out = Command::new("wrk")
+        .arg("-s")
+        .arg(script)
         .args([
             format!("-t{WORKERS}"),
             format!("-c{CONNECTIONS}"),
@@ -232,7 +241,7 @@ fn wrk(port: u16, path: &str) -> Result<WrkResult> {
 
 fn parse_wrk(text: &str) -> Option<WrkResult> {
     let mut rps = None;
-    let (mut p50, mut p99) = (None, None);
+    let (mut p50, mut p99, mut p999) = (None, None, None);
     let mut errors = 0u64;
     let mut requests = 0u64;
     for line in text.lines() {
@@ -242,6 +251,7 @@ fn parse_wrk(text: &str) -> Option<WrkResult> {
             [n, "requests", "in", ..] => requests = n.parse().unwrap_or(0),
             ["50%", v] => p50 = parse_duration_ms(v),
             ["99%", v] => p99 = parse_duration_ms(v),
+            ["99.9%", v] => p999 = parse_duration_ms(v),
             // "Non-2xx or 3xx responses: N" and "Socket errors: connect A, read B, write C, timeout D"
             ["Non-2xx", "or", "3xx", "responses:", n] => errors += n.parse::<u64>().unwrap_or(0),
             ["Socket", "errors:", rest @ ..] => {
@@ -257,6 +267,7 @@ fn parse_wrk(text: &str) -> Option<WrkResult> {
         rps: rps?,
         p50_ms: p50?,
         p99_ms: p99?,
+        p999_ms: p999,
         errors,
         requests,
         cpu_us_per_request: None,
@@ -547,6 +558,7 @@ mod tests {
      75%    1.10ms
      90%    1.50ms
      99%    3.20ms
+99.9% 5120.00us
   80000 requests in 4.00s, 90.00MB read
   Socket errors: connect 0, read 2, write 0, timeout 1
   Non-2xx or 3xx responses: 5
@@ -557,6 +569,7 @@ Transfer/sec:     22.50MB
         assert_eq!(r.rps, 20000.5);
         assert!((r.p50_ms - 0.812).abs() < 1e-9);
         assert_eq!(r.p99_ms, 3.2);
+        assert_eq!(r.p999_ms, Some(5.12));
         assert_eq!(r.errors, 8);
         assert_eq!(r.requests, 80000);
     }
