@@ -5,7 +5,7 @@
 //! backend.
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -16,12 +16,17 @@ use tokio::sync::Notify;
 
 use super::idle::IdleTimer;
 use crate::error::BoxError;
+use crate::outlier::now_ms;
 
 /// How the upload went, shared with the request's timers.
 #[derive(Debug, Default)]
 pub(crate) struct Upload {
     state: AtomicU8,
     done: Notify,
+    /// When the body last moved or was asked for (ms, `now_ms` clock).
+    last_ms: AtomicU64,
+    /// The body is waiting for the client (so a silence is the client's).
+    client_turn: AtomicBool,
 }
 
 const STREAMING: u8 = 0;
@@ -71,6 +76,31 @@ impl Upload {
         }
     }
 
+    /// Resolves when, mid-upload, the backend side has not asked for more of the body for
+    /// `idle` (a backend that stopped reading); never once the upload ended. A silent client
+    /// is the body's own idle timer's business.
+    pub(crate) async fn backend_stopped_reading(&self, idle: Duration) {
+        let idle_ms = idle.as_millis() as u64;
+        loop {
+            if self.state.load(Relaxed) != STREAMING {
+                return std::future::pending().await;
+            }
+            let quiet = now_ms().saturating_sub(self.last_ms.load(Relaxed));
+            if quiet >= idle_ms && !self.client_turn.load(Relaxed) {
+                return;
+            }
+            let wait = if quiet >= idle_ms {
+                idle_ms
+            } else {
+                idle_ms - quiet
+            };
+            tokio::select! {
+                _ = self.ended() => {}
+                _ = tokio::time::sleep(Duration::from_millis(wait.max(1))) => {}
+            }
+        }
+    }
+
     /// Resolves `after` the end of the upload: the deadline of a timer that must not count
     /// upload time.
     pub(crate) async fn ended_plus(&self, after: Duration) {
@@ -87,7 +117,10 @@ pub(crate) struct RequestBody {
 
 impl RequestBody {
     pub(crate) fn new(inner: Incoming, idle: Duration) -> (Self, Arc<Upload>) {
-        let upload = Arc::new(Upload::default());
+        let upload = Arc::new(Upload {
+            last_ms: AtomicU64::new(now_ms()),
+            ..Upload::default()
+        });
         if inner.is_end_stream() {
             upload.finish(COMPLETE);
         }
@@ -109,7 +142,10 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        this.upload.last_ms.store(now_ms(), Relaxed);
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        this.upload.client_turn.store(r.is_pending(), Relaxed);
+        match r {
             Poll::Ready(Some(Ok(frame))) => {
                 if this.inner.is_end_stream() {
                     this.upload.finish(COMPLETE);
