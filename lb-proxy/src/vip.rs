@@ -50,7 +50,9 @@ impl Vip {
             .map(crate::tls::connector)
             .transpose()?;
         if spec.mode == Mode::Tcp && (tls.is_some() || backend_tls.is_some()) {
-            return Err("tls and backend_tls apply to HTTP VIPs; TCP VIPs pass TLS through (sni)".into());
+            return Err(
+                "tls and backend_tls apply to HTTP VIPs; TCP VIPs pass TLS through (sni)".into(),
+            );
         }
         if spec.mode == Mode::Http && opts.sni.is_some() {
             return Err("sni routing applies to TCP VIPs (TLS passthrough)".into());

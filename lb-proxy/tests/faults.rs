@@ -282,3 +282,53 @@ async fn keep_alive_idle_time_follows_idle_not_the_header_timeout() {
         "idle < `idle`: still open"
     );
 }
+
+#[tokio::test]
+async fn a_backend_that_stops_reading_an_upload_is_cut() {
+    // Reads the request head, then neither reads nor answers, keeping the connection.
+    let l = tokio::net::TcpListener::bind(loopback()).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let _backend = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut s, _)) = l.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+            held.push(s);
+        }
+    });
+    let mut spec = http_spec(&[]);
+    spec.backends = vec![lb_proxy::BackendSpec::new(addr)];
+    spec.options.timeouts.body = Duration::from_millis(300);
+    spec.options.retries.max = 0;
+    let p = proxy(spec).await;
+    let len = 64 * 1024 * 1024;
+    let s = TcpStream::connect(p.addr).await.unwrap();
+    let (mut r, mut w) = s.into_split();
+    let writer = tokio::spawn(async move {
+        let head = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n");
+        w.write_all(head.as_bytes()).await?;
+        let chunk = vec![b'u'; 64 * 1024];
+        for _ in 0..len / chunk.len() {
+            w.write_all(&chunk).await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 4096];
+        while !out.windows(4).any(|w| w == b"\r\n\r\n") {
+            match tokio::io::AsyncReadExt::read(&mut r, &mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    writer.abort();
+    assert!(
+        read.is_ok(),
+        "the upload to a backend that stopped reading must end"
+    );
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(statuses(&out), vec![504], "{out}");
+}

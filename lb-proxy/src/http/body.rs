@@ -1,6 +1,5 @@
 //! Response bodies: the backend's body streamed through frame by frame (never buffered whole),
 //! or a short body the proxy writes itself (errors).
-use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -10,8 +9,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use tokio::time::Sleep;
-
+use super::idle::IdleTimer;
 use super::shared::BusyGuard;
 use crate::backend::ActiveGuard;
 use crate::error::BoxError;
@@ -97,8 +95,7 @@ impl Body for ProxyBody {
 pub(crate) struct UpstreamBody {
     inner: Incoming,
     done: Option<InFlight>,
-    idle: Duration,
-    timer: Option<Pin<Box<Sleep>>>,
+    idle: IdleTimer,
 }
 
 /// What a request holds while its response streams.
@@ -118,9 +115,8 @@ impl UpstreamBody {
     pub(crate) fn new(inner: Incoming, done: InFlight) -> Self {
         UpstreamBody {
             inner,
-            idle: done.body_idle,
+            idle: IdleTimer::new(done.body_idle),
             done: Some(done),
-            timer: None,
         }
     }
 
@@ -154,17 +150,9 @@ impl Body for UpstreamBody {
             Poll::Ready(None) => this.finish(true),
             Poll::Ready(Some(Err(_))) => this.finish(false),
             Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.finish(true),
-            Poll::Ready(Some(Ok(_))) => {
-                if let Some(t) = &mut this.timer {
-                    t.as_mut().reset(tokio::time::Instant::now() + this.idle);
-                }
-            }
+            Poll::Ready(Some(Ok(_))) => this.idle.activity(),
             Poll::Pending => {
-                let idle = this.idle;
-                let timer = this
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                if timer.as_mut().poll(cx).is_ready() {
+                if this.idle.expired(cx) {
                     this.finish(false);
                     return Poll::Ready(Some(Err("the backend stopped sending its response body".into())));
                 }

@@ -88,6 +88,8 @@ async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let result = tokio::select! {
         r = attempts(up, replay, hash, ctx, upgrade, &upload) => r,
         _ = upload.ended_plus(opts.timeouts.request) => Err(UpstreamError::RequestTimeout),
+        // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
+        _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
     match result {
         Ok((resp, in_flight)) => finish_response(resp, in_flight, client_upgrade, ctx),

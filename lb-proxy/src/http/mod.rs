@@ -4,6 +4,7 @@ mod body;
 mod deadline;
 mod forward;
 mod headers;
+mod idle;
 mod respond;
 mod server;
 mod shared;

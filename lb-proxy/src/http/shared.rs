@@ -1,8 +1,8 @@
 //! What an HTTP/1 client connection's byte-level reader (sniffer, deadlines) and its request
 //! service tell each other.
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::outlier::now_ms;
 
@@ -92,7 +92,12 @@ impl Drop for BusyGuard {
     fn drop(&mut self) {
         if self.0.busy.fetch_sub(1, Relaxed) == 1 {
             self.0.idle_since_ms.store(now_ms(), Relaxed);
-            let waker = self.0.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let waker = self
+                .0
+                .reader
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
             if let Some(w) = waker {
                 w.wake();
             }

@@ -145,20 +145,14 @@ impl<T> Sniffer<T> {
     fn head(&mut self, mut buf: Vec<u8>, data: &[u8]) -> (State, usize) {
         // Fast path: the whole head in this read (the usual case) is parsed in place.
         if buf.is_empty()
-            && let Some(p) = data.windows(4).position(|w| w == b"\r\n\r\n")
+            && let Some(end) = head_end(data, 0)
         {
-            let end = p + 4;
             return (self.parsed_head(&data[..end]), end);
         }
         let before = buf.len();
         buf.extend_from_slice(data);
         // Search from a little before the new bytes: the terminator may straddle reads.
-        let from = before.saturating_sub(3);
-        let Some(end) = buf[from..]
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .map(|p| from + p + 4)
-        else {
+        let Some(end) = head_end(&buf, before.saturating_sub(2)) else {
             if buf.len() > self.head_limit {
                 return (State::Off, data.len());
             }
@@ -183,6 +177,21 @@ impl<T> Sniffer<T> {
             }
         }
     }
+}
+
+/// The end of a head: just past its first empty line, ended by CRLF or by a bare LF (which
+/// hyper accepts too, RFC 9112 §2.2). The search starts at `from`.
+fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while let Some(p) = buf.get(i..)?.iter().position(|&b| b == b'\n') {
+        let lf = i + p;
+        match buf.get(lf + 1..) {
+            Some([b'\n', ..]) => return Some(lf + 2),
+            Some([b'\r', b'\n', ..]) => return Some(lf + 3),
+            _ => i = lf + 1,
+        }
+    }
+    None
 }
 
 enum Framing {
@@ -381,6 +390,14 @@ mod tests {
         ] {
             assert_eq!(sniff(&[head.as_bytes()]), (1, 0), "{head:?}");
         }
+    }
+
+    #[test]
+    fn bare_lf_heads_are_followed_too() {
+        let data = b"GET / HTTP/1.1\nHost: x\n\nPOST / HTTP/1.1\nContent-Length: 3\nTransfer-Encoding: chunked\n\n";
+        assert_eq!(sniff(&[data]), (2, 1));
+        let parts: Vec<&[u8]> = data.chunks(1).collect();
+        assert_eq!(sniff(&parts), (2, 1));
     }
 
     #[test]

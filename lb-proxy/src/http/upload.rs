@@ -3,10 +3,9 @@
 //! cuts a client that goes silent mid-body, and records whether the body failed on the
 //! client's side, so a client's fault is answered 400/408 and never counted against the
 //! backend.
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -14,15 +13,20 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
-use tokio::time::Sleep;
 
+use super::idle::IdleTimer;
 use crate::error::BoxError;
+use crate::outlier::now_ms;
 
 /// How the upload went, shared with the request's timers.
 #[derive(Debug, Default)]
 pub(crate) struct Upload {
     state: AtomicU8,
     done: Notify,
+    /// When the body last moved or was asked for (ms, `now_ms` clock).
+    last_ms: AtomicU64,
+    /// The body is waiting for the client (so a silence is the client's).
+    client_turn: AtomicBool,
 }
 
 const STREAMING: u8 = 0;
@@ -72,6 +76,31 @@ impl Upload {
         }
     }
 
+    /// Resolves when, mid-upload, the backend side has not asked for more of the body for
+    /// `idle` (a backend that stopped reading); never once the upload ended. A silent client
+    /// is the body's own idle timer's business.
+    pub(crate) async fn backend_stopped_reading(&self, idle: Duration) {
+        let idle_ms = idle.as_millis() as u64;
+        loop {
+            if self.state.load(Relaxed) != STREAMING {
+                return std::future::pending().await;
+            }
+            let quiet = now_ms().saturating_sub(self.last_ms.load(Relaxed));
+            if quiet >= idle_ms && !self.client_turn.load(Relaxed) {
+                return;
+            }
+            let wait = if quiet >= idle_ms {
+                idle_ms
+            } else {
+                idle_ms - quiet
+            };
+            tokio::select! {
+                _ = self.ended() => {}
+                _ = tokio::time::sleep(Duration::from_millis(wait.max(1))) => {}
+            }
+        }
+    }
+
     /// Resolves `after` the end of the upload: the deadline of a timer that must not count
     /// upload time.
     pub(crate) async fn ended_plus(&self, after: Duration) {
@@ -83,21 +112,22 @@ impl Upload {
 pub(crate) struct RequestBody {
     inner: Incoming,
     upload: Arc<Upload>,
-    idle: Duration,
-    timer: Option<Pin<Box<Sleep>>>,
+    idle: IdleTimer,
 }
 
 impl RequestBody {
     pub(crate) fn new(inner: Incoming, idle: Duration) -> (Self, Arc<Upload>) {
-        let upload = Arc::new(Upload::default());
+        let upload = Arc::new(Upload {
+            last_ms: AtomicU64::new(now_ms()),
+            ..Upload::default()
+        });
         if inner.is_end_stream() {
             upload.finish(COMPLETE);
         }
         let body = RequestBody {
             inner,
             upload: upload.clone(),
-            idle,
-            timer: None,
+            idle: IdleTimer::new(idle),
         };
         (body, upload)
     }
@@ -112,14 +142,15 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        this.upload.last_ms.store(now_ms(), Relaxed);
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        this.upload.client_turn.store(r.is_pending(), Relaxed);
+        match r {
             Poll::Ready(Some(Ok(frame))) => {
                 if this.inner.is_end_stream() {
                     this.upload.finish(COMPLETE);
                 }
-                if let Some(t) = &mut this.timer {
-                    t.as_mut().reset(tokio::time::Instant::now() + this.idle);
-                }
+                this.idle.activity();
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(None) => {
@@ -131,11 +162,7 @@ impl Body for RequestBody {
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Pending => {
-                let idle = this.idle;
-                let timer = this
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                if timer.as_mut().poll(cx).is_pending() {
+                if !this.idle.expired(cx) {
                     return Poll::Pending;
                 }
                 this.upload.finish(STALLED);
