@@ -64,7 +64,10 @@ fn keep_alive(i: usize, stop: Arc<AtomicBool>, lab_client: String, requests: Arc
     socket.bind(&SocketAddr::from((client_addr(i), 0)).into()).map_err(|e| e.to_string())?;
     socket.connect_timeout(&SocketAddr::from((VIP, 80)).into(), Duration::from_secs(5)).map_err(|e| format!("connect: {e}"))?;
     let stream: TcpStream = socket.into();
-    stream.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    // Long enough for TCP's retransmissions to get through once the flood is over: a
+    // connection the flood only starves (two cores run the flood, the balancer and the
+    // backends) recovers, one the balancer broke (reset, moved, black-holed) does not.
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut out = stream;
     let mut backend = None;
