@@ -66,7 +66,13 @@ mod tests {
     use crate::ipv4_bytes;
 
     fn backend(last: u8, port: u16) -> Backend {
-        Backend { addr: ipv4_bytes([198, 51, 100, last]), port: port.to_be(), family: 4, flags: BACKEND_ACTIVE, generation: 0 }
+        Backend {
+            addr: ipv4_bytes([198, 51, 100, last]),
+            port: port.to_be(),
+            family: 4,
+            flags: BACKEND_ACTIVE,
+            generation: 0,
+        }
     }
 
     #[test]
@@ -77,7 +83,11 @@ mod tests {
         assert_eq!(backend_generation(Some(&first), &backend(12, 8080)), 2, "another address: the next one");
         assert_eq!(backend_generation(Some(&first), &backend(11, 9090)), 2, "another port: the next one");
         let removed = Backend { flags: 0, ..first };
-        assert_eq!(backend_generation(Some(&removed), &backend(11, 8080)), 2, "given back after a removal: the next one");
+        assert_eq!(
+            backend_generation(Some(&removed), &backend(11, 8080)),
+            2,
+            "given back after a removal: the next one"
+        );
         let last = Backend { generation: u32::MAX, ..backend(13, 80) };
         assert_eq!(backend_generation(Some(&last), &backend(14, 80)), 1, "wraps past 0");
     }

@@ -21,16 +21,8 @@ pub const fn replace16(check: u16, old: u16, new: u16) -> u16 {
 /// New checksum after a 32-bit field (an IPv4 address) changes, as two 16-bit words.
 #[inline(always)]
 pub const fn replace32(check: u16, old: [u8; 4], new: [u8; 4]) -> u16 {
-    let check = replace16(
-        check,
-        u16::from_ne_bytes([old[0], old[1]]),
-        u16::from_ne_bytes([new[0], new[1]]),
-    );
-    replace16(
-        check,
-        u16::from_ne_bytes([old[2], old[3]]),
-        u16::from_ne_bytes([new[2], new[3]]),
-    )
+    let check = replace16(check, u16::from_ne_bytes([old[0], old[1]]), u16::from_ne_bytes([new[0], new[1]]));
+    replace16(check, u16::from_ne_bytes([old[2], old[3]]), u16::from_ne_bytes([new[2], new[3]]))
 }
 
 /// UDP's zero means "no checksum": a computed zero is sent as 0xffff (RFC 768), and a packet
@@ -73,9 +65,7 @@ mod tests {
 
     #[test]
     fn incremental_matches_full_recompute() {
-        let mut hdr: [u8; 20] = [
-            0x45, 0, 0, 60, 0x1c, 0x46, 0x40, 0, 64, 6, 0, 0, 192, 0, 2, 1, 203, 0, 113, 10,
-        ];
+        let mut hdr: [u8; 20] = [0x45, 0, 0, 60, 0x1c, 0x46, 0x40, 0, 64, 6, 0, 0, 192, 0, 2, 1, 203, 0, 113, 10];
         let check = ipv4_header(&hdr);
         assert_eq!(check, full(&hdr));
         let updated = replace32(check, [203, 0, 113, 10], [198, 51, 100, 11]);

@@ -34,14 +34,7 @@ pub fn client_hash(src: &IpBytes, seed: u32) -> u32 {
 
 /// Hash of the 5-tuple (`hash = "flow"`). Ports are taken as they are stored (network order).
 #[inline(always)]
-pub fn flow_hash(
-    src: &IpBytes,
-    dst: &IpBytes,
-    src_port: u16,
-    dst_port: u16,
-    protocol: u8,
-    seed: u32,
-) -> u32 {
+pub fn flow_hash(src: &IpBytes, dst: &IpBytes, src_port: u16, dst_port: u16, protocol: u8, seed: u32) -> u32 {
     let (a, b) = halves(src);
     let (c, d) = halves(dst);
     let ports = ((src_port as u64) << 32) | ((dst_port as u64) << 16) | protocol as u64;

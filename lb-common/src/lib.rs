@@ -174,7 +174,13 @@ mod layout_tests {
 
     #[test]
     fn backend_and_flow_layouts_round_trip() {
-        let backend = Backend { addr: ipv4_bytes([198, 51, 100, 11]), port: 8080u16.to_be(), family: 4, flags: BACKEND_ACTIVE, generation: 9 };
+        let backend = Backend {
+            addr: ipv4_bytes([198, 51, 100, 11]),
+            port: 8080u16.to_be(),
+            family: 4,
+            flags: BACKEND_ACTIVE,
+            generation: 9,
+        };
         let b = bytes(&backend);
         assert_eq!((&b[..4], &b[16..18], b[19]), (&[198, 51, 100, 11][..], &[0x1f, 0x90][..], BACKEND_ACTIVE));
         assert_eq!(back::<Backend>(b), backend);
@@ -189,13 +195,23 @@ mod layout_tests {
             _pad: [0; 2],
         };
         let b = bytes(&key);
-        assert_eq!((&b[..4], &b[16..20], &b[32..34], &b[34..36]), (&[192, 0, 2, 7][..], &[203, 0, 113, 10][..], &40000u16.to_be_bytes()[..], &[0, 80][..]));
+        assert_eq!(
+            (&b[..4], &b[16..20], &b[32..34], &b[34..36]),
+            (&[192, 0, 2, 7][..], &[203, 0, 113, 10][..], &40000u16.to_be_bytes()[..], &[0, 80][..])
+        );
         assert_eq!(back::<FlowKey>(b), key);
         let entry = FlowEntry { backend_id: 7, vip_id: 3, generation: 2, reply_hash: 0xdead_beef };
         assert_eq!(back::<FlowEntry>(bytes(&entry)), entry);
         let reverse = ReverseEntry { vip_addr: key.dst, vip_port: key.dst_port, family: 4, _pad: 0, vip_id: 3 };
         assert_eq!(back::<ReverseEntry>(bytes(&reverse)), reverse);
-        let info = VipInfo { id: 3, forwarding: 1, hash: 1, _pad: [0; 2], encap_source: ipv4_bytes([198, 51, 100, 1]), key: VipKey::default() };
+        let info = VipInfo {
+            id: 3,
+            forwarding: 1,
+            hash: 1,
+            _pad: [0; 2],
+            encap_source: ipv4_bytes([198, 51, 100, 1]),
+            key: VipKey::default(),
+        };
         assert_eq!(back::<VipInfo>(bytes(&info)), info);
     }
 

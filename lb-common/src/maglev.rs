@@ -90,8 +90,8 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
     use std::format;
-    use std::string::String;
     use std::println;
+    use std::string::String;
 
     fn keys(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("198.51.100.{}:{}", i % 250, 8000 + i)).collect()
@@ -127,10 +127,7 @@ mod tests {
             let size = 65537; // > 100 * n for every n here
             let ring = build_ring(&members(&k, &vec![1; n]), size);
             let ideal = size as f64 / n as f64;
-            let worst = shares(&ring)
-                .values()
-                .map(|&c| (c as f64 - ideal).abs() / ideal)
-                .fold(0.0, f64::max);
+            let worst = shares(&ring).values().map(|&c| (c as f64 - ideal).abs() / ideal).fold(0.0, f64::max);
             println!("maglev balance: n={n} size={size} worst deviation {:.3}%", worst * 100.0);
             assert!(worst <= 0.01, "n={n}: worst deviation {worst}");
         }
@@ -167,11 +164,7 @@ mod tests {
         let before = build_ring(&all, 65537);
         let after = build_ring(&all[1..], 65537);
         // Slots that belonged to a surviving backend but moved: Maglev's disruption.
-        let moved = before
-            .iter()
-            .zip(&after)
-            .filter(|(b, a)| **b != 0 && b != a)
-            .count();
+        let moved = before.iter().zip(&after).filter(|(b, a)| **b != 0 && b != a).count();
         let total_moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
         let frac = total_moved as f64 / before.len() as f64;
         println!(

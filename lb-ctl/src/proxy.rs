@@ -130,7 +130,12 @@ impl ProxyRuntime {
 }
 
 fn started_from(vip: &VipState, hash_seed: u32) -> Started {
-    Started { listen: SocketAddr::new(vip.address, vip.port), protocol: vip.protocol, options: vip.proxy.clone(), hash_seed }
+    Started {
+        listen: SocketAddr::new(vip.address, vip.port),
+        protocol: vip.protocol,
+        options: vip.proxy.clone(),
+        hash_seed,
+    }
 }
 
 #[cfg(test)]

@@ -31,20 +31,13 @@ fn main() {
 
 /// The measured process: only the proxy (2 workers), one HTTP VIP.
 fn serve(port: u16, backend: u16) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut spec = ProxyVipSpec::new("m", SocketAddr::from(([127, 0, 0, 1], port)), Mode::Http);
-        spec.backends = vec![BackendSpec::new(SocketAddr::from((
-            [127, 0, 0, 1],
-            backend,
-        )))];
+        spec.backends = vec![BackendSpec::new(SocketAddr::from(([127, 0, 0, 1], backend)))];
         spec.options.limits.max_connections = 100_000;
         let handle = Proxy::builder().workers(2).start(vec![spec]).await.unwrap();
-        let mut usr1 =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).unwrap();
+        let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).unwrap();
         loop {
             tokio::select! {
                 _ = usr1.recv() => {
@@ -65,22 +58,13 @@ async fn measure(n: usize) {
         while let Ok((s, _)) = backend.accept().await {
             tokio::spawn(async move {
                 let svc = service_fn(|_req| async {
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(vec![
-                        b'x';
-                        1024
-                    ]))))
+                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(vec![b'x'; 1024]))))
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(s), svc)
-                    .await;
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
             });
         }
     });
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let exe = std::env::current_exe().unwrap();
     let mut child = std::process::Command::new(exe)
         .args(["--serve", &port.to_string(), &backend_port.to_string()])
@@ -109,25 +93,16 @@ async fn measure(n: usize) {
     );
     drop(idle);
     settle().await;
-    println!(
-        "after they closed:                           {:>8} KiB",
-        rss_kib(pid)
-    );
+    println!("after they closed:                           {:>8} KiB", rss_kib(pid));
 
     let busy = open(addr, n, 10).await;
     drop(busy);
     settle().await;
-    println!(
-        "after a burst of {n} x 10 requests, closed:  {:>8} KiB",
-        rss_kib(pid)
-    );
+    println!("after a burst of {n} x 10 requests, closed:  {:>8} KiB", rss_kib(pid));
     // SAFETY: plain kill(2) on the child this process started.
     unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
     settle().await;
-    println!(
-        "after malloc_trim(0) in the proxy:           {:>8} KiB",
-        rss_kib(pid)
-    );
+    println!("after malloc_trim(0) in the proxy:           {:>8} KiB", rss_kib(pid));
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let _ = child.wait();
@@ -153,15 +128,10 @@ async fn open(addr: SocketAddr, n: usize, requests: usize) -> Held {
         held.push(tokio::spawn(async move {
             let s = TcpStream::connect(addr).await.unwrap();
             let (mut send, conn) =
-                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(s))
-                    .await
-                    .unwrap();
+                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(s)).await.unwrap();
             let conn = tokio::spawn(conn);
             for _ in 0..requests {
-                let req = hyper::Request::get("/")
-                    .header("host", "m")
-                    .body(Full::default())
-                    .unwrap();
+                let req = hyper::Request::get("/").header("host", "m").body(Full::default()).unwrap();
                 let resp = send.send_request(req).await.unwrap();
                 let _ = resp.into_body().collect().await;
             }
@@ -200,10 +170,7 @@ fn rss_kib(pid: u32) -> i64 {
 }
 
 fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: get/setrlimit on this process with a valid struct.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {

@@ -66,13 +66,7 @@ enum Accepted {
     Moved(std::net::TcpStream),
 }
 
-async fn connection(
-    stream: Accepted,
-    client: SocketAddr,
-    vip: Arc<Vip>,
-    tasks: Tasks,
-    permit: OwnedSemaphorePermit,
-) {
+async fn connection(stream: Accepted, client: SocketAddr, vip: Arc<Vip>, tasks: Tasks, permit: OwnedSemaphorePermit) {
     let stream = match stream {
         Accepted::Here(s) => s,
         Accepted::Moved(s) => match TcpStream::from_std(s) {

@@ -121,11 +121,7 @@ pub(crate) struct VipBackends {
 
 impl VipBackends {
     pub(crate) fn new(spec: &ProxyVipSpec, workers: usize) -> Self {
-        let backends = spec
-            .backends
-            .iter()
-            .map(|b| Arc::new(Backend::new(b, spec, workers)))
-            .collect();
+        let backends = spec.backends.iter().map(|b| Arc::new(Backend::new(b, spec, workers))).collect();
         let set = build_set(&spec.options.balance, backends);
         VipBackends {
             spec: spec.clone(),
@@ -150,10 +146,7 @@ impl VipBackends {
                 match old
                     .backends
                     .iter()
-                    .find(|b| {
-                        b.addr == spec.addr
-                            && b.max_connections == max_connections(spec, &self.spec)
-                    })
+                    .find(|b| b.addr == spec.addr && b.max_connections == max_connections(spec, &self.spec))
                 {
                     Some(b) => {
                         b.weight.store(spec.weight, Relaxed);
@@ -163,8 +156,7 @@ impl VipBackends {
                 }
             })
             .collect();
-        self.current
-            .store(Arc::new(build_set(&self.spec.options.balance, backends)));
+        self.current.store(Arc::new(build_set(&self.spec.options.balance, backends)));
     }
 
     /// Returns false when there is no backend at `addr`.
@@ -176,10 +168,7 @@ impl VipBackends {
         };
         if b.healthy.swap(up, Relaxed) != up {
             // The schedule only holds backends in rotation: rebuild it.
-            self.current.store(Arc::new(build_set(
-                &self.spec.options.balance,
-                old.backends.clone(),
-            )));
+            self.current.store(Arc::new(build_set(&self.spec.options.balance, old.backends.clone())));
         }
         true
     }

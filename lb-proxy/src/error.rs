@@ -10,11 +10,7 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum ProxyError {
     /// Binding a VIP's listener failed.
     #[error("cannot listen on {addr} for VIP {vip:?}: {source}")]
-    Bind {
-        vip: String,
-        addr: SocketAddr,
-        source: io::Error,
-    },
+    Bind { vip: String, addr: SocketAddr, source: io::Error },
     /// Two specs (or a spec and a running VIP) have the same name.
     #[error("VIP {0:?} is defined twice")]
     DuplicateVip(String),
@@ -71,14 +67,12 @@ impl UpstreamError {
         use http::StatusCode as S;
         match self {
             UpstreamError::NoBackend | UpstreamError::Full(_) => S::SERVICE_UNAVAILABLE,
-            UpstreamError::Connect(..) | UpstreamError::Http(..) | UpstreamError::Tls(..) => {
-                S::BAD_GATEWAY
-            }
+            UpstreamError::Connect(..) | UpstreamError::Http(..) | UpstreamError::Tls(..) => S::BAD_GATEWAY,
             UpstreamError::Client(crate::http::ClientFault::Broken) => S::BAD_REQUEST,
             UpstreamError::Client(crate::http::ClientFault::Stalled) => S::REQUEST_TIMEOUT,
-            UpstreamError::ConnectTimeout(_)
-            | UpstreamError::HeaderTimeout(_)
-            | UpstreamError::RequestTimeout => S::GATEWAY_TIMEOUT,
+            UpstreamError::ConnectTimeout(_) | UpstreamError::HeaderTimeout(_) | UpstreamError::RequestTimeout => {
+                S::GATEWAY_TIMEOUT
+            }
         }
     }
 }

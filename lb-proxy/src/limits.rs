@@ -85,15 +85,9 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         assert_eq!(gate.waiting.load(Relaxed), 1);
-        assert!(
-            gate.admit(Duration::from_secs(5)).await.is_err(),
-            "queue of 1 is full"
-        );
+        assert!(gate.admit(Duration::from_secs(5)).await.is_err(), "queue of 1 is full");
         drop(first);
-        assert!(
-            waiter.await.unwrap(),
-            "the queued request gets the freed slot"
-        );
+        assert!(waiter.await.unwrap(), "the queued request gets the freed slot");
     }
 
     #[tokio::test]

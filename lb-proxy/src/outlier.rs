@@ -53,8 +53,7 @@ impl OutlierState {
         }
         let n = self.ejections.fetch_add(1, Relaxed);
         let cooldown = cooldown(cfg, n);
-        self.ejected_until_ms
-            .store(now_ms + cooldown.as_millis() as u64, Relaxed);
+        self.ejected_until_ms.store(now_ms + cooldown.as_millis() as u64, Relaxed);
         self.consecutive.store(0, Relaxed);
         true
     }
@@ -63,9 +62,7 @@ impl OutlierState {
 /// The `n`th ejection in a row (0-based) lasts `base * 2^n`, at most `max`.
 fn cooldown(cfg: &Outlier, n: u32) -> Duration {
     let factor = 1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX);
-    cfg.base_ejection
-        .saturating_mul(factor)
-        .min(cfg.max_ejection.max(cfg.base_ejection))
+    cfg.base_ejection.saturating_mul(factor).min(cfg.max_ejection.max(cfg.base_ejection))
 }
 
 #[cfg(test)]
@@ -112,10 +109,7 @@ mod tests {
     #[test]
     fn zero_threshold_disables() {
         let s = OutlierState::default();
-        let c = Outlier {
-            consecutive_failures: 0,
-            ..cfg()
-        };
+        let c = Outlier { consecutive_failures: 0, ..cfg() };
         for _ in 0..100 {
             assert!(!s.record_failure(&c, 0));
         }

@@ -34,10 +34,7 @@ pub(crate) fn set_keepalive(stream: &TcpStream, idle: Duration) {
         return;
     }
     let interval = (idle / 4).max(Duration::from_secs(1));
-    let ka = socket2::TcpKeepalive::new()
-        .with_time(idle)
-        .with_interval(interval)
-        .with_retries(4);
+    let ka = socket2::TcpKeepalive::new().with_time(idle).with_interval(interval).with_retries(4);
     if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&ka) {
         tracing::debug!(error = %e, "cannot set TCP keepalive");
     }
@@ -60,10 +57,7 @@ pub(crate) async fn dial(
     let _ = stream.set_nodelay(true);
     set_keepalive(&stream, how.keepalive);
     if let Some(h) = proxy_header {
-        stream
-            .write_all(h)
-            .await
-            .map_err(|e| UpstreamError::Connect(addr, e))?;
+        stream.write_all(h).await.map_err(|e| UpstreamError::Connect(addr, e))?;
     }
     Ok(stream)
 }
@@ -92,10 +86,8 @@ async fn handshake<S>(addr: SocketAddr, stream: S) -> Result<Sender, UpstreamErr
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, conn) = http1::Builder::new()
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| UpstreamError::Http(addr, e))?;
+    let (sender, conn) =
+        http1::Builder::new().handshake(TokioIo::new(stream)).await.map_err(|e| UpstreamError::Http(addr, e))?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(backend = %addr, error = %e, "backend connection ended");
@@ -124,11 +116,7 @@ struct Idle {
 
 impl Pool {
     pub(crate) fn new(max_idle: usize, idle_timeout: Duration) -> Self {
-        Pool {
-            idle: Mutex::new(Vec::new()),
-            max_idle,
-            idle_timeout,
-        }
+        Pool { idle: Mutex::new(Vec::new()), max_idle, idle_timeout }
     }
 
     pub(crate) fn take(&self, tag: Option<SocketAddr>) -> Option<Sender> {
@@ -151,11 +139,7 @@ impl Pool {
         if idle.len() >= self.max_idle {
             idle.remove(0);
         }
-        idle.push(Idle {
-            sender,
-            tag,
-            since: Instant::now(),
-        });
+        idle.push(Idle { sender, tag, since: Instant::now() });
     }
 }
 

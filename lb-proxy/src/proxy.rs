@@ -27,17 +27,13 @@ impl Proxy {
 
     /// Serves already bound listeners (tests bind port 0; the daemon may pass sockets it
     /// bound before dropping privileges). `spec.listen` is ignored.
-    pub fn start_with_listeners(
-        vips: Vec<(ProxyVipSpec, TcpListener)>,
-    ) -> Result<ProxyHandle, ProxyError> {
+    pub fn start_with_listeners(vips: Vec<(ProxyVipSpec, TcpListener)>) -> Result<ProxyHandle, ProxyError> {
         Proxy::builder().start_with_listeners(vips)
     }
 
     /// Options for starting a proxy.
     pub fn builder() -> ProxyBuilder {
-        ProxyBuilder {
-            workers: crate::workers::default_count(),
-        }
+        ProxyBuilder { workers: crate::workers::default_count() }
     }
 }
 
@@ -66,17 +62,9 @@ impl ProxyBuilder {
     }
 
     /// Like [`Proxy::start_with_listeners`].
-    pub fn start_with_listeners(
-        self,
-        vips: Vec<(ProxyVipSpec, TcpListener)>,
-    ) -> Result<ProxyHandle, ProxyError> {
+    pub fn start_with_listeners(self, vips: Vec<(ProxyVipSpec, TcpListener)>) -> Result<ProxyHandle, ProxyError> {
         let workers = Workers::start(self.workers).map_err(ProxyError::Workers)?;
-        let handle = ProxyHandle {
-            inner: Arc::new(Inner {
-                vips: Mutex::new(HashMap::new()),
-                workers,
-            }),
-        };
+        let handle = ProxyHandle { inner: Arc::new(Inner { vips: Mutex::new(HashMap::new()), workers }) };
         for (spec, listener) in vips {
             handle.add_vip_with_listener(spec, listener)?;
         }
@@ -98,13 +86,11 @@ pub async fn serve(
 }
 
 async fn bind(spec: &ProxyVipSpec) -> Result<TcpListener, ProxyError> {
-    TcpListener::bind(spec.listen)
-        .await
-        .map_err(|source| ProxyError::Bind {
-            vip: spec.name.clone(),
-            addr: spec.listen,
-            source,
-        })
+    TcpListener::bind(spec.listen).await.map_err(|source| ProxyError::Bind {
+        vip: spec.name.clone(),
+        addr: spec.listen,
+        source,
+    })
 }
 
 /// Controls running VIPs. Cheap to clone; every method may be called from any task.
@@ -136,11 +122,7 @@ impl ProxyHandle {
     }
 
     /// Starts serving a new VIP on an already bound listener; returns its address.
-    pub fn add_vip_with_listener(
-        &self,
-        spec: ProxyVipSpec,
-        listener: TcpListener,
-    ) -> Result<SocketAddr, ProxyError> {
+    pub fn add_vip_with_listener(&self, spec: ProxyVipSpec, listener: TcpListener) -> Result<SocketAddr, ProxyError> {
         validate(&spec)?;
         let local = listener.local_addr().map_err(|source| ProxyError::Bind {
             vip: spec.name.clone(),
@@ -160,10 +142,8 @@ impl ProxyHandle {
         })?;
         let set = self.inner.workers.set.clone();
         let vip_name = spec.name.clone();
-        let vip = Vip::new(spec, local, set.count()).map_err(|reason| ProxyError::InvalidSpec {
-            vip: vip_name,
-            reason,
-        })?;
+        let vip =
+            Vip::new(spec, local, set.count()).map_err(|reason| ProxyError::InvalidSpec { vip: vip_name, reason })?;
         let vip = Arc::new(vip);
         let (stopper, tasks) = Stopper::new();
         let served = vip.clone();
@@ -177,22 +157,13 @@ impl ProxyHandle {
             }
         });
         tracing::info!(vip = %name, addr = %local, ?mode, "proxy VIP serving");
-        vips.insert(
-            name,
-            Running {
-                vip,
-                stopper: Arc::new(stopper),
-            },
-        );
+        vips.insert(name, Running { vip, stopper: Arc::new(stopper) });
         Ok(local)
     }
 
     /// Stops a VIP: no new connections, in-flight requests get up to `grace`.
     pub async fn remove_vip(&self, name: &str, grace: Duration) -> Result<(), ProxyError> {
-        let running = self
-            .lock()
-            .remove(name)
-            .ok_or_else(|| ProxyError::UnknownVip(name.into()))?;
+        let running = self.lock().remove(name).ok_or_else(|| ProxyError::UnknownVip(name.into()))?;
         running.stopper.shutdown(grace).await;
         Ok(())
     }
@@ -210,19 +181,11 @@ impl ProxyHandle {
     }
 
     /// The health checker's verdict on a backend: down backends get no new requests.
-    pub fn set_backend_health(
-        &self,
-        vip: &str,
-        addr: SocketAddr,
-        up: bool,
-    ) -> Result<(), ProxyError> {
+    pub fn set_backend_health(&self, vip: &str, addr: SocketAddr, up: bool) -> Result<(), ProxyError> {
         if self.vip(vip)?.backends.set_health(addr, up) {
             Ok(())
         } else {
-            Err(ProxyError::UnknownBackend {
-                vip: vip.into(),
-                addr,
-            })
+            Err(ProxyError::UnknownBackend { vip: vip.into(), addr })
         }
     }
 
@@ -234,10 +197,7 @@ impl ProxyHandle {
         let Some(tls) = &v.tls else {
             return Ok(false);
         };
-        tls.reload().map_err(|reason| ProxyError::InvalidSpec {
-            vip: vip.into(),
-            reason,
-        })?;
+        tls.reload().map_err(|reason| ProxyError::InvalidSpec { vip: vip.into(), reason })?;
         Ok(true)
     }
 
@@ -259,10 +219,7 @@ impl ProxyHandle {
     }
 
     fn vip(&self, name: &str) -> Result<Arc<Vip>, ProxyError> {
-        self.lock()
-            .get(name)
-            .map(|r| r.vip.clone())
-            .ok_or_else(|| ProxyError::UnknownVip(name.into()))
+        self.lock().get(name).map(|r| r.vip.clone()).ok_or_else(|| ProxyError::UnknownVip(name.into()))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
@@ -271,14 +228,9 @@ impl ProxyHandle {
 }
 
 fn validate(spec: &ProxyVipSpec) -> Result<(), ProxyError> {
-    let invalid = |reason: &str| ProxyError::InvalidSpec {
-        vip: spec.name.clone(),
-        reason: reason.into(),
-    };
+    let invalid = |reason: &str| ProxyError::InvalidSpec { vip: spec.name.clone(), reason: reason.into() };
     if spec.mode == Mode::Tcp
-        && let Balance::ConsistentHash {
-            key: HashKey::Header(_) | HashKey::Cookie(_),
-        } = spec.options.balance
+        && let Balance::ConsistentHash { key: HashKey::Header(_) | HashKey::Cookie(_) } = spec.options.balance
     {
         return Err(invalid("a TCP VIP can only hash on the client address"));
     }

@@ -11,11 +11,7 @@ const V2_TCP4: u8 = 0x11;
 const V2_TCP6: u8 = 0x21;
 
 /// The header announcing a connection from `client` to `local` (the VIP), or None.
-pub(crate) fn header(
-    kind: ProxyProtocol,
-    client: SocketAddr,
-    local: SocketAddr,
-) -> Option<Vec<u8>> {
+pub(crate) fn header(kind: ProxyProtocol, client: SocketAddr, local: SocketAddr) -> Option<Vec<u8>> {
     match kind {
         ProxyProtocol::None => None,
         ProxyProtocol::V1 => Some(v1(client, local)),
@@ -41,12 +37,7 @@ fn to_v6(ip: IpAddr) -> std::net::Ipv6Addr {
 fn v1(client: SocketAddr, local: SocketAddr) -> Vec<u8> {
     let (src, dst) = same_family(client, local);
     let family = if src.is_ipv4() { "TCP4" } else { "TCP6" };
-    format!(
-        "PROXY {family} {src} {dst} {} {}\r\n",
-        client.port(),
-        local.port()
-    )
-    .into_bytes()
+    format!("PROXY {family} {src} {dst} {} {}\r\n", client.port(), local.port()).into_bytes()
 }
 
 fn v2(client: SocketAddr, local: SocketAddr) -> Vec<u8> {
@@ -79,55 +70,26 @@ mod tests {
 
     #[test]
     fn v1_matches_the_spec_example_form() {
-        let h = header(
-            ProxyProtocol::V1,
-            "192.0.2.1:56324".parse().unwrap(),
-            "203.0.113.10:443".parse().unwrap(),
-        );
-        assert_eq!(
-            h.unwrap(),
-            b"PROXY TCP4 192.0.2.1 203.0.113.10 56324 443\r\n"
-        );
-        let h = header(
-            ProxyProtocol::V1,
-            "[2001:db8::1]:1000".parse().unwrap(),
-            "[::1]:80".parse().unwrap(),
-        );
+        let h = header(ProxyProtocol::V1, "192.0.2.1:56324".parse().unwrap(), "203.0.113.10:443".parse().unwrap());
+        assert_eq!(h.unwrap(), b"PROXY TCP4 192.0.2.1 203.0.113.10 56324 443\r\n");
+        let h = header(ProxyProtocol::V1, "[2001:db8::1]:1000".parse().unwrap(), "[::1]:80".parse().unwrap());
         assert_eq!(h.unwrap(), b"PROXY TCP6 2001:db8::1 ::1 1000 80\r\n");
     }
 
     #[test]
     fn v2_ipv4_layout() {
-        let h = header(
-            ProxyProtocol::V2,
-            "192.0.2.1:256".parse().unwrap(),
-            "203.0.113.10:80".parse().unwrap(),
-        )
-        .unwrap();
+        let h =
+            header(ProxyProtocol::V2, "192.0.2.1:256".parse().unwrap(), "203.0.113.10:80".parse().unwrap()).unwrap();
         let mut want = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
-        want.extend_from_slice(&[
-            0x21, 0x11, 0, 12, 192, 0, 2, 1, 203, 0, 113, 10, 1, 0, 0, 80,
-        ]);
+        want.extend_from_slice(&[0x21, 0x11, 0, 12, 192, 0, 2, 1, 203, 0, 113, 10, 1, 0, 0, 80]);
         assert_eq!(h, want);
     }
 
     #[test]
     fn v2_ipv6_length() {
-        let h = header(
-            ProxyProtocol::V2,
-            "[2001:db8::1]:1".parse().unwrap(),
-            "[::1]:2".parse().unwrap(),
-        )
-        .unwrap();
+        let h = header(ProxyProtocol::V2, "[2001:db8::1]:1".parse().unwrap(), "[::1]:2".parse().unwrap()).unwrap();
         assert_eq!(h.len(), 16 + 36);
         assert_eq!(&h[12..16], &[0x21, 0x21, 0, 36]);
-        assert!(
-            header(
-                ProxyProtocol::None,
-                "[::1]:1".parse().unwrap(),
-                "[::1]:2".parse().unwrap()
-            )
-            .is_none()
-        );
+        assert!(header(ProxyProtocol::None, "[::1]:1".parse().unwrap(), "[::1]:2".parse().unwrap()).is_none());
     }
 }

@@ -87,11 +87,7 @@ struct Stamped<'a, T> {
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Stamped<'_, T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
@@ -102,11 +98,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Stamped<'_, T> {
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Stamped<'_, T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -159,33 +151,15 @@ mod splice {
                 return Err(io::Error::last_os_error());
             }
             // SAFETY: both descriptors are fresh and owned by nobody else.
-            Ok(unsafe {
-                Pipe {
-                    read: OwnedFd::from_raw_fd(fds[0]),
-                    write: OwnedFd::from_raw_fd(fds[1]),
-                }
-            })
+            Ok(unsafe { Pipe { read: OwnedFd::from_raw_fd(fds[0]), write: OwnedFd::from_raw_fd(fds[1]) } })
         }
     }
 
     fn splice(from: i32, to: i32, len: usize) -> io::Result<usize> {
         let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
         // SAFETY: plain descriptors, null offsets (both ends are streams).
-        let n = unsafe {
-            libc::splice(
-                from,
-                std::ptr::null_mut(),
-                to,
-                std::ptr::null_mut(),
-                len,
-                flags,
-            )
-        };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        let n = unsafe { libc::splice(from, std::ptr::null_mut(), to, std::ptr::null_mut(), len, flags) };
+        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
     }
 
     /// Moves one direction socket -> pipe -> socket while the data comes in big chunks.
@@ -193,12 +167,7 @@ mod splice {
     /// the copy buffer holds (the flow turned small: back to copying). The pipe is drained before the
     /// next read, so it never blocks; the sockets' readiness comes from tokio (`try_io`
     /// clears it on EAGAIN).
-    pub(super) async fn pump_bulk(
-        from: &TcpStream,
-        to: &TcpStream,
-        pipe: &Pipe,
-        last: &AtomicU64,
-    ) -> io::Result<bool> {
+    pub(super) async fn pump_bulk(from: &TcpStream, to: &TcpStream, pipe: &Pipe, last: &AtomicU64) -> io::Result<bool> {
         let (src, dst) = (from.as_raw_fd(), to.as_raw_fd());
         let (pr, pw) = (pipe.read.as_raw_fd(), pipe.write.as_raw_fd());
         loop {
@@ -274,9 +243,7 @@ mod tests {
             client.read_to_end(&mut tail).await.unwrap();
             assert_eq!(tail, b"bye");
         };
-        tokio::time::timeout(Duration::from_secs(30), work)
-            .await
-            .expect("relay stalled");
+        tokio::time::timeout(Duration::from_secs(30), work).await.expect("relay stalled");
         relayed.await.unwrap().unwrap();
     }
 }

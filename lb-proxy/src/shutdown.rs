@@ -24,29 +24,15 @@ impl Stopper {
         let (stop, stop_rx) = watch::channel(false);
         let (force, force_rx) = watch::channel(false);
         let tracker = TaskTracker::new();
-        let tasks = Tasks {
-            stop: stop_rx,
-            force: force_rx,
-            tracker: tracker.clone(),
-        };
-        (
-            Stopper {
-                stop,
-                force,
-                tracker,
-            },
-            tasks,
-        )
+        let tasks = Tasks { stop: stop_rx, force: force_rx, tracker: tracker.clone() };
+        (Stopper { stop, force, tracker }, tasks)
     }
 
     /// Stops accepting, lets in-flight work finish for up to `grace`, then cuts the rest.
     pub(crate) async fn shutdown(&self, grace: std::time::Duration) {
         self.stop.send_replace(true);
         self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
             self.force.send_replace(true);
             self.tracker.wait().await;
         }

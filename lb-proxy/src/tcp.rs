@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use tokio::net::TcpStream;
 
-use lb_common::ip_bytes;
 use crate::error::UpstreamError;
 use crate::outlier::now_ms;
 use crate::pool::dial;
@@ -16,14 +15,10 @@ use crate::relay::relay;
 use crate::shutdown::Tasks;
 use crate::tls::{ClientHelloError, read_server_name};
 use crate::vip::Vip;
+use lb_common::ip_bytes;
 
 /// Relays one client connection; in-flight relays get the grace period, then they are cut.
-pub(crate) async fn serve_connection(
-    stream: TcpStream,
-    client: SocketAddr,
-    vip: &Vip,
-    tasks: Tasks,
-) {
+pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Vip, tasks: Tasks) {
     let mut force = tasks.force;
     tokio::select! {
         _ = handle(stream, client, vip) => {}

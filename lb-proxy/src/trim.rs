@@ -34,19 +34,17 @@ fn start() {
     static STARTED: Once = Once::new();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     STARTED.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("lb-proxy-trim".into())
-            .spawn(|| {
-                loop {
-                    std::thread::sleep(INTERVAL);
-                    let live = LIVE.load(Relaxed);
-                    if PEAK.load(Relaxed).saturating_sub(live) >= TRIM_AFTER_DROP {
-                        // SAFETY: malloc_trim only walks glibc's own arenas; it is thread-safe.
-                        unsafe { libc::malloc_trim(0) };
-                        PEAK.store(live, Relaxed);
-                    }
+        let spawned = std::thread::Builder::new().name("lb-proxy-trim".into()).spawn(|| {
+            loop {
+                std::thread::sleep(INTERVAL);
+                let live = LIVE.load(Relaxed);
+                if PEAK.load(Relaxed).saturating_sub(live) >= TRIM_AFTER_DROP {
+                    // SAFETY: malloc_trim only walks glibc's own arenas; it is thread-safe.
+                    unsafe { libc::malloc_trim(0) };
+                    PEAK.store(live, Relaxed);
                 }
-            });
+            }
+        });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start the memory trimming thread");
         }

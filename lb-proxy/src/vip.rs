@@ -37,22 +37,12 @@ pub(crate) struct SniGroup {
 impl Vip {
     /// `workers`: how many workers serve it (each has its own backend connection pools).
     /// Loads the VIP's certificates and CA files; the error says which one is wrong.
-    pub(crate) fn new(
-        spec: ProxyVipSpec,
-        local_addr: SocketAddr,
-        workers: usize,
-    ) -> Result<Self, String> {
+    pub(crate) fn new(spec: ProxyVipSpec, local_addr: SocketAddr, workers: usize) -> Result<Self, String> {
         let opts = &spec.options;
         let tls = opts.tls.as_ref().map(TlsServer::new).transpose()?;
-        let backend_tls = opts
-            .backend_tls
-            .as_ref()
-            .map(crate::tls::connector)
-            .transpose()?;
+        let backend_tls = opts.backend_tls.as_ref().map(crate::tls::connector).transpose()?;
         if spec.mode == Mode::Tcp && (tls.is_some() || backend_tls.is_some()) {
-            return Err(
-                "tls and backend_tls apply to HTTP VIPs; TCP VIPs pass TLS through (sni)".into(),
-            );
+            return Err("tls and backend_tls apply to HTTP VIPs; TCP VIPs pass TLS through (sni)".into());
         }
         if spec.mode == Mode::Http && opts.sni.is_some() {
             return Err("sni routing applies to TCP VIPs (TLS passthrough)".into());
@@ -100,17 +90,8 @@ impl Vip {
 
     /// Like `pick`, among the backends routed to a TLS server name (the VIP's own backends
     /// for names no route lists, and for clients that sent none).
-    pub(crate) fn pick_for_name(
-        &self,
-        name: Option<&str>,
-        hash: u32,
-        tried: &Tried,
-    ) -> Option<Arc<Backend>> {
-        let group = name.and_then(|n| {
-            self.sni_routes
-                .iter()
-                .find(|g| g.names.iter().any(|p| name_matches(p, n)))
-        });
+    pub(crate) fn pick_for_name(&self, name: Option<&str>, hash: u32, tried: &Tried) -> Option<Arc<Backend>> {
+        let group = name.and_then(|n| self.sni_routes.iter().find(|g| g.names.iter().any(|p| name_matches(p, n))));
         match group {
             Some(g) => pick_in(&g.backends, &g.balancer, &self.spec, hash, tried),
             None => self.pick(hash, tried),

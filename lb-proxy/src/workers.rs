@@ -51,27 +51,17 @@ impl Workers {
         let mut handles = Vec::with_capacity(count);
         let mut stops = Vec::with_capacity(count);
         for i in 0..count {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let (stop, stopped) = oneshot::channel::<()>();
             handles.push(rt.handle().clone());
             stops.push(stop);
-            std::thread::Builder::new()
-                .name(format!("lb-proxy-{i}"))
-                .spawn(move || {
-                    WORKER.with(|w| w.set(i));
-                    // Runs every task spawned on this runtime until the proxy goes away.
-                    let _ = rt.block_on(stopped);
-                })?;
+            std::thread::Builder::new().name(format!("lb-proxy-{i}")).spawn(move || {
+                WORKER.with(|w| w.set(i));
+                // Runs every task spawned on this runtime until the proxy goes away.
+                let _ = rt.block_on(stopped);
+            })?;
         }
-        Ok(Workers {
-            set: Arc::new(WorkerSet {
-                handles,
-                next: AtomicUsize::new(0),
-            }),
-            _stop: stops,
-        })
+        Ok(Workers { set: Arc::new(WorkerSet { handles, next: AtomicUsize::new(0) }), _stop: stops })
     }
 }
 

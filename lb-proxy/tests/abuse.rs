@@ -17,9 +17,8 @@ async fn content_length_with_transfer_encoding_is_rejected_in_either_order() {
         "transfer-encoding: chunked\r\ncontent-length: 0\r\n",
     ] {
         // The classic CL.TE / TE.CL attempt: a second request hidden in the body.
-        let req = format!(
-            "POST /echo HTTP/1.1\r\nHost: x\r\n{head}\r\n0\r\n\r\nGET /bytes/5 HTTP/1.1\r\nHost: x\r\n\r\n"
-        );
+        let req =
+            format!("POST /echo HTTP/1.1\r\nHost: x\r\n{head}\r\n0\r\n\r\nGET /bytes/5 HTTP/1.1\r\nHost: x\r\n\r\n");
         let out = raw(p.addr, req.as_bytes()).await;
         assert_eq!(statuses(&out), vec![400], "{head:?}: {out}");
     }
@@ -44,30 +43,12 @@ async fn other_framing_tricks_are_rejected() {
     let b = backends(1).await;
     let p = proxy(http_spec(&b)).await;
     for (what, req) in [
-        (
-            "differing lengths",
-            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
-        ),
-        (
-            "non-chunked TE",
-            "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\nabcd",
-        ),
-        (
-            "obfuscated TE",
-            "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
-        ),
-        (
-            "TE in HTTP/1.0",
-            "POST /echo HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        ),
-        (
-            "bad length",
-            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nabcde",
-        ),
-        (
-            "space before colon",
-            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nabcde",
-        ),
+        ("differing lengths", "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"),
+        ("non-chunked TE", "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\nabcd"),
+        ("obfuscated TE", "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n"),
+        ("TE in HTTP/1.0", "POST /echo HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        ("bad length", "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nabcde"),
+        ("space before colon", "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nabcde"),
     ] {
         let out = raw(p.addr, req.as_bytes()).await;
         assert_eq!(statuses(&out), vec![400], "{what}: {out}");
@@ -83,10 +64,7 @@ async fn head_size_count_and_target_length_limits() {
     spec.options.limits.max_headers = 20;
     spec.options.limits.max_request_line = 1024;
     let p = proxy(spec).await;
-    let big = format!(
-        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
-        "a".repeat(9 * 1024)
-    );
+    let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(9 * 1024));
     assert_eq!(statuses(&raw(p.addr, big.as_bytes()).await), vec![431]);
     let many: String = (0..30).map(|i| format!("X-H{i}: v\r\n")).collect();
     let many = format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n");
@@ -95,10 +73,7 @@ async fn head_size_count_and_target_length_limits() {
     assert_eq!(statuses(&raw(p.addr, long.as_bytes()).await), vec![414]);
     assert_eq!(b[0].hits(), 0);
     // Within the limits it works.
-    let ok = format!(
-        "GET /{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        "p".repeat(900)
-    );
+    let ok = format!("GET /{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "p".repeat(900));
     assert_eq!(statuses(&raw(p.addr, ok.as_bytes()).await), vec![200]);
 }
 
@@ -134,9 +109,7 @@ async fn connection_cap_answers_503_and_frees_slots() {
     let mut served = false;
     for _ in 0..200 {
         let mut s = TcpStream::connect(p.addr).await.unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
         let mut out = Vec::new();
         let _ = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
         if statuses(&String::from_utf8_lossy(&out)) == vec![200] {

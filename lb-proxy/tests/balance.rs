@@ -24,11 +24,7 @@ async fn spread(p: &TestProxy, n: usize) -> HashMap<usize, usize> {
 }
 
 fn with_header(name: &str, value: &str) -> Request<Full<Bytes>> {
-    Request::get("/")
-        .header("host", "x")
-        .header(name, value)
-        .body(Full::default())
-        .unwrap()
+    Request::get("/").header("host", "x").header(name, value).body(Full::default()).unwrap()
 }
 
 #[tokio::test]
@@ -53,17 +49,9 @@ async fn least_connections_avoids_the_busy_backend() {
     let addr = p.addr;
     let slow = tokio::spawn(async move { fetch(addr, "/slow/1500").await.backend() });
     wait_active(&p, 1).await;
-    let busy = p.handle.stats()[0]
-        .backends
-        .iter()
-        .position(|s| s.active == 1)
-        .unwrap();
+    let busy = p.handle.stats()[0].backends.iter().position(|s| s.active == 1).unwrap();
     let seen = spread(&p, 20).await;
-    assert_eq!(
-        seen.get(&(1 - busy)),
-        Some(&20),
-        "all quick requests avoid the busy one: {seen:?}"
-    );
+    assert_eq!(seen.get(&(1 - busy)), Some(&20), "all quick requests avoid the busy one: {seen:?}");
     assert_eq!(slow.await.unwrap(), busy);
 }
 
@@ -76,11 +64,7 @@ async fn power_of_two_mostly_avoids_the_busy_backend() {
     let addr = p.addr;
     let slow = tokio::spawn(async move { fetch(addr, "/slow/3000").await });
     wait_active(&p, 1).await;
-    let busy = p.handle.stats()[0]
-        .backends
-        .iter()
-        .position(|s| s.active == 1)
-        .unwrap();
+    let busy = p.handle.stats()[0].backends.iter().position(|s| s.active == 1).unwrap();
     let seen = spread(&p, 200).await;
     // Only a draw of the busy one twice (1 in 4) sends a request there.
     let idle = seen.get(&(1 - busy)).copied().unwrap_or(0);
@@ -91,13 +75,7 @@ async fn power_of_two_mostly_avoids_the_busy_backend() {
 
 async fn wait_active(p: &TestProxy, n: u64) {
     for _ in 0..1000 {
-        if p.handle.stats()[0]
-            .backends
-            .iter()
-            .map(|s| s.active)
-            .sum::<u64>()
-            == n
-        {
+        if p.handle.stats()[0].backends.iter().map(|s| s.active).sum::<u64>() == n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -118,15 +96,8 @@ async fn consistent_hash_on_client_ip_uses_the_data_plane_ring() {
             k
         })
         .collect();
-    let members: Vec<RingMember<'_>> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| RingMember {
-            id: i as u32,
-            weight: 1,
-            key: k,
-        })
-        .collect();
+    let members: Vec<RingMember<'_>> =
+        keys.iter().enumerate().map(|(i, k)| RingMember { id: i as u32, weight: 1, key: k }).collect();
     let ring = build_ring(&members, DEFAULT_RING_SIZE);
     let src = lb_common::ipv4_bytes([127, 0, 0, 1]);
     let pick = |seed: u32| ring[(client_hash(&src, seed) % DEFAULT_RING_SIZE) as usize];
@@ -134,9 +105,7 @@ async fn consistent_hash_on_client_ip_uses_the_data_plane_ring() {
     let seed = (1..).find(|s| pick(*s) != pick(0)).unwrap();
     for seed in [0, seed] {
         let mut spec = http_spec(&b);
-        spec.options.balance = Balance::ConsistentHash {
-            key: HashKey::ClientIp,
-        };
+        spec.options.balance = Balance::ConsistentHash { key: HashKey::ClientIp };
         spec.hash_seed = seed;
         let p = proxy(spec).await;
         let seen = spread(&p, 30).await;
@@ -148,10 +117,7 @@ async fn consistent_hash_on_client_ip_uses_the_data_plane_ring() {
 
 #[tokio::test]
 async fn consistent_hash_on_header_and_cookie_is_sticky_and_minimal_on_change() {
-    for key in [
-        HashKey::Header("x-user".into()),
-        HashKey::Cookie("session".into()),
-    ] {
+    for key in [HashKey::Header("x-user".into()), HashKey::Cookie("session".into())] {
         let b = backends(4).await;
         let mut spec = http_spec(&b);
         spec.options.balance = Balance::ConsistentHash { key: key.clone() };
@@ -167,22 +133,13 @@ async fn consistent_hash_on_header_and_cookie_is_sticky_and_minimal_on_change() 
             first.insert(i, c.send(req(i)).await.unwrap().backend());
         }
         for i in 0..60 {
-            assert_eq!(
-                c.send(req(i)).await.unwrap().backend(),
-                first[&i],
-                "{key:?}: key {i} moved"
-            );
+            assert_eq!(c.send(req(i)).await.unwrap().backend(), first[&i], "{key:?}: key {i} moved");
         }
         let used: HashSet<_> = first.values().collect();
-        assert!(
-            used.len() >= 3,
-            "{key:?}: keys spread over backends: {used:?}"
-        );
+        assert!(used.len() >= 3, "{key:?}: keys spread over backends: {used:?}");
         // Remove backend 3: its keys move; of the others, Maglev moves only a few (its
         // disruption is minimal, not zero: a ring slot can change hands between survivors).
-        p.handle
-            .set_backends("web", b[..3].iter().map(Backend::spec).collect())
-            .unwrap();
+        p.handle.set_backends("web", b[..3].iter().map(Backend::spec).collect()).unwrap();
         let mut stayed = 0;
         let mut moved_anyway = 0;
         for i in 0..60 {
@@ -207,23 +164,13 @@ async fn consistent_hash_on_header_and_cookie_is_sticky_and_minimal_on_change() 
 async fn health_down_and_draining_backends_get_no_new_requests() {
     let b = backends(3).await;
     let p = proxy(http_spec(&b)).await;
-    p.handle
-        .set_backend_health("web", b[1].addr, false)
-        .unwrap();
+    p.handle.set_backend_health("web", b[1].addr, false).unwrap();
     let seen = spread(&p, 30).await;
     assert!(!seen.contains_key(&1), "{seen:?}");
     p.handle.set_backend_health("web", b[1].addr, true).unwrap();
     assert!(spread(&p, 30).await.contains_key(&1));
-    assert!(
-        p.handle
-            .set_backend_health("web", dead_addr().await, false)
-            .is_err()
-    );
-    assert!(
-        p.handle
-            .set_backend_health("nope", b[1].addr, false)
-            .is_err()
-    );
+    assert!(p.handle.set_backend_health("web", dead_addr().await, false).is_err());
+    assert!(p.handle.set_backend_health("nope", b[1].addr, false).is_err());
 
     // Drain backend 0 (weight 0) while it serves a slow request: that one finishes.
     let addr = p.addr;
@@ -244,11 +191,7 @@ async fn health_down_and_draining_backends_get_no_new_requests() {
     let seen = spread(&p, 30).await;
     assert!(!seen.contains_key(&0), "{seen:?}");
     let g = slow.await.unwrap();
-    assert_eq!(
-        (g.status, g.backend()),
-        (200, 0),
-        "the in-flight request finished"
-    );
+    assert_eq!((g.status, g.backend()), (200, 0), "the in-flight request finished");
     let stats = &p.handle.stats()[0].backends;
     assert_eq!(stats[0].weight, 0);
     assert!(stats[0].requests >= 1, "counters survive the weight change");
@@ -258,12 +201,7 @@ async fn health_down_and_draining_backends_get_no_new_requests() {
 async fn backends_added_at_run_time_are_used() {
     let b = backends(2).await;
     let p = proxy(http_spec(&b[..1])).await;
-    assert_eq!(
-        spread(&p, 10).await.keys().copied().collect::<Vec<_>>(),
-        vec![0]
-    );
-    p.handle
-        .set_backends("web", b.iter().map(Backend::spec).collect())
-        .unwrap();
+    assert_eq!(spread(&p, 10).await.keys().copied().collect::<Vec<_>>(), vec![0]);
+    p.handle.set_backends("web", b.iter().map(Backend::spec).collect()).unwrap();
     assert_eq!(spread(&p, 10).await.len(), 2);
 }

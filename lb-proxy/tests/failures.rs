@@ -10,8 +10,7 @@ use hyper::Request;
 use lb_proxy::BackendSpec;
 
 const NO_ANSWER: &[u8] = b"";
-const ERROR_500: &[u8] =
-    b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\nconnection: close\r\n\r\nboom";
+const ERROR_500: &[u8] = b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\nconnection: close\r\n\r\nboom";
 const TRUNCATED: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n0123456789";
 
 fn no_outlier(spec: &mut lb_proxy::ProxyVipSpec) {
@@ -28,28 +27,19 @@ async fn connect_failure_is_retried_on_another_backend() {
     let mut c = Client::connect(p.addr).await;
     for _ in 0..20 {
         // Every request, even a POST with a body: it never left the proxy.
-        let req = Request::post("/echo")
-            .header("host", "x")
-            .body(Full::new(Bytes::from_static(b"data")))
-            .unwrap();
+        let req = Request::post("/echo").header("host", "x").body(Full::new(Bytes::from_static(b"data"))).unwrap();
         let g = c.send(req).await.unwrap();
         assert_eq!((g.status, &g.body[..]), (200, &b"data"[..]));
     }
     let s = &p.handle.stats()[0].backends;
-    assert_eq!(
-        s[0].errors, 10,
-        "round-robin sent every other request to the dead one first"
-    );
+    assert_eq!(s[0].errors, 10, "round-robin sent every other request to the dead one first");
     assert_eq!(good.hits(), 20);
 }
 
 #[tokio::test]
 async fn all_backends_dead_is_502_and_none_is_503() {
     let mut spec = http_spec(&[]);
-    spec.backends = vec![
-        BackendSpec::new(dead_addr().await),
-        BackendSpec::new(dead_addr().await),
-    ];
+    spec.backends = vec![BackendSpec::new(dead_addr().await), BackendSpec::new(dead_addr().await)];
     let p = proxy(spec).await;
     assert_eq!(fetch(p.addr, "/").await.status, 502);
     p.handle.set_backends("web", vec![]).unwrap();
@@ -66,15 +56,8 @@ async fn idempotent_requests_are_retried_after_a_dropped_request_others_are_not(
     let p = proxy(spec).await;
     let mut c = Client::connect(p.addr).await;
     // Round-robin: the first request goes to the bad backend, which reads it and hangs up.
-    let post = Request::post("/echo")
-        .header("host", "x")
-        .body(Full::new(Bytes::from_static(b"once")))
-        .unwrap();
-    assert_eq!(
-        c.send(post).await.unwrap().status,
-        502,
-        "a POST that reached a backend is not replayed"
-    );
+    let post = Request::post("/echo").header("host", "x").body(Full::new(Bytes::from_static(b"once"))).unwrap();
+    assert_eq!(c.send(post).await.unwrap().status, 502, "a POST that reached a backend is not replayed");
     assert_eq!(bad.heads(), 1);
     assert_eq!(good.hits(), 0);
     assert_eq!(c.get("/x").await.unwrap().status, 200); // to the good one
@@ -93,10 +76,7 @@ async fn backend_closing_mid_response_gives_a_clean_error() {
     // Client::send panics if this hangs; the body must fail, not come back short as success.
     let mut c = Client::connect(p.addr).await;
     let r = c.get("/").await;
-    assert!(
-        r.is_err(),
-        "a truncated body must surface as an error: {r:?}"
-    );
+    assert!(r.is_err(), "a truncated body must surface as an error: {r:?}");
     // h2 clients get a stream error the same way.
     let stream = tokio::net::TcpStream::connect(p.addr).await.unwrap();
     let (mut s, conn) = hyper::client::conn::http2::handshake(
@@ -106,14 +86,10 @@ async fn backend_closing_mid_response_gives_a_clean_error() {
     .await
     .unwrap();
     tokio::spawn(conn);
-    let req = Request::get("http://x/")
-        .body(Full::<Bytes>::default())
-        .unwrap();
+    let req = Request::get("http://x/").body(Full::<Bytes>::default()).unwrap();
     let body = async {
         let resp = s.send_request(req).await?;
-        http_body_util::BodyExt::collect(resp.into_body())
-            .await
-            .map(|_| ())
+        http_body_util::BodyExt::collect(resp.into_body()).await.map(|_| ())
     };
     assert!(tokio::time::timeout(LIMIT, body).await.unwrap().is_err());
     assert!(p.handle.stats()[0].backends[0].errors >= 2);
@@ -144,11 +120,7 @@ async fn connect_timeout_gives_504() {
     let addr = full.local_addr().unwrap();
     let mut fillers = Vec::new();
     for _ in 0..4 {
-        if let Ok(Ok(s)) = tokio::time::timeout(
-            Duration::from_millis(200),
-            tokio::net::TcpStream::connect(addr),
-        )
-        .await
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(addr)).await
         {
             fillers.push(s);
         }
@@ -191,36 +163,23 @@ async fn consecutive_5xx_eject_a_backend_for_a_growing_cooldown() {
     for _ in 0..10 {
         c.get("/").await.unwrap();
     }
-    assert_eq!(
-        bad.heads(),
-        4,
-        "the second cooldown is longer than the first"
-    );
+    assert_eq!(bad.heads(), 4, "the second cooldown is longer than the first");
 }
 
 #[tokio::test]
 async fn maxconn_queue_is_bounded_and_full_gives_503() {
     let b = backends(1).await;
     let mut spec = http_spec(&[]);
-    spec.backends = vec![BackendSpec {
-        max_connections: Some(1),
-        ..b[0].spec()
-    }];
+    spec.backends = vec![BackendSpec { max_connections: Some(1), ..b[0].spec() }];
     spec.options.limits.queue_per_backend = 1;
     let p = proxy(spec).await;
     let addr = p.addr;
-    let tasks: Vec<_> = (0..3)
-        .map(|_| tokio::spawn(async move { fetch(addr, "/slow/1000").await.status }))
-        .collect();
+    let tasks: Vec<_> = (0..3).map(|_| tokio::spawn(async move { fetch(addr, "/slow/1000").await.status })).collect();
     let mut codes = Vec::new();
     for t in tasks {
         codes.push(t.await.unwrap());
     }
     codes.sort();
-    assert_eq!(
-        codes,
-        vec![200, 200, 503],
-        "one served, one queued then served, one refused"
-    );
+    assert_eq!(codes, vec![200, 200, 503], "one served, one queued then served, one refused");
     assert_eq!(b[0].hits(), 2);
 }

@@ -31,9 +31,7 @@ async fn client_faults_never_count_against_backends() {
     // Aborted uploads: a promised body cut short by the client closing.
     for _ in 0..4 {
         let mut s = TcpStream::connect(p.addr).await.unwrap();
-        s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n0123456789")
-            .await
-            .unwrap();
+        s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n0123456789").await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         drop(s);
     }
@@ -73,10 +71,7 @@ async fn slow_steady_upload_is_not_cut_by_backend_timeouts() {
     let p = proxy(spec).await;
     let chunks = 8;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    let head = format!(
-        "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        chunks * 4
-    );
+    let head = format!("POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n", chunks * 4);
     s.write_all(head.as_bytes()).await.unwrap();
     for i in 0..chunks {
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -91,9 +86,7 @@ async fn slow_steady_upload_is_not_cut_by_backend_timeouts() {
 async fn round_robin_shares_are_even_with_one_backend_down_and_follow_weights() {
     let b = backends(3).await;
     let p = proxy(http_spec(&b)).await;
-    p.handle
-        .set_backend_health("web", b[1].addr, false)
-        .unwrap();
+    p.handle.set_backend_health("web", b[1].addr, false).unwrap();
     let mut c = Client::connect(p.addr).await;
     let mut counts = [0usize; 3];
     for _ in 0..301 {
@@ -138,25 +131,18 @@ async fn smuggling_guard_holds_after_upgrade_headers_and_past_128_fields() {
     // CL + TE on a request that asks for an upgrade.
     let req = "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
     assert_eq!(statuses(&raw(p.addr, req.as_bytes()).await), vec![400]);
-    assert_eq!(
-        b[0].hits(),
-        1,
-        "only the clean first request reaches the backend"
-    );
+    assert_eq!(b[0].hits(), 1, "only the clean first request reaches the backend");
 }
 
 #[tokio::test]
 async fn a_backend_that_stalls_mid_body_is_cut_and_blamed() {
-    let stall =
-        stalling_backend(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789").await;
+    let stall = stalling_backend(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789").await;
     let mut spec = http_spec(&[]);
     spec.backends = vec![lb_proxy::BackendSpec::new(stall.addr)];
     spec.options.timeouts.body = Duration::from_millis(300);
     let p = proxy(spec).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let out = read_until_closed(&mut s, Duration::from_secs(5)).await;
     let out = out.expect("the stalled response must end, not hang");
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
@@ -166,18 +152,13 @@ async fn a_backend_that_stalls_mid_body_is_cut_and_blamed() {
 
 #[tokio::test]
 async fn an_idle_upgraded_tunnel_is_closed() {
-    let ws = stalling_backend(
-        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n",
-    )
-    .await;
+    let ws = stalling_backend(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n").await;
     let mut spec = http_spec(&[]);
     spec.backends = vec![lb_proxy::BackendSpec::new(ws.addr)];
     spec.options.timeouts.tunnel = Duration::from_millis(300);
     let p = proxy(spec).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n")
-        .await
-        .unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: foo\r\n\r\n").await.unwrap();
     let out = read_until_closed(&mut s, Duration::from_secs(5)).await;
     let out = out.expect("a silent tunnel must be closed");
     assert_eq!(statuses(&out), vec![101], "{out}");
@@ -193,9 +174,7 @@ async fn slowloris_is_answered_408_and_counted() {
     assert_eq!(statuses(&out), vec![408], "{out}");
     // Also on a kept-alive connection, for the second request's head.
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHo")
-        .await
-        .unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHo").await.unwrap();
     let out = read_until_closed(&mut s, LIMIT).await.unwrap();
     assert_eq!(statuses(&out), vec![200, 408], "{out}");
     assert_eq!(vip_stats(&p).client_timeouts, 2);
@@ -205,26 +184,14 @@ async fn slowloris_is_answered_408_and_counted() {
 async fn trusted_forwarded_lines_are_joined_in_order() {
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.options.forwarded = ForwardedHeaders {
-        x_forwarded: true,
-        forwarded: true,
-        trust_incoming: true,
-    };
+    spec.options.forwarded = ForwardedHeaders { x_forwarded: true, forwarded: true, trust_incoming: true };
     let p = proxy(spec).await;
     let req = "GET /headers HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\
                X-Forwarded-For: 198.51.100.1\r\nX-Forwarded-For: 198.51.100.2, 198.51.100.3\r\n\
                Forwarded: for=198.51.100.1\r\nForwarded: for=198.51.100.2\r\n\r\n";
     let out = raw(p.addr, req.as_bytes()).await;
-    assert!(
-        out.contains("x-forwarded-for: 198.51.100.1, 198.51.100.2, 198.51.100.3, 127.0.0.1\n"),
-        "{out}"
-    );
-    assert!(
-        out.contains(
-            "forwarded: for=198.51.100.1, for=198.51.100.2, for=127.0.0.1;host=h;proto=http\n"
-        ),
-        "{out}"
-    );
+    assert!(out.contains("x-forwarded-for: 198.51.100.1, 198.51.100.2, 198.51.100.3, 127.0.0.1\n"), "{out}");
+    assert!(out.contains("forwarded: for=198.51.100.1, for=198.51.100.2, for=127.0.0.1;host=h;proto=http\n"), "{out}");
 }
 
 #[tokio::test]
@@ -240,14 +207,10 @@ async fn host_rules_of_rfc_9112() {
     let old = "GET /headers HTTP/1.0\r\n\r\n";
     let out = raw(p.addr, old.as_bytes()).await;
     assert!(out.starts_with("HTTP/1.0 200"), "{out}");
-    let absolute =
-        "GET http://example.org:8080/headers HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n";
+    let absolute = "GET http://example.org:8080/headers HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n";
     let out = raw(p.addr, absolute.as_bytes()).await;
     assert!(out.contains("GET /headers HTTP/1.1\n"), "{out}");
-    assert!(
-        out.contains("host: example.org:8080\n") && !out.contains("other"),
-        "{out}"
-    );
+    assert!(out.contains("host: example.org:8080\n") && !out.contains("other"), "{out}");
     let named = "GET /headers HTTP/1.1\r\nHost: kept\r\nConnection: close, host\r\n\r\n";
     let out = raw(p.addr, named.as_bytes()).await;
     assert!(out.contains("host: kept\n"), "{out}");
@@ -261,9 +224,7 @@ async fn keep_alive_idle_time_follows_idle_not_the_header_timeout() {
     spec.options.timeouts.client_header = Duration::from_secs(10);
     let p = proxy(spec).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let out = read_until_closed(&mut s, Duration::from_secs(3)).await;
     let out = out.expect("an idle keep-alive connection is closed after `idle`");
     assert_eq!(statuses(&out), vec![200]);
@@ -276,11 +237,7 @@ async fn keep_alive_idle_time_follows_idle_not_the_header_timeout() {
     assert_eq!(c.get("/").await.unwrap().status, 200);
     tokio::time::sleep(Duration::from_millis(900)).await;
     let again = c.get("/").await;
-    assert_eq!(
-        again.map(|g| g.status).ok(),
-        Some(200),
-        "idle < `idle`: still open"
-    );
+    assert_eq!(again.map(|g| g.status).ok(), Some(200), "idle < `idle`: still open");
 }
 
 #[tokio::test]
@@ -325,10 +282,7 @@ async fn a_backend_that_stops_reading_an_upload_is_cut() {
     })
     .await;
     writer.abort();
-    assert!(
-        read.is_ok(),
-        "the upload to a backend that stopped reading must end"
-    );
+    assert!(read.is_ok(), "the upload to a backend that stopped reading must end");
     let out = String::from_utf8_lossy(&out);
     assert_eq!(statuses(&out), vec![504], "{out}");
 }

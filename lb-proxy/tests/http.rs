@@ -24,10 +24,7 @@ async fn forwards_and_streams_bodies_byte_exact() {
         let g = c.get(&format!("/bytes/{len}")).await.unwrap();
         assert_eq!(g.status, 200);
         assert_eq!(g.body.len(), len);
-        assert!(
-            g.body[..] == pattern(len)[..],
-            "body of {len} bytes differs"
-        );
+        assert!(g.body[..] == pattern(len)[..], "body of {len} bytes differs");
     }
     // A chunked response (no length) of 2 MiB, streamed through.
     let g = c.get("/chunked/2048").await.unwrap();
@@ -40,25 +37,15 @@ async fn streams_a_large_chunked_upload() {
     let b = backends(1).await;
     let p = proxy(http_spec(&b)).await;
     let stream = TcpStream::connect(p.addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
     // 4 MiB in 64 KiB frames with no Content-Length: sent chunked, must arrive intact.
     let data = pattern(4 * 1024 * 1024);
-    let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = data
-        .chunks(64 * 1024)
-        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
-        .collect();
+    let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> =
+        data.chunks(64 * 1024).map(|c| Ok(Frame::data(Bytes::copy_from_slice(c)))).collect();
     let body = StreamBody::new(futures_util::stream::iter(frames));
-    let req = Request::post("/echo")
-        .header("host", "t")
-        .body(body)
-        .unwrap();
-    let resp = tokio::time::timeout(LIMIT, sender.send_request(req))
-        .await
-        .unwrap()
-        .unwrap();
+    let req = Request::post("/echo").header("host", "t").body(body).unwrap();
+    let resp = tokio::time::timeout(LIMIT, sender.send_request(req)).await.unwrap().unwrap();
     assert_eq!(resp.status(), 200);
     let got = resp.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(got.len(), data.len());
@@ -75,22 +62,14 @@ async fn keep_alive_on_both_sides_reuses_backend_connections() {
     }
     // Sequential requests ride one pooled backend connection.
     assert_eq!(b[0].hits(), 50);
-    assert_eq!(
-        b[0].conns.load(Relaxed),
-        1,
-        "backend connections must be pooled"
-    );
+    assert_eq!(b[0].conns.load(Relaxed), 1, "backend connections must be pooled");
 }
 
 #[tokio::test]
 async fn adds_forwarded_headers_and_removes_hop_by_hop() {
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.options.forwarded = ForwardedHeaders {
-        x_forwarded: true,
-        forwarded: true,
-        trust_incoming: false,
-    };
+    spec.options.forwarded = ForwardedHeaders { x_forwarded: true, forwarded: true, trust_incoming: false };
     let p = proxy(spec).await;
     let req = Request::get("/headers")
         .header("host", "example.org")
@@ -104,21 +83,12 @@ async fn adds_forwarded_headers_and_removes_hop_by_hop() {
     let g = Client::connect(p.addr).await.send(req).await.unwrap();
     let text = g.text();
     assert!(text.starts_with("GET /headers HTTP/1.1"), "{text}");
-    assert!(
-        text.contains("x-forwarded-for: 127.0.0.1\n"),
-        "spoofed XFF must be replaced: {text}"
-    );
+    assert!(text.contains("x-forwarded-for: 127.0.0.1\n"), "spoofed XFF must be replaced: {text}");
     assert!(text.contains("x-forwarded-proto: http\n"), "{text}");
     assert!(text.contains("x-forwarded-host: example.org\n"), "{text}");
-    assert!(
-        text.contains("forwarded: for=127.0.0.1;host=example.org;proto=http\n"),
-        "{text}"
-    );
+    assert!(text.contains("forwarded: for=127.0.0.1;host=example.org;proto=http\n"), "{text}");
     assert!(text.contains("x-end-to-end: kept\n"), "{text}");
-    assert!(
-        !text.contains("x-private"),
-        "Connection-named header leaked: {text}"
-    );
+    assert!(!text.contains("x-private"), "Connection-named header leaked: {text}");
     assert!(!text.contains("keep-alive"), "{text}");
 }
 
@@ -128,9 +98,7 @@ async fn h2c_prior_knowledge_clients_are_served() {
     let p = proxy(http_spec(&b)).await;
     let stream = TcpStream::connect(p.addr).await.unwrap();
     let (sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .unwrap();
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
     // Concurrent streams on one h2 connection, each byte-exact.
     let mut set = tokio::task::JoinSet::new();
@@ -138,9 +106,7 @@ async fn h2c_prior_knowledge_clients_are_served() {
         let mut s = sender.clone();
         set.spawn(async move {
             let len = 1000 + i * 7919;
-            let req = Request::get(format!("http://test.local/bytes/{len}"))
-                .body(Full::<Bytes>::default())
-                .unwrap();
+            let req = Request::get(format!("http://test.local/bytes/{len}")).body(Full::<Bytes>::default()).unwrap();
             let resp = s.send_request(req).await.unwrap();
             assert_eq!(resp.version(), hyper::Version::HTTP_2);
             assert_eq!(resp.status(), 200);
@@ -156,21 +122,10 @@ async fn h2c_prior_knowledge_clients_are_served() {
     tokio::time::timeout(LIMIT, all).await.unwrap();
     // The backend saw HTTP/1.1 with a Host header taken from :authority.
     let mut s = sender.clone();
-    let req = Request::get("http://test.local/headers")
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    let text = String::from_utf8(
-        s.send_request(req)
-            .await
-            .unwrap()
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap();
+    let req = Request::get("http://test.local/headers").body(Full::<Bytes>::default()).unwrap();
+    let text =
+        String::from_utf8(s.send_request(req).await.unwrap().into_body().collect().await.unwrap().to_bytes().to_vec())
+            .unwrap();
     assert!(text.starts_with("GET /headers HTTP/1.1"), "{text}");
     assert!(text.contains("host: test.local\n"), "{text}");
 }
@@ -199,31 +154,20 @@ async fn websocket_echo_through_the_proxy() {
     spec.backends = vec![lb_proxy::BackendSpec::new(ws_addr)];
     let p = proxy(spec).await;
     let stream = TcpStream::connect(p.addr).await.unwrap();
-    let (mut ws, resp) = tokio::time::timeout(
-        LIMIT,
-        tokio_tungstenite::client_async("ws://test.local/chat", stream),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let (mut ws, resp) = tokio::time::timeout(LIMIT, tokio_tungstenite::client_async("ws://test.local/chat", stream))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(resp.status(), 101);
     for i in 0..10 {
         let msg = format!("hello {i}");
         ws.send(Message::text(msg.clone())).await.unwrap();
-        let back = tokio::time::timeout(LIMIT, ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let back = tokio::time::timeout(LIMIT, ws.next()).await.unwrap().unwrap().unwrap();
         assert_eq!(back, Message::text(msg));
     }
     let big = pattern(200_000);
     ws.send(Message::binary(big.clone())).await.unwrap();
-    let back = tokio::time::timeout(LIMIT, ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let back = tokio::time::timeout(LIMIT, ws.next()).await.unwrap().unwrap().unwrap();
     assert_eq!(back.into_data().to_vec(), big);
     ws.close(None).await.unwrap();
 }
@@ -232,10 +176,7 @@ async fn websocket_echo_through_the_proxy() {
 async fn proxy_protocol_v1_and_v2_reach_the_backend() {
     for (kind, expect) in [
         (ProxyProtocol::V1, &b"PROXY TCP4 127.0.0.1 127.0.0.1 "[..]),
-        (
-            ProxyProtocol::V2,
-            &b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c"[..],
-        ),
+        (ProxyProtocol::V2, &b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c"[..]),
     ] {
         // A backend that records the first bytes of its connection, then answers.
         let listener = TcpListener::bind(loopback()).await.unwrap();
@@ -258,9 +199,7 @@ async fn proxy_protocol_v1_and_v2_reach_the_backend() {
                 }
             }
             tx.send(got).await.unwrap();
-            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await
-                .unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
         });
         let mut spec = http_spec(&[]);
         spec.backends = vec![lb_proxy::BackendSpec::new(addr)];
@@ -269,15 +208,8 @@ async fn proxy_protocol_v1_and_v2_reach_the_backend() {
         let mut c = Client::connect(p.addr).await;
         let g = c.get("/").await.unwrap();
         assert_eq!(g.status, 200);
-        let got = tokio::time::timeout(LIMIT, rx.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            got.starts_with(expect),
-            "{kind:?}: got {:?}",
-            String::from_utf8_lossy(&got)
-        );
+        let got = tokio::time::timeout(LIMIT, rx.recv()).await.unwrap().unwrap();
+        assert!(got.starts_with(expect), "{kind:?}: got {:?}", String::from_utf8_lossy(&got));
         let client_port = c_port(&got, kind);
         assert!(client_port > 0);
     }
@@ -287,8 +219,7 @@ async fn proxy_protocol_v1_and_v2_reach_the_backend() {
 fn c_port(got: &[u8], kind: ProxyProtocol) -> u16 {
     match kind {
         ProxyProtocol::V1 => {
-            let line =
-                String::from_utf8_lossy(got.split(|b| *b == b'\r').next().unwrap()).into_owned();
+            let line = String::from_utf8_lossy(got.split(|b| *b == b'\r').next().unwrap()).into_owned();
             line.split(' ').nth(4).unwrap().parse().unwrap()
         }
         _ => u16::from_be_bytes([got[24], got[25]]),

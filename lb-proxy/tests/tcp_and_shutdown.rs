@@ -51,9 +51,7 @@ async fn exchange(addr: SocketAddr, data: &[u8]) -> Vec<u8> {
     };
     let mut out = Vec::new();
     let recv = r.read_to_end(&mut out);
-    tokio::time::timeout(LIMIT, async { tokio::join!(send, recv).1.unwrap() })
-        .await
-        .unwrap();
+    tokio::time::timeout(LIMIT, async { tokio::join!(send, recv).1.unwrap() }).await.unwrap();
     out
 }
 
@@ -81,11 +79,7 @@ async fn tcp_retries_another_backend_and_spreads() {
     let p = proxy(spec).await;
     for _ in 0..12 {
         let out = exchange(p.addr, b"abc").await;
-        assert!(
-            out == b"1:3:cba" || out == b"2:3:cba",
-            "{:?}",
-            String::from_utf8_lossy(&out)
-        );
+        assert!(out == b"1:3:cba" || out == b"2:3:cba", "{:?}", String::from_utf8_lossy(&out));
     }
     assert_eq!(ca.load(Relaxed) + cb.load(Relaxed), 12);
     assert!(ca.load(Relaxed) >= 4 && cb.load(Relaxed) >= 4);
@@ -103,10 +97,7 @@ async fn tcp_proxy_protocol_header_comes_first() {
     // The backend reverses what it got: the PROXY line, then "xy".
     let got: String = text.splitn(3, ':').nth(2).unwrap().chars().rev().collect();
     let want = "PROXY TCP4 127.0.0.1 127.0.0.1 ";
-    assert!(
-        got.starts_with(want) && got.ends_with(&format!(" {}\r\nxy", p.addr.port())),
-        "{got:?}"
-    );
+    assert!(got.starts_with(want) && got.ends_with(&format!(" {}\r\nxy", p.addr.port())), "{got:?}");
 }
 
 #[tokio::test]
@@ -135,15 +126,9 @@ async fn graceful_shutdown_finishes_in_flight_requests_and_stops_accepting() {
     }
     let handle = p.handle.clone();
     let stopping = tokio::spawn(async move { handle.shutdown(Duration::from_secs(10)).await });
-    let g = tokio::time::timeout(LIMIT, inflight)
-        .await
-        .unwrap()
-        .unwrap();
+    let g = tokio::time::timeout(LIMIT, inflight).await.unwrap().unwrap();
     assert_eq!((g.status, g.text().as_str()), (200, "slow"));
-    tokio::time::timeout(LIMIT, stopping)
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(LIMIT, stopping).await.unwrap().unwrap();
     // The listener is closed: new connections are refused.
     assert!(TcpStream::connect(addr).await.is_err());
     assert!(p.handle.stats().is_empty());
@@ -156,14 +141,9 @@ async fn shutdown_cuts_what_outlives_the_grace_period() {
     let mut c = Client::connect(p.addr).await;
     let slow = tokio::spawn(async move { c.get("/slow/10000").await });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    tokio::time::timeout(LIMIT, p.handle.shutdown(Duration::from_millis(200)))
-        .await
-        .unwrap();
+    tokio::time::timeout(LIMIT, p.handle.shutdown(Duration::from_millis(200))).await.unwrap();
     let r = tokio::time::timeout(LIMIT, slow).await.unwrap().unwrap();
-    assert!(
-        r.is_err(),
-        "the cut request fails instead of hanging: {r:?}"
-    );
+    assert!(r.is_err(), "the cut request fails instead of hanging: {r:?}");
 }
 
 #[tokio::test]

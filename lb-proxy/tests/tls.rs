@@ -30,10 +30,7 @@ fn tls_spec(b: &[Backend], leaves: &[&Leaf]) -> ProxyVipSpec {
 }
 
 fn get_req(path: &str) -> Request<Full<Bytes>> {
-    Request::get(path)
-        .header("host", "a.test")
-        .body(Full::default())
-        .unwrap()
+    Request::get(path).header("host", "a.test").body(Full::default()).unwrap()
 }
 
 #[tokio::test]
@@ -45,49 +42,28 @@ async fn http1_and_h2_over_tls_are_byte_exact_and_alpn_decides() {
     let len = 300 * 1024 + 7;
 
     // HTTP/1.1 (ALPN http/1.1).
-    let s = connect(ca.client_config(&["http/1.1"]), p.addr, "a.test")
-        .await
-        .unwrap();
+    let s = connect(ca.client_config(&["http/1.1"]), p.addr, "a.test").await.unwrap();
     assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
-    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
-        .await
-        .unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await.unwrap();
     tokio::spawn(conn);
-    let resp = send
-        .send_request(get_req(&format!("/bytes/{len}")))
-        .await
-        .unwrap();
+    let resp = send.send_request(get_req(&format!("/bytes/{len}"))).await.unwrap();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     assert!(body[..] == pattern(len)[..], "h1 body differs");
     let resp = send.send_request(get_req("/headers")).await.unwrap();
-    let text = String::from_utf8(
-        resp.into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap();
+    let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(text.contains("x-forwarded-proto: https\n"), "{text}");
 
     // h2 (ALPN h2), several streams on one connection.
-    let s = connect(ca.client_config(&["h2", "http/1.1"]), p.addr, "a.test")
-        .await
-        .unwrap();
+    let s = connect(ca.client_config(&["h2", "http/1.1"]), p.addr, "a.test").await.unwrap();
     assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
-        .await
-        .unwrap();
+    let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s)).await.unwrap();
     tokio::spawn(conn);
     let mut streams = Vec::new();
     for k in 0..4 {
         let mut send = send.clone();
         streams.push(tokio::spawn(async move {
             let n = len + k;
-            let req = Request::get(format!("https://a.test/bytes/{n}"))
-                .body(Full::<Bytes>::default())
-                .unwrap();
+            let req = Request::get(format!("https://a.test/bytes/{n}")).body(Full::<Bytes>::default()).unwrap();
             let resp = send.send_request(req).await.unwrap();
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             body[..] == pattern(n)[..]
@@ -123,36 +99,11 @@ async fn bad_certificate_files_are_clear_errors_at_load() {
     std::fs::write(&garbage, "not a certificate").unwrap();
     let missing = ca.dir.path().join("missing.pem");
     let cases = [
-        (
-            "missing chain",
-            missing.clone(),
-            a.key.clone(),
-            "cannot read",
-        ),
-        (
-            "missing key",
-            a.chain.clone(),
-            missing.clone(),
-            "cannot read",
-        ),
-        (
-            "garbage chain",
-            garbage.clone(),
-            a.key.clone(),
-            "no PEM certificate",
-        ),
-        (
-            "garbage key",
-            a.chain.clone(),
-            garbage.clone(),
-            "no usable PEM private key",
-        ),
-        (
-            "mismatched key",
-            a.chain.clone(),
-            other.key.clone(),
-            "does not belong",
-        ),
+        ("missing chain", missing.clone(), a.key.clone(), "cannot read"),
+        ("missing key", a.chain.clone(), missing.clone(), "cannot read"),
+        ("garbage chain", garbage.clone(), a.key.clone(), "no PEM certificate"),
+        ("garbage key", a.chain.clone(), garbage.clone(), "no usable PEM private key"),
+        ("mismatched key", a.chain.clone(), other.key.clone(), "does not belong"),
     ];
     for (what, chain, key, expect) in cases {
         let mut spec = ProxyVipSpec::new("tls", loopback(), Mode::Http);
@@ -162,9 +113,7 @@ async fn bad_certificate_files_are_clear_errors_at_load() {
             min_version: "1.2".into(),
         });
         let l = TcpListener::bind(loopback()).await.unwrap();
-        let e = lb_proxy::Proxy::start_with_listeners(vec![(spec, l)])
-            .expect_err(what)
-            .to_string();
+        let e = lb_proxy::Proxy::start_with_listeners(vec![(spec, l)]).expect_err(what).to_string();
         assert!(e.contains(expect), "{what}: {e}");
     }
 }
@@ -178,9 +127,7 @@ async fn reload_swaps_the_certificate_without_dropping_connections() {
     let cfg = ca.client_config(&["http/1.1"]);
     let s = connect(cfg.clone(), p.addr, "a.test").await.unwrap();
     assert_eq!(peer_leaf(&s), first.der);
-    let (mut old, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
-        .await
-        .unwrap();
+    let (mut old, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await.unwrap();
     tokio::spawn(conn);
     assert_eq!(old.send_request(get_req("/")).await.unwrap().status(), 200);
 
@@ -188,25 +135,13 @@ async fn reload_swaps_the_certificate_without_dropping_connections() {
     assert!(p.handle.reload_tls("web").unwrap());
     // A fresh client: a resumed session would report the certificate of its first handshake.
     drop(cfg);
-    let s = connect(ca.client_config(&["http/1.1"]), p.addr, "a.test")
-        .await
-        .unwrap();
-    assert_eq!(
-        peer_leaf(&s),
-        second.der,
-        "new handshakes get the new certificate"
-    );
-    assert_eq!(
-        old.send_request(get_req("/")).await.unwrap().status(),
-        200,
-        "the established connection keeps working"
-    );
+    let s = connect(ca.client_config(&["http/1.1"]), p.addr, "a.test").await.unwrap();
+    assert_eq!(peer_leaf(&s), second.der, "new handshakes get the new certificate");
+    assert_eq!(old.send_request(get_req("/")).await.unwrap().status(), 200, "the established connection keeps working");
     // A broken file on reload changes nothing.
     std::fs::write(&second.key, "broken").unwrap();
     assert!(p.handle.reload_tls("web").is_err());
-    let s = connect(ca.client_config(&["http/1.1"]), p.addr, "a.test")
-        .await
-        .unwrap();
+    let s = connect(ca.client_config(&["http/1.1"]), p.addr, "a.test").await.unwrap();
     assert_eq!(peer_leaf(&s), second.der);
 }
 
@@ -228,23 +163,16 @@ async fn tls_to_backends_checks_the_backend_certificate() {
                     return;
                 };
                 let svc = hyper::service::service_fn(|_req| async {
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
-                        Bytes::from_static(b"over tls"),
-                    )))
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"over tls"))))
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(s), svc)
-                    .await;
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
             });
         }
     });
     for (name, ok) in [("backend.test", true), ("wrong.test", false)] {
         let mut spec = ProxyVipSpec::new("web", loopback(), Mode::Http);
         spec.backends = vec![BackendSpec::new(backend_addr)];
-        spec.options.backend_tls = Some(BackendTls {
-            ca_file: ca.ca_file(),
-            server_name: name.into(),
-        });
+        spec.options.backend_tls = Some(BackendTls { ca_file: ca.ca_file(), server_name: name.into() });
         let p = proxy(spec).await;
         let g = fetch(p.addr, "/").await;
         if ok {
@@ -273,22 +201,12 @@ async fn passthrough_routes_by_server_name_with_a_default_set() {
     let (w_addr, _tw) = tls_id_server(&w, "backend-w").await;
     let (d_addr, _td) = tls_id_server(&d, "backend-default").await;
     let routes = vec![
-        SniRoute {
-            names: vec!["a.test".into()],
-            backends: vec![a_addr],
-        },
-        SniRoute {
-            names: vec!["*.w.test".into()],
-            backends: vec![w_addr],
-        },
+        SniRoute { names: vec!["a.test".into()], backends: vec![a_addr] },
+        SniRoute { names: vec!["*.w.test".into()], backends: vec![w_addr] },
     ];
     let p = proxy(sni_spec(d_addr, routes)).await;
     let cfg = ca.client_config(&[]);
-    for (name, expect) in [
-        ("a.test", "backend-a"),
-        ("x.w.test", "backend-w"),
-        ("d.test", "backend-default"),
-    ] {
+    for (name, expect) in [("a.test", "backend-a"), ("x.w.test", "backend-w"), ("d.test", "backend-default")] {
         // TLS is end to end: the certificate checked is the backend's own.
         let mut s = connect(cfg.clone(), p.addr, name).await.unwrap();
         s.write_all(b"hi").await.unwrap();
@@ -303,22 +221,12 @@ async fn passthrough_drops_garbage_and_silent_clients() {
     let (d_addr, conns) = tcp_counting_backend().await;
     let p = proxy(sni_spec(d_addr, Vec::new())).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let out = read_until_closed(&mut s, Duration::from_secs(5)).await;
-    assert_eq!(
-        out.as_deref(),
-        Some(""),
-        "garbage instead of a ClientHello is dropped"
-    );
+    assert_eq!(out.as_deref(), Some(""), "garbage instead of a ClientHello is dropped");
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     let out = read_until_closed(&mut s, Duration::from_secs(5)).await;
-    assert_eq!(
-        out.as_deref(),
-        Some(""),
-        "a client that never says hello is dropped"
-    );
+    assert_eq!(out.as_deref(), Some(""), "a client that never says hello is dropped");
     assert_eq!(conns.load(std::sync::atomic::Ordering::Relaxed), 0);
     for _ in 0..100 {
         if p.handle.stats()[0].tls_failures == 2 {
@@ -330,10 +238,7 @@ async fn passthrough_drops_garbage_and_silent_clients() {
 }
 
 /// A TCP backend that only counts connections.
-async fn tcp_counting_backend() -> (
-    std::net::SocketAddr,
-    std::sync::Arc<std::sync::atomic::AtomicU64>,
-) {
+async fn tcp_counting_backend() -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     let l = TcpListener::bind(loopback()).await.unwrap();
     let addr = l.local_addr().unwrap();
     let n = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -362,42 +267,22 @@ async fn tls_versions_and_garbage_on_a_terminating_vip() {
     );
     let p = proxy(tls_spec(&b, &[&a])).await;
     let s = connect(tls12_only.clone(), p.addr, "a.test").await.unwrap();
-    assert_eq!(
-        s.get_ref().1.protocol_version(),
-        Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_2)
-    );
-    let s = connect(ca.client_config(&[]), p.addr, "a.test")
-        .await
-        .unwrap();
-    assert_eq!(
-        s.get_ref().1.protocol_version(),
-        Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_3)
-    );
+    assert_eq!(s.get_ref().1.protocol_version(), Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_2));
+    let s = connect(ca.client_config(&[]), p.addr, "a.test").await.unwrap();
+    assert_eq!(s.get_ref().1.protocol_version(), Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_3));
 
     let mut spec = tls_spec(&b, &[&a]);
     spec.options.tls.as_mut().unwrap().min_version = "1.3".into();
     spec.options.timeouts.handshake = Duration::from_millis(300);
     let p = proxy(spec).await;
-    assert!(
-        connect(tls12_only, p.addr, "a.test").await.is_err(),
-        "TLS 1.2 refused"
-    );
+    assert!(connect(tls12_only, p.addr, "a.test").await.is_err(), "TLS 1.2 refused");
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        .await
-        .unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n").await.unwrap();
     let out = read_until_closed(&mut s, Duration::from_secs(5)).await;
-    assert!(
-        out.is_some_and(|o| !o.contains("HTTP/1.1 200")),
-        "plain HTTP is no handshake"
-    );
+    assert!(out.is_some_and(|o| !o.contains("HTTP/1.1 200")), "plain HTTP is no handshake");
     let mut silent = TcpStream::connect(p.addr).await.unwrap();
     let out = read_until_closed(&mut silent, Duration::from_secs(5)).await;
-    assert_eq!(
-        out.as_deref(),
-        Some(""),
-        "a silent client is dropped after the handshake timeout"
-    );
+    assert_eq!(out.as_deref(), Some(""), "a silent client is dropped after the handshake timeout");
     // Counted just after the connection is dropped: wait for it (bounded).
     for _ in 0..100 {
         if p.handle.stats()[0].tls_failures == 3 {

@@ -23,20 +23,40 @@ pub struct VipSpec {
 
 pub fn configure(dp: &mut dyn Dataplane, ring_size: u32, vips: &[VipSpec]) {
     let new_flow_budget = lb_common::limits::DEFAULT_NEW_FLOW_BUDGET;
-    dp.set_config(DataplaneConfig { ring_size, hash_seed: 0x1b_c7, nexthop_generation: 1, new_flow_budget, ..Default::default() }).unwrap();
+    dp.set_config(DataplaneConfig {
+        ring_size,
+        hash_seed: 0x1b_c7,
+        nexthop_generation: 1,
+        new_flow_budget,
+        ..Default::default()
+    })
+    .unwrap();
     let mut flags = std::collections::HashMap::<u16, u32>::new();
     for v in vips {
         let tcp = v.protocol == ip_proto::TCP;
         for &(id, addr, port, _) in &v.backends {
-            let backend = Backend { addr: ipv4_bytes(addr.octets()), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
+            let backend = Backend {
+                addr: ipv4_bytes(addr.octets()),
+                port: port.to_be(),
+                family: family::IPV4,
+                flags: BACKEND_ACTIVE,
+                generation: 0,
+            };
             dp.upsert_backend(id, backend).unwrap();
             if v.forwarding == lb_common::vip::forwarding::NAT {
-                let reply_source = NatBackendKey { addr: backend.addr, port: backend.port, protocol: v.protocol, family: family::IPV4 };
+                let reply_source = NatBackendKey {
+                    addr: backend.addr,
+                    port: backend.port,
+                    protocol: v.protocol,
+                    family: family::IPV4,
+                };
                 dp.set_nat_backend(reply_source, Some(v.id)).unwrap();
-                *flags.entry(port).or_default() |= if tcp { port_flags::NAT_BACKEND_TCP } else { port_flags::NAT_BACKEND_UDP };
+                *flags.entry(port).or_default() |=
+                    if tcp { port_flags::NAT_BACKEND_TCP } else { port_flags::NAT_BACKEND_UDP };
             }
         }
-        let keys: Vec<Vec<u8>> = v.backends.iter().map(|(_, a, p, _)| [&a.octets()[..], &p.to_be_bytes()].concat()).collect();
+        let keys: Vec<Vec<u8>> =
+            v.backends.iter().map(|(_, a, p, _)| [&a.octets()[..], &p.to_be_bytes()].concat()).collect();
         let members: Vec<RingMember> = v
             .backends
             .iter()
@@ -44,8 +64,20 @@ pub fn configure(dp: &mut dyn Dataplane, ring_size: u32, vips: &[VipSpec]) {
             .map(|((id, _, _, weight), key)| RingMember { id: *id, weight: *weight, key })
             .collect();
         dp.write_ring(v.id, &build_ring(&members, ring_size)).unwrap();
-        let key = VipKey { addr: ipv4_bytes(v.addr.octets()), port: v.port.to_be(), protocol: v.protocol, family: family::IPV4 };
-        let info = VipInfo { id: v.id, forwarding: v.forwarding, hash: v.hash, _pad: [0; 2], encap_source: ipv4_bytes(v.encap_source.octets()), ..Default::default() };
+        let key = VipKey {
+            addr: ipv4_bytes(v.addr.octets()),
+            port: v.port.to_be(),
+            protocol: v.protocol,
+            family: family::IPV4,
+        };
+        let info = VipInfo {
+            id: v.id,
+            forwarding: v.forwarding,
+            hash: v.hash,
+            _pad: [0; 2],
+            encap_source: ipv4_bytes(v.encap_source.octets()),
+            ..Default::default()
+        };
         dp.upsert_vip(key, info).unwrap();
         *flags.entry(v.port).or_default() |= if tcp { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
     }

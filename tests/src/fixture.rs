@@ -109,7 +109,8 @@ pub fn vip_key(v: &Vip) -> VipKey {
 /// Writes every VIP, backend and ring through the map writer. Rings alternate between a VIP's
 /// backends slot by slot, so the slot a hash picks decides the backend.
 pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
-    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1, ..Default::default() }).unwrap();
+    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1, ..Default::default() })
+        .unwrap();
     let mut flags: HashMap<u16, u32> = HashMap::new();
     let mut nat_backends: HashMap<NatBackendKey, u32> = HashMap::new();
     for (id, v) in vips.iter().enumerate() {
@@ -125,10 +126,21 @@ pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
         let tcp = v.protocol == ip_proto::TCP;
         *flags.entry(v.port).or_default() |= if tcp { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
         for &(bid, addr, port) in &v.backends {
-            let backend = Backend { addr: ipv4_bytes(addr), port: port.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
+            let backend = Backend {
+                addr: ipv4_bytes(addr),
+                port: port.to_be(),
+                family: family::IPV4,
+                flags: BACKEND_ACTIVE,
+                generation: 0,
+            };
             dp.upsert_backend(bid, backend).unwrap();
             if v.forwarding == forwarding::NAT {
-                let reply_source = NatBackendKey { addr: backend.addr, port: backend.port, protocol: v.protocol, family: family::IPV4 };
+                let reply_source = NatBackendKey {
+                    addr: backend.addr,
+                    port: backend.port,
+                    protocol: v.protocol,
+                    family: family::IPV4,
+                };
                 let owner = nat_backends.entry(reply_source).or_insert(id as u32);
                 if *owner != id as u32 {
                     *owner = NAT_BACKEND_SHARED;
@@ -161,7 +173,6 @@ pub fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
     let (_, addr, port) = v.backends[(hash % RING) as usize % v.backends.len()];
     (addr, port)
 }
-
 
 /// The balancer loaded with the fixture's ring size and empty maps (not attached: driven with
 /// BPF_PROG_TEST_RUN).

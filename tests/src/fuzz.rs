@@ -11,8 +11,8 @@ use aya::programs::Xdp;
 use lb_common::stats::Counter;
 use lb_common::{ip_proto, program_names};
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::program;
 use lb_ctl::dataplane::aya::AyaDataplane;
+use lb_ctl::dataplane::load::program;
 
 use crate::fixture::{B_FAR, CLIENT, CLIENT2, Vip};
 use crate::golden::{hex, is_verdict};
@@ -110,7 +110,12 @@ fn seeds(vips: &[Vip]) -> Vec<Vec<u8>> {
     let web = vips[0].addr;
     vec![
         Frame::tcp(CLIENT, 40000, web, 80).bytes(),
-        Frame::tcp(CLIENT, 40000, web, 80).with(|f| { f.l4 = L4::TcpAck; f.payload = b"GET /".to_vec() }).bytes(),
+        Frame::tcp(CLIENT, 40000, web, 80)
+            .with(|f| {
+                f.l4 = L4::TcpAck;
+                f.payload = b"GET /".to_vec()
+            })
+            .bytes(),
         Frame::tcp(CLIENT, 40000, web, 80).with(|f| f.vlan = Some(9)).bytes(),
         Frame::udp(CLIENT, 5000, web, 53).bytes(),
         Frame::tcp(CLIENT, 42000, vips[2].addr, 80).bytes(),
@@ -139,9 +144,16 @@ fn frame(rng: &mut Rng, seeds: &[Vec<u8>], targets: &Targets) -> Vec<u8> {
                 if rng.below(3) == 0 { rng.pick(&targets.nat_backends) } else { rng.pick(&targets.vips) };
             let peer = [192, 0, 2, 1 + rng.below(250) as u8];
             let from_backend = targets.nat_backends.contains(&(addr, port, proto)) && rng.below(2) == 0;
-            let (src, sport, dst, dport) =
-                if from_backend { (addr, port, peer, 1024 + rng.below(60000) as u16) } else { (peer, 1024 + rng.below(60000) as u16, addr, port) };
-            let mut f = if proto == ip_proto::UDP { Frame::udp(src, sport, dst, dport) } else { Frame::tcp(src, sport, dst, dport) };
+            let (src, sport, dst, dport) = if from_backend {
+                (addr, port, peer, 1024 + rng.below(60000) as u16)
+            } else {
+                (peer, 1024 + rng.below(60000) as u16, addr, port)
+            };
+            let mut f = if proto == ip_proto::UDP {
+                Frame::udp(src, sport, dst, dport)
+            } else {
+                Frame::tcp(src, sport, dst, dport)
+            };
             f.ttl = rng.pick(&[1, 2, 64, 255]);
             if proto == ip_proto::TCP && rng.below(2) == 0 {
                 f.l4 = L4::TcpAck;
@@ -207,7 +219,11 @@ pub fn run(dp: &mut AyaDataplane, vips: &[Vip], ingress: u32, frames: u64, seed:
         if !targets.may_concern(&input) {
             report.not_ours += 1;
             if result.action != 2 || result.output != input {
-                return Err(format!("frame for no VIP not passed untouched ({}) at {}", action_name(result.action), at()));
+                return Err(format!(
+                    "frame for no VIP not passed untouched ({}) at {}",
+                    action_name(result.action),
+                    at()
+                ));
             }
         }
         if result.action == 3 || result.action == 4 {

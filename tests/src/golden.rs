@@ -8,8 +8,8 @@ use lb_common::flow::FlowKey;
 use lb_common::stats::Counter;
 use lb_common::{ip_proto, ipv4_bytes, program_names};
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::program;
 use lb_ctl::dataplane::aya::AyaDataplane;
+use lb_ctl::dataplane::load::program;
 
 use crate::packets::{Frame, Mac, verify_checksums};
 use crate::testrun::{RunResult, action_name, run_xdp};
@@ -67,7 +67,11 @@ pub fn check(prog: &Xdp, dp: &AyaDataplane, ingress: u32, c: &Case) -> Result<()
     let delta = |k: Counter| after[&k] - before[&k];
     let verdicts: u64 = Counter::ALL.iter().filter(|k| is_verdict(**k)).map(|k| delta(*k)).sum();
     if delta(c.verdict) != 1 || verdicts != 1 {
-        return Err(format!("counter {} rose by {}, all verdict counters by {verdicts}", c.verdict.name(), delta(c.verdict)));
+        return Err(format!(
+            "counter {} rose by {}, all verdict counters by {verdicts}",
+            c.verdict.name(),
+            delta(c.verdict)
+        ));
     }
     for e in &c.events {
         if delta(*e) != 1 {

@@ -25,9 +25,8 @@ fn build_lb_ctl() -> std::path::PathBuf {
         return path.into();
     }
     let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| workspace.join("target"));
     let path = target.join("debug/lb-ctl");
     {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

@@ -6,10 +6,7 @@ use std::process::{Command, Output};
 
 /// Runs a command, panicking with its output when it fails.
 pub fn sh(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {args:?}: {e}"));
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("running {args:?}: {e}"));
     assert!(
         out.status.success(),
         "{args:?} failed: {}{}",

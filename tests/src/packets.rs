@@ -66,17 +66,13 @@ impl Frame {
             ($ip:expr) => {{
                 let ip = $ip;
                 match self.l4 {
-                    L4::TcpSyn => ip
-                        .tcp(self.src_port, self.dst_port, 1000, 64240)
-                        .syn()
-                        .write(&mut out, &self.payload),
-                    L4::TcpAck => ip
-                        .tcp(self.src_port, self.dst_port, 1001, 64240)
-                        .ack(5000)
-                        .write(&mut out, &self.payload),
-                    L4::Udp | L4::UdpNoChecksum => {
-                        ip.udp(self.src_port, self.dst_port).write(&mut out, &self.payload)
+                    L4::TcpSyn => {
+                        ip.tcp(self.src_port, self.dst_port, 1000, 64240).syn().write(&mut out, &self.payload)
                     }
+                    L4::TcpAck => {
+                        ip.tcp(self.src_port, self.dst_port, 1001, 64240).ack(5000).write(&mut out, &self.payload)
+                    }
+                    L4::Udp | L4::UdpNoChecksum => ip.udp(self.src_port, self.dst_port).write(&mut out, &self.payload),
                 }
                 .unwrap()
             }};
@@ -114,10 +110,16 @@ pub fn ipip(inner: &Frame, outer_src: [u8; 4], outer_dst: [u8; 4], src_mac: Mac,
 }
 
 /// `ipip` for a frame given as bytes, its IPv4 header at `l3`.
-pub fn ipip_frame(inner_bytes: &[u8], l3: usize, outer_src: [u8; 4], outer_dst: [u8; 4], src_mac: Mac, dst_mac: Mac) -> Vec<u8> {
+pub fn ipip_frame(
+    inner_bytes: &[u8],
+    l3: usize,
+    outer_src: [u8; 4],
+    outer_dst: [u8; 4],
+    src_mac: Mac,
+    dst_mac: Mac,
+) -> Vec<u8> {
     let datagram = &inner_bytes[l3..];
-    let mut outer =
-        Ipv4Header::new(datagram.len() as u16, 64, IpNumber::IPV4, outer_src, outer_dst).unwrap();
+    let mut outer = Ipv4Header::new(datagram.len() as u16, 64, IpNumber::IPV4, outer_src, outer_dst).unwrap();
     outer.dont_fragment = false;
     outer.header_checksum = outer.calc_header_checksum();
     let mut out = Vec::new();

@@ -362,7 +362,10 @@ fn health_failover_and_recovery() {
     // 2. The server dies: the refused connection takes it down at the next check.
     lab.kill(pids[victim]);
     let died = d.wait_backend(victim, bound * 4, "down after dying", is_out);
-    println!("dead backend {victim} out of the ring after {} ms (connection refused: at the next check)", died.as_millis());
+    println!(
+        "dead backend {victim} out of the ring after {} ms (connection refused: at the next check)",
+        died.as_millis()
+    );
     assert!(died <= Duration::from_millis(INTERVAL_MS + TIMEOUT_MS) + slack, "refused detection took {died:?}");
     let m2 = mapping(&cns);
     assert!(m2.values().all(|b| *b != backend_name(victim)), "traffic reached the dead backend: {m2:?}");
@@ -378,7 +381,10 @@ fn health_failover_and_recovery() {
     d.wait_up(victim, Duration::from_secs(5));
     let rejoined = added.elapsed();
     println!("re-added backend {victim} in the ring after {} ms", rejoined.as_millis());
-    assert!(rejoined >= Duration::from_millis((RISE - 1) * INTERVAL_MS), "up after {rejoined:?}: fewer than {RISE} checks?");
+    assert!(
+        rejoined >= Duration::from_millis((RISE - 1) * INTERVAL_MS),
+        "up after {rejoined:?}: fewer than {RISE} checks?"
+    );
     assert_eq!(mapping(&cns), m0, "the ring after re-adding is the original one");
 }
 
@@ -417,8 +423,11 @@ fn reload_refuses_mistakes_and_applies_differences() {
         let at = format!("{config}:{line}:");
         assert!(stderr.contains(&at), "the mistake on line {line} ({needle}) is not reported as {at}: {stderr}");
     }
-    assert_eq!(d.backends().iter().map(|b| (b.id, b.address, b.weight, b.health)).collect::<Vec<_>>(),
-        before.iter().map(|b| (b.id, b.address, b.weight, b.health)).collect::<Vec<_>>(), "a refused reload changed the backends");
+    assert_eq!(
+        d.backends().iter().map(|b| (b.id, b.address, b.weight, b.health)).collect::<Vec<_>>(),
+        before.iter().map(|b| (b.id, b.address, b.weight, b.health)).collect::<Vec<_>>(),
+        "a refused reload changed the backends"
+    );
     let status = d.ok(&["status"]);
     assert!(status.contains("last reload REFUSED"), "{status}");
     assert_eq!(mapping(&cns), m0, "a refused reload changed where clients go");
@@ -434,7 +443,11 @@ fn reload_refuses_mistakes_and_applies_differences() {
     let (b0, b0_before) = (find(&after, 0).unwrap(), find(&before, 0).unwrap());
     assert_eq!((b0.id, b0.weight, b0.health), (b0_before.id, 100, Health::Up), "backend 0 must be untouched");
     let (b1, b1_before) = (find(&after, 1).unwrap(), find(&before, 1).unwrap());
-    assert_eq!((b1.id, b1.weight, b1.health), (b1_before.id, 50, Health::Up), "backend 1: same id and health, new weight");
+    assert_eq!(
+        (b1.id, b1.weight, b1.health),
+        (b1_before.id, 50, Health::Up),
+        "backend 1: same id and health, new weight"
+    );
     let b2 = find(&after, 2).expect("backend 2 added by the reload");
     assert_eq!(b2.health, Health::Pending, "a new checked backend starts pending");
     assert!(!before.iter().any(|b| b.id == b2.id), "backend 2 got a fresh id");

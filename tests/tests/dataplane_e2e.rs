@@ -5,13 +5,13 @@ use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
+use lb_common::ip_proto;
 use lb_common::program_names;
 use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::{forwarding, hash_mode};
-use lb_common::ip_proto;
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_ingress};
 use lb_ctl::dataplane::aya::AyaDataplane;
+use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_ingress};
 use lb_tests::balancer::{VipSpec, configure};
 use lb_tests::lab::{LB_PORT, Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, wait_for_listener};
 use lb_tests::privileges::require_root;
@@ -31,7 +31,8 @@ fn counter(dp: &AyaDataplane, c: Counter) -> u64 {
 fn decap_count(pin_dir: &std::path::Path, c: DecapCounter) -> u64 {
     let path = pin_dir.join(lb_common::map_names::DECAP_COUNTERS);
     let data = aya::maps::MapData::from_pin(&path).unwrap();
-    let map: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).unwrap();
+    let map: aya::maps::PerCpuArray<_, u64> =
+        aya::maps::PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).unwrap();
     map.get(&(c as u32), 0).unwrap().iter().sum()
 }
 
@@ -91,7 +92,16 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
         // The product command, as an operator runs it on a DSR backend. nsenter enters only
         // the network namespace, so the pin lands in the host's bpffs and outlives the command.
         lb_tests::netns::sh(&[
-            "nsenter", &format!("--net=/run/netns/{ns_name}"), lb_ctl.to_str().unwrap(), "decap", "attach", "eth0", "--from", "198.51.100.1", "--xdp-mode", "native",
+            "nsenter",
+            &format!("--net=/run/netns/{ns_name}"),
+            lb_ctl.to_str().unwrap(),
+            "decap",
+            "attach",
+            "eth0",
+            "--from",
+            "198.51.100.1",
+            "--xdp-mode",
+            "native",
         ]);
         let _in = lab.backends[i].enter();
         decaps.push(lb_ctl::paths::AttachPaths::decap("eth0"));
@@ -107,11 +117,34 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
         attach(&mut ebpf, program_names::INGRESS, "eth0", AttachMode::Native).unwrap();
         AyaDataplane::new(ebpf, RING)
     };
-    let backends = |port| (0..2).map(|i| (i as u32 + if port == 80 { 2 } else { 0 }, backend_addr(i), port, 100)).collect();
-    configure(&mut dp, RING, &[
-        VipSpec { id: 0, addr: NAT_VIP, port: 80, protocol: ip_proto::TCP, forwarding: forwarding::NAT, hash: hash_mode::CLIENT_IP, encap_source: Ipv4Addr::new(198, 51, 100, 1), backends: backends(8080) },
-        VipSpec { id: 1, addr: DSR_VIP, port: 80, protocol: ip_proto::TCP, forwarding: forwarding::DSR_IPIP, hash: hash_mode::CLIENT_IP, encap_source: Ipv4Addr::new(198, 51, 100, 1), backends: backends(80) },
-    ]);
+    let backends =
+        |port| (0..2).map(|i| (i as u32 + if port == 80 { 2 } else { 0 }, backend_addr(i), port, 100)).collect();
+    configure(
+        &mut dp,
+        RING,
+        &[
+            VipSpec {
+                id: 0,
+                addr: NAT_VIP,
+                port: 80,
+                protocol: ip_proto::TCP,
+                forwarding: forwarding::NAT,
+                hash: hash_mode::CLIENT_IP,
+                encap_source: Ipv4Addr::new(198, 51, 100, 1),
+                backends: backends(8080),
+            },
+            VipSpec {
+                id: 1,
+                addr: DSR_VIP,
+                port: 80,
+                protocol: ip_proto::TCP,
+                forwarding: forwarding::DSR_IPIP,
+                hash: hash_mode::CLIENT_IP,
+                encap_source: Ipv4Addr::new(198, 51, 100, 1),
+                backends: backends(80),
+            },
+        ],
+    );
     // Resolve the backends' MACs on the balancer, as its health checks would.
     for i in 0..2 {
         lab.lb.exec(&["ping", "-c1", "-W2", &backend_addr(i).to_string()]);
@@ -133,9 +166,14 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
         // Full-size client segments: in DSR mode they no longer fit once encapsulated, and only
         // the balancer's ICMP "fragmentation needed" lets the client shrink them.
         let upload: Vec<u8> = (0..UPLOAD).map(|i| (i % 241) as u8).collect();
-        let (status, answer) = http_post(client_addr(1), vip, "/upload", &upload).unwrap_or_else(|e| panic!("{mode}: upload: {e}"));
+        let (status, answer) =
+            http_post(client_addr(1), vip, "/upload", &upload).unwrap_or_else(|e| panic!("{mode}: upload: {e}"));
         let sum: u64 = upload.iter().map(|b| *b as u64).sum();
-        assert_eq!((status, String::from_utf8_lossy(&answer).trim()), (200, format!("received {UPLOAD} sum {sum}").as_str()), "{mode}: upload");
+        assert_eq!(
+            (status, String::from_utf8_lossy(&answer).trim()),
+            (200, format!("received {UPLOAD} sum {sum}").as_str()),
+            "{mode}: upload"
+        );
         println!("{mode}: {UPLOAD}-byte upload arrived intact");
         let tx = counter(&dp, Counter::ForwardTx) - tx_before;
         assert!(tx > 0, "{mode}: the XDP program forwarded nothing");
@@ -143,7 +181,8 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     }
     let replies = counter(&dp, Counter::NatReply);
     assert!(replies > 700, "NAT replies rewritten by XDP: {replies}");
-    let per_backend: Vec<u64> = decaps.iter().map(|paths| decap_count(&paths.pin_dir, DecapCounter::Decapsulated)).collect();
+    let per_backend: Vec<u64> =
+        decaps.iter().map(|paths| decap_count(&paths.pin_dir, DecapCounter::Decapsulated)).collect();
     let decapsulated: u64 = per_backend.iter().sum();
     assert!(per_backend.iter().all(|n| *n > 0), "every DSR backend decapsulated: {per_backend:?}");
     assert!(decapsulated > 64, "IPIP packets decapsulated by lb_decap: {decapsulated}");
@@ -151,7 +190,14 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     drop(_in);
     for (i, dir) in decaps.iter().enumerate() {
         let ns = &lab.backends[i].name;
-        lb_tests::netns::sh(&["nsenter", &format!("--net=/run/netns/{ns}"), lb_ctl.to_str().unwrap(), "decap", "detach", "eth0"]);
+        lb_tests::netns::sh(&[
+            "nsenter",
+            &format!("--net=/run/netns/{ns}"),
+            lb_ctl.to_str().unwrap(),
+            "decap",
+            "detach",
+            "eth0",
+        ]);
         assert!(!dir.pin_dir.exists(), "{} left behind", dir.pin_dir.display());
     }
     let icmp = counter(&dp, Counter::ForwardIcmpTooBig);
@@ -190,7 +236,16 @@ fn pinned_balancer_survives_a_reload_and_detaches() {
     }
     let _pins = Pins(paths.clone());
     let options = OpenOptions { mode: AttachMode::Auto, paths: paths.clone(), ring_size: 251, flow_table_size: 4096 };
-    let spec = || VipSpec { id: 0, addr: NAT_VIP, port: 80, protocol: ip_proto::TCP, forwarding: forwarding::NAT, hash: hash_mode::CLIENT_IP, encap_source: Ipv4Addr::new(198, 51, 100, 1), backends: vec![(0, backend_addr(0), 8080, 100)] };
+    let spec = || VipSpec {
+        id: 0,
+        addr: NAT_VIP,
+        port: 80,
+        protocol: ip_proto::TCP,
+        forwarding: forwarding::NAT,
+        hash: hash_mode::CLIENT_IP,
+        encap_source: Ipv4Addr::new(198, 51, 100, 1),
+        backends: vec![(0, backend_addr(0), 8080, 100)],
+    };
     let first = {
         let _in = lab.lb.enter();
         open("eth0", &options).unwrap()
@@ -230,7 +285,11 @@ fn pinned_balancer_survives_a_reload_and_detaches() {
     let mut rest = Vec::new();
     stream.read_to_end(&mut rest).unwrap();
     let all = [&first_bytes[..n], &rest[..]].concat();
-    assert!(all.ends_with(b"...."), "the long-lived connection finished across the reload: {:?}", String::from_utf8_lossy(&all));
+    assert!(
+        all.ends_with(b"...."),
+        "the long-lived connection finished across the reload: {:?}",
+        String::from_utf8_lossy(&all)
+    );
     let hits = counter(&dp, Counter::FlowHit);
     assert!(hits > 0, "the reloaded program served the established flow from the kept table");
 

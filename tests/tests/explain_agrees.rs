@@ -78,9 +78,7 @@ fn explain_equals_the_programs_choice() {
         panic!("the daemon did not answer");
     });
     let explain = |vip: &str, client_addr: &str| {
-        runtime
-            .block_on(client.explain(&ExplainRequest { vip: vip.into(), client: client_addr.into() }))
-            .unwrap()
+        runtime.block_on(client.explain(&ExplainRequest { vip: vip.into(), client: client_addr.into() })).unwrap()
     };
 
     let mut checked = 0;

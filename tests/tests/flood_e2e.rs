@@ -3,8 +3,8 @@
 //! break, and no packet may reach the client side with a backend's own address. Needs root.
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use lb_common::ip_proto;
@@ -12,8 +12,8 @@ use lb_common::program_names;
 use lb_common::stats::Counter;
 use lb_common::vip::{forwarding, hash_mode};
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_decap, load_ingress};
 use lb_ctl::dataplane::aya::AyaDataplane;
+use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_decap, load_ingress};
 use lb_tests::balancer::{VipSpec, configure};
 use lb_tests::lab::{Lab, backend_addr, client_addr, wait_for_listener};
 use lb_tests::packets::Frame;
@@ -62,7 +62,9 @@ fn keep_alive(i: usize, stop: Arc<AtomicBool>, lab_client: String, requests: Arc
     let _in = lb_tests::netns::enter_named(&lab_client);
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).map_err(|e| e.to_string())?;
     socket.bind(&SocketAddr::from((client_addr(i), 0)).into()).map_err(|e| e.to_string())?;
-    socket.connect_timeout(&SocketAddr::from((VIP, 80)).into(), Duration::from_secs(5)).map_err(|e| format!("connect: {e}"))?;
+    socket
+        .connect_timeout(&SocketAddr::from((VIP, 80)).into(), Duration::from_secs(5))
+        .map_err(|e| format!("connect: {e}"))?;
     let stream: TcpStream = socket.into();
     // Long enough for TCP's retransmissions to get through once the flood is over: a
     // connection the flood only starves (two cores run the flood, the balancer and the
@@ -154,7 +156,13 @@ fn established_connections_survive_a_syn_flood_and_a_ring_change() {
             let timeout = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
             // SAFETY: a valid timeval for SO_RCVTIMEO; reads into a local buffer; fd is ours.
             unsafe {
-                libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout as *const _ as *const libc::c_void, size_of::<libc::timeval>() as u32);
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    &timeout as *const _ as *const libc::c_void,
+                    size_of::<libc::timeval>() as u32,
+                );
                 let mut buf = [0u8; 2048];
                 while !stop.load(Relaxed) {
                     let n = libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0);
@@ -189,7 +197,10 @@ fn established_connections_survive_a_syn_flood_and_a_ring_change() {
             x ^= x << 17;
             let src = [192, 0, 2, 100 + (x % 150) as u8];
             Frame::tcp(src, 1024 + ((x >> 8) % 60000) as u16, VIP.octets(), 80)
-                .with(|f| { f.src_mac = client_mac; f.dst_mac = lb_mac })
+                .with(|f| {
+                    f.src_mac = client_mac;
+                    f.dst_mac = lb_mac
+                })
                 .bytes()
         })
         .collect();
@@ -202,7 +213,9 @@ fn established_connections_survive_a_syn_flood_and_a_ring_change() {
             let started = Instant::now();
             let mut sent = 0u64;
             let mut n = 0usize;
-            while sent < FLOOD_MAX_FRAMES && (!n.is_multiple_of(1024) || (started.elapsed() < FLOOD_TIME && !flood_stop.load(Relaxed))) {
+            while sent < FLOOD_MAX_FRAMES
+                && (!n.is_multiple_of(1024) || (started.elapsed() < FLOOD_TIME && !flood_stop.load(Relaxed)))
+            {
                 let frame = &pool[n % pool.len()];
                 n += 1;
                 // SAFETY: sends our own buffer on our own socket.
@@ -224,7 +237,11 @@ fn established_connections_survive_a_syn_flood_and_a_ring_change() {
     let results: Vec<Result<(), String>> = clients.into_iter().map(|c| c.join().unwrap()).collect();
     watcher.join().unwrap();
 
-    let broken: Vec<String> = results.iter().enumerate().filter_map(|(i, r)| r.as_ref().err().map(|e| format!("connection {i}: {e}"))).collect();
+    let broken: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.as_ref().err().map(|e| format!("connection {i}: {e}")))
+        .collect();
     println!(
         "flood: {sent} spoofed SYNs in {:.1} s ({:.0} pps); {} requests on {CONNECTIONS} connections; flow_new {}, table_full {}, set_proven {}, unrecorded {}, reverse_restored {}, leaked {}",
         took.as_secs_f64(),

@@ -62,24 +62,66 @@ fn a_nat_flow_keeps_its_reply_entry() {
     let _inside = ns.enter();
     let b = by_hash(&vips[0], client_hash(&ipv4_bytes(CLIENT), SEED));
     let syn = Frame::tcp(CLIENT, 40000, WEB, 80);
-    let ack = syn.with(|f| { f.l4 = L4::TcpAck; f.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec() });
-    let reply = Frame::tcp(b.0, b.1, CLIENT, 40000).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(b.0) });
+    let ack = syn.with(|f| {
+        f.l4 = L4::TcpAck;
+        f.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec()
+    });
+    let reply = Frame::tcp(b.0, b.1, CLIENT, 40000).with(|f| {
+        f.l4 = L4::TcpAck;
+        f.src_mac = mac_of(b.0)
+    });
     let to_backend = |f: &Frame| nat_out(f, (CLIENT, 40000), b, LB_MAC, mac_of(b.0));
     let rewritten_reply = nat_out(&reply, (WEB, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC);
-    run_all(&mut dp, vec![
-        with_events(case("SYN: placed, both entries recorded", syn.bytes(), XDP_TX, Some(to_backend(&syn)), Counter::ForwardTx), &[Counter::FlowNew]),
-        with_events(case("ACK: flow hit", ack.bytes(), XDP_TX, Some(to_backend(&ack)), Counter::ForwardTx), &[Counter::FlowHit]),
-    ]);
-    let reply_key = FlowKey { src: ipv4_bytes(b.0), dst: ipv4_bytes(CLIENT), src_port: b.1.to_be(), dst_port: 40000u16.to_be(), protocol: ip_proto::TCP, family: family::IPV4, _pad: [0; 2] };
+    run_all(
+        &mut dp,
+        vec![
+            with_events(
+                case(
+                    "SYN: placed, both entries recorded",
+                    syn.bytes(),
+                    XDP_TX,
+                    Some(to_backend(&syn)),
+                    Counter::ForwardTx,
+                ),
+                &[Counter::FlowNew],
+            ),
+            with_events(
+                case("ACK: flow hit", ack.bytes(), XDP_TX, Some(to_backend(&ack)), Counter::ForwardTx),
+                &[Counter::FlowHit],
+            ),
+        ],
+    );
+    let reply_key = FlowKey {
+        src: ipv4_bytes(b.0),
+        dst: ipv4_bytes(CLIENT),
+        src_port: b.1.to_be(),
+        dst_port: 40000u16.to_be(),
+        protocol: ip_proto::TCP,
+        family: family::IPV4,
+        _pad: [0; 2],
+    };
     evict_reply_entry(&mut dp, &reply_key);
     // The check runs on a flow's first packet of each kernel tick: 25 ms is several ticks.
     let tick = || std::thread::sleep(std::time::Duration::from_millis(25));
     tick();
-    let mut c = case("client packet after its reply entry was evicted: entry written again", ack.bytes(), XDP_TX, Some(to_backend(&ack)), Counter::ForwardTx);
+    let mut c = case(
+        "client packet after its reply entry was evicted: entry written again",
+        ack.bytes(),
+        XDP_TX,
+        Some(to_backend(&ack)),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowHit, Counter::ReverseRestored];
-    let mut reply_case = case("the backend's reply: back to the VIP", reply.bytes(), XDP_TX, Some(rewritten_reply), Counter::ForwardTx);
+    let mut reply_case =
+        case("the backend's reply: back to the VIP", reply.bytes(), XDP_TX, Some(rewritten_reply), Counter::ForwardTx);
     reply_case.events = vec![Counter::NatReply];
-    let mut again = case("next client packet: entry there, nothing restored", ack.bytes(), XDP_TX, Some(to_backend(&ack)), Counter::ForwardTx);
+    let mut again = case(
+        "next client packet: entry there, nothing restored",
+        ack.bytes(),
+        XDP_TX,
+        Some(to_backend(&ack)),
+        Counter::ForwardTx,
+    );
     again.unchanged = vec![Counter::ReverseRestored];
     run_all(&mut dp, vec![c, reply_case]);
     tick();
@@ -87,7 +129,16 @@ fn a_nat_flow_keeps_its_reply_entry() {
     // Evicted again and no client packet since: the backend serves two VIPs, so the reply
     // cannot be given one. It is dropped, never sent with the backend's address.
     evict_reply_entry(&mut dp, &reply_key);
-    run_all(&mut dp, vec![case("reply with its entry gone, backend of two VIPs: drop", reply.bytes(), XDP_DROP, None, Counter::DropReplyNoFlow)]);
+    run_all(
+        &mut dp,
+        vec![case(
+            "reply with its entry gone, backend of two VIPs: drop",
+            reply.bytes(),
+            XDP_DROP,
+            None,
+            Counter::DropReplyNoFlow,
+        )],
+    );
 }
 
 #[test]
@@ -99,7 +150,12 @@ fn first_packets_cannot_evict_proven_flows() {
     let _inside = ns.enter();
     let flow_vip = &vips[8];
     let addr = flow_vip.addr;
-    let pick = |port: u16| by_hash(flow_vip, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED));
+    let pick = |port: u16| {
+        by_hash(
+            flow_vip,
+            flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED),
+        )
+    };
     let set_of = |port: u16| dp.flow_set_of(&flow_key(CLIENT, addr, port, 80));
     let same_set: Vec<u16> = (50000..=u16::MAX).filter(|p| set_of(*p) == set_of(50000)).take(FLOW_WAYS + 2).collect();
     let packet = |port: u16, l4: L4| {
@@ -110,12 +166,24 @@ fn first_packets_cannot_evict_proven_flows() {
     let mut cases = Vec::new();
     for &port in &same_set[..FLOW_WAYS] {
         let (syn, out) = packet(port, L4::TcpSyn);
-        cases.push(with_events(case("a connection opens (SYN)", syn, XDP_TX, Some(out), Counter::ForwardTx), &[Counter::FlowNew]));
+        cases.push(with_events(
+            case("a connection opens (SYN)", syn, XDP_TX, Some(out), Counter::ForwardTx),
+            &[Counter::FlowNew],
+        ));
         let (ack, out) = packet(port, L4::TcpAck);
-        cases.push(with_events(case("and proves itself (ACK)", ack, XDP_TX, Some(out), Counter::ForwardTx), &[Counter::FlowHit]));
+        cases.push(with_events(
+            case("and proves itself (ACK)", ack, XDP_TX, Some(out), Counter::ForwardTx),
+            &[Counter::FlowHit],
+        ));
     }
     let (syn, out) = packet(same_set[FLOW_WAYS], L4::TcpSyn);
-    let mut c = case("a 5th SYN in the full set of proven flows: placed by the ring, evicts nothing", syn, XDP_TX, Some(out), Counter::ForwardTx);
+    let mut c = case(
+        "a 5th SYN in the full set of proven flows: placed by the ring, evicts nothing",
+        syn,
+        XDP_TX,
+        Some(out),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowSetProven];
     c.unchanged = vec![Counter::FlowTableFull, Counter::FlowNew];
     cases.push(c);
@@ -127,7 +195,19 @@ fn first_packets_cannot_evict_proven_flows() {
     // takes the least recently used way.
     std::thread::sleep(std::time::Duration::from_millis(25));
     let (ack, out) = packet(same_set[FLOW_WAYS + 1], L4::TcpAck);
-    run_all(&mut dp, vec![with_events(case("ACK of a connection the table lost: recorded, in place of the oldest", ack, XDP_TX, Some(out), Counter::ForwardTx), &[Counter::FlowTableFull])]);
+    run_all(
+        &mut dp,
+        vec![with_events(
+            case(
+                "ACK of a connection the table lost: recorded, in place of the oldest",
+                ack,
+                XDP_TX,
+                Some(out),
+                Counter::ForwardTx,
+            ),
+            &[Counter::FlowTableFull],
+        )],
+    );
     assert!(recorded(&dp, same_set[FLOW_WAYS + 1]));
     assert!(!recorded(&dp, same_set[0]), "the least recently used way gave way");
 }
@@ -154,7 +234,14 @@ fn past_the_new_flow_budget_flows_are_placed_unrecorded() {
         libc::CPU_SET(0, &mut set);
         assert_eq!(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set), 0, "pinning to CPU 0");
     }
-    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1, new_flow_budget: 2, ..Default::default() }).unwrap();
+    dp.set_config(DataplaneConfig {
+        ring_size: RING,
+        hash_seed: SEED,
+        nexthop_generation: 1,
+        new_flow_budget: 2,
+        ..Default::default()
+    })
+    .unwrap();
     let b = by_hash(&vips[0], client_hash(&ipv4_bytes(CLIENT), SEED));
     let syn = |port: u16| {
         let f = Frame::tcp(CLIENT, port, WEB, 80);
@@ -165,7 +252,10 @@ fn past_the_new_flow_budget_flows_are_placed_unrecorded() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let third = with_events(syn(44002), &[Counter::FlowUnrecorded]);
-    run_all(&mut dp, vec![with_events(syn(44000), &[Counter::FlowNew]), with_events(syn(44001), &[Counter::FlowNew]), third]);
+    run_all(
+        &mut dp,
+        vec![with_events(syn(44000), &[Counter::FlowNew]), with_events(syn(44001), &[Counter::FlowNew]), third],
+    );
     let recorded = |port: u16| dp.lookup_flow(&flow_key(CLIENT, WEB, port, 80)).unwrap().is_some();
     assert_eq!([recorded(44000), recorded(44001), recorded(44002)], [true, true, false]);
 }
@@ -183,24 +273,54 @@ fn a_reused_backend_id_never_matches_an_old_flow() {
     let (other_id, oa, op) = *web.backends.iter().find(|(id, _, _)| *id != old_id).unwrap();
     let syn = Frame::tcp(CLIENT, 40000, WEB, 80);
     let ack = syn.with(|f| f.l4 = L4::TcpAck);
-    run_all(&mut dp, vec![
-        with_events(case("flow placed on its backend", syn.bytes(), XDP_TX, Some(nat_out(&syn, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx), &[Counter::FlowNew]),
-    ]);
+    run_all(
+        &mut dp,
+        vec![with_events(
+            case(
+                "flow placed on its backend",
+                syn.bytes(),
+                XDP_TX,
+                Some(nat_out(&syn, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))),
+                Counter::ForwardTx,
+            ),
+            &[Counter::FlowNew],
+        )],
+    );
     assert!(dp.backend_traffic(old_id).unwrap().packets > 0);
     // The backend goes; later its id is given to a backend of another VIP (here B2:9090).
     dp.write_ring(0, &vec![other_id; RING as usize]).unwrap();
     dp.remove_backend(old_id).unwrap();
-    let newcomer = Backend { addr: ipv4_bytes(B2), port: 9090u16.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
+    let newcomer = Backend {
+        addr: ipv4_bytes(B2),
+        port: 9090u16.to_be(),
+        family: family::IPV4,
+        flags: BACKEND_ACTIVE,
+        generation: 0,
+    };
     dp.upsert_backend(old_id, newcomer).unwrap();
     assert_eq!(dp.backend_traffic(old_id).unwrap().packets, 0, "a new holder's counters start at zero");
-    assert_eq!(dp.lookup_flow(&flow_key(CLIENT, WEB, 40000, 80)).unwrap(), None, "explain must not follow the old entry either");
-    run_all(&mut dp, vec![
-        with_events(case("the old flow's next packet: placed again by its VIP's ring, not sent to the id's new holder", ack.bytes(), XDP_TX,
-            Some(nat_out(&ack, (CLIENT, 40000), (oa, op), LB_MAC, mac_of(oa))), Counter::ForwardTx), &[Counter::FlowRerouted]),
-    ]);
+    assert_eq!(
+        dp.lookup_flow(&flow_key(CLIENT, WEB, 40000, 80)).unwrap(),
+        None,
+        "explain must not follow the old entry either"
+    );
+    run_all(
+        &mut dp,
+        vec![with_events(
+            case(
+                "the old flow's next packet: placed again by its VIP's ring, not sent to the id's new holder",
+                ack.bytes(),
+                XDP_TX,
+                Some(nat_out(&ack, (CLIENT, 40000), (oa, op), LB_MAC, mac_of(oa))),
+                Counter::ForwardTx,
+            ),
+            &[Counter::FlowRerouted],
+        )],
+    );
     // The same backend written again (a reload) keeps its generation: its flows still match.
     let entry = dp.lookup_flow(&flow_key(CLIENT, WEB, 40000, 80)).unwrap().expect("re-placed flow recorded");
-    let same = Backend { addr: ipv4_bytes(oa), port: op.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
+    let same =
+        Backend { addr: ipv4_bytes(oa), port: op.to_be(), family: family::IPV4, flags: BACKEND_ACTIVE, generation: 0 };
     dp.upsert_backend(other_id, same).unwrap();
     assert_eq!(dp.lookup_flow(&flow_key(CLIENT, WEB, 40000, 80)).unwrap(), Some(entry));
 }

@@ -20,5 +20,8 @@ fn seeded_random_and_mutated_frames() {
     let report = lb_tests::fuzz::run(&mut dp, &vips, ifindex("g0"), FRAMES, SEED).unwrap_or_else(|e| panic!("{e}"));
     println!("{report:?}\n{}", lb_tests::fuzz::summary(&dp));
     assert_eq!(report.frames, FRAMES);
-    assert!(report.not_ours > FRAMES / 10 && report.actions[3] > FRAMES / 10, "the generator must reach both kinds of frames: {report:?}");
+    assert!(
+        report.not_ours > FRAMES / 10 && report.actions[3] > FRAMES / 10,
+        "the generator must reach both kinds of frames: {report:?}"
+    );
 }

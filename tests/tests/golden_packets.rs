@@ -14,8 +14,8 @@ use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::VipInfo;
 use lb_common::{ip_proto, ipv4_bytes, program_names};
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::{allow_decap_sources, load_decap, program};
 use lb_ctl::dataplane::aya::AyaDataplane;
+use lb_ctl::dataplane::load::{allow_decap_sources, load_decap, program};
 use lb_tests::fixture::*;
 use lb_tests::golden::*;
 use lb_tests::netns::ifindex;
@@ -65,17 +65,62 @@ fn golden_packets_through_lb_ingress() {
     dp.set_port_flags(80, port_flags::VIP_TCP).unwrap();
     dp.upsert_vip(vip_key(web), VipInfo { id: 0, ..Default::default() }).unwrap();
     let syn = Frame::tcp(CLIENT, 40000, vip_web, 80);
-    run(&mut dp, case("VIP packet before configuration: pass", syn.bytes(), XDP_PASS, None, Counter::PassNotConfigured));
+    run(
+        &mut dp,
+        case("VIP packet before configuration: pass", syn.bytes(), XDP_PASS, None, Counter::PassNotConfigured),
+    );
 
     configure(&mut dp, &vips);
 
     // ---- Not for a VIP: passed untouched.
-    run(&mut dp, case("non-VIP TCP to the host (ssh): pass untouched", Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(), XDP_PASS, None, Counter::PassNotVip));
-    run(&mut dp, case("VIP address, other port: pass untouched", Frame::tcp(CLIENT, 40000, vip_web, 443).bytes(), XDP_PASS, None, Counter::PassNotVip));
-    run(&mut dp, case("VIP port, other address: pass untouched", Frame::tcp(CLIENT, 40000, [203, 0, 113, 98], 80).bytes(), XDP_PASS, None, Counter::PassNotVip));
-    run(&mut dp, case("UDP to a TCP VIP's port: pass untouched", Frame::udp(CLIENT, 40000, vip_web, 80).bytes(), XDP_PASS, None, Counter::PassNotVip));
+    run(
+        &mut dp,
+        case(
+            "non-VIP TCP to the host (ssh): pass untouched",
+            Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(),
+            XDP_PASS,
+            None,
+            Counter::PassNotVip,
+        ),
+    );
+    run(
+        &mut dp,
+        case(
+            "VIP address, other port: pass untouched",
+            Frame::tcp(CLIENT, 40000, vip_web, 443).bytes(),
+            XDP_PASS,
+            None,
+            Counter::PassNotVip,
+        ),
+    );
+    run(
+        &mut dp,
+        case(
+            "VIP port, other address: pass untouched",
+            Frame::tcp(CLIENT, 40000, [203, 0, 113, 98], 80).bytes(),
+            XDP_PASS,
+            None,
+            Counter::PassNotVip,
+        ),
+    );
+    run(
+        &mut dp,
+        case(
+            "UDP to a TCP VIP's port: pass untouched",
+            Frame::udp(CLIENT, 40000, vip_web, 80).bytes(),
+            XDP_PASS,
+            None,
+            Counter::PassNotVip,
+        ),
+    );
     // ARP request "who has the VIP": Ethernet + the 28-byte ARP body.
-    let mut arp = etherparse::Ethernet2Header { source: CLIENT_MAC, destination: [0xff; 6], ether_type: etherparse::EtherType::ARP }.to_bytes().to_vec();
+    let mut arp = etherparse::Ethernet2Header {
+        source: CLIENT_MAC,
+        destination: [0xff; 6],
+        ether_type: etherparse::EtherType::ARP,
+    }
+    .to_bytes()
+    .to_vec();
     arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
     arp.extend_from_slice(&CLIENT_MAC);
     arp.extend_from_slice(&CLIENT);
@@ -83,35 +128,105 @@ fn golden_packets_through_lb_ingress() {
     arp.extend_from_slice(&vip_web);
     run(&mut dp, case("ARP request for the VIP: pass untouched", arp, XDP_PASS, None, Counter::PassNotIpv4));
     let mut icmp = Vec::new();
-    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC).ipv4(CLIENT, vip_web, 64).icmpv4_echo_request(1, 1).write(&mut icmp, b"ping").unwrap();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+        .ipv4(CLIENT, vip_web, 64)
+        .icmpv4_echo_request(1, 1)
+        .write(&mut icmp, b"ping")
+        .unwrap();
     run(&mut dp, case("ICMP echo to the VIP address: pass untouched", icmp, XDP_PASS, None, Counter::PassNotVip));
     let mut v6 = Vec::new();
     etherparse::PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
-        .ipv6([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10], 64)
-        .tcp(40000, 80, 1, 100).syn().write(&mut v6, &[]).unwrap();
+        .ipv6(
+            [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7],
+            [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10],
+            64,
+        )
+        .tcp(40000, 80, 1, 100)
+        .syn()
+        .write(&mut v6, &[])
+        .unwrap();
     run(&mut dp, case("IPv6 TCP: pass untouched", v6, XDP_PASS, None, Counter::PassNotIpv4));
     // ---- From a NAT backend's port with no reply entry: never out with the backend's address.
-    let stray = Frame::tcp(B1, 8080, CLIENT, 1234).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(B1) });
-    run(&mut dp, case("NAT backend (of two VIPs) to a client, no reply entry: drop, not leaked", stray.bytes(), XDP_DROP, None, Counter::DropReplyNoFlow));
+    let stray = Frame::tcp(B1, 8080, CLIENT, 1234).with(|f| {
+        f.l4 = L4::TcpAck;
+        f.src_mac = mac_of(B1)
+    });
+    run(
+        &mut dp,
+        case(
+            "NAT backend (of two VIPs) to a client, no reply entry: drop, not leaked",
+            stray.bytes(),
+            XDP_DROP,
+            None,
+            Counter::DropReplyNoFlow,
+        ),
+    );
     let far_vip = vips[4].addr;
-    let lone = Frame::tcp(B_FAR, 8080, CLIENT, 1234).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(B_FAR) });
-    let mut c = case("NAT backend of one VIP to a client, no reply entry: that VIP's reply", lone.bytes(), XDP_TX,
-        Some(nat_out(&lone, (far_vip, 80), (CLIENT, 1234), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
+    let lone = Frame::tcp(B_FAR, 8080, CLIENT, 1234).with(|f| {
+        f.l4 = L4::TcpAck;
+        f.src_mac = mac_of(B_FAR)
+    });
+    let mut c = case(
+        "NAT backend of one VIP to a client, no reply entry: that VIP's reply",
+        lone.bytes(),
+        XDP_TX,
+        Some(nat_out(&lone, (far_vip, 80), (CLIENT, 1234), LB_MAC, CLIENT_MAC)),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::NatReplyByBackend];
     run(&mut dp, c);
-    let health = Frame::tcp(B1, 8080, LB_ADDR, 1234).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(B1) });
-    run(&mut dp, case("NAT backend to this host (health-check answer): pass untouched", health.bytes(), XDP_PASS, None, Counter::PassNotVip));
+    let health = Frame::tcp(B1, 8080, LB_ADDR, 1234).with(|f| {
+        f.l4 = L4::TcpAck;
+        f.src_mac = mac_of(B1)
+    });
+    run(
+        &mut dp,
+        case(
+            "NAT backend to this host (health-check answer): pass untouched",
+            health.bytes(),
+            XDP_PASS,
+            None,
+            Counter::PassNotVip,
+        ),
+    );
     let stranger = Frame::tcp([198, 51, 100, 77], 8080, CLIENT, 1234).with(|f| f.l4 = L4::TcpAck);
-    run(&mut dp, case("another host's packet from a NAT backend port: pass untouched", stranger.bytes(), XDP_PASS, None, Counter::PassNotVip));
+    run(
+        &mut dp,
+        case(
+            "another host's packet from a NAT backend port: pass untouched",
+            stranger.bytes(),
+            XDP_PASS,
+            None,
+            Counter::PassNotVip,
+        ),
+    );
 
     // ---- Malformed, fragments, options: passed untouched, counted.
     let good = syn.bytes();
-    run(&mut dp, case("Ethernet header only: pass (malformed)", good[..14].to_vec(), XDP_PASS, None, Counter::PassMalformed));
-    run(&mut dp, case("truncated IPv4 header: pass (malformed)", good[..24].to_vec(), XDP_PASS, None, Counter::PassMalformed));
-    run(&mut dp, case("truncated TCP header: pass (malformed)", good[..14 + 20 + 10].to_vec(), XDP_PASS, None, Counter::PassMalformed));
+    run(
+        &mut dp,
+        case("Ethernet header only: pass (malformed)", good[..14].to_vec(), XDP_PASS, None, Counter::PassMalformed),
+    );
+    run(
+        &mut dp,
+        case("truncated IPv4 header: pass (malformed)", good[..24].to_vec(), XDP_PASS, None, Counter::PassMalformed),
+    );
+    run(
+        &mut dp,
+        case(
+            "truncated TCP header: pass (malformed)",
+            good[..14 + 20 + 10].to_vec(),
+            XDP_PASS,
+            None,
+            Counter::PassMalformed,
+        ),
+    );
     let mut long = good.clone();
     long[16..18].copy_from_slice(&200u16.to_be_bytes());
-    run(&mut dp, case("IPv4 total length beyond the frame: pass (malformed)", long, XDP_PASS, None, Counter::PassMalformed));
+    run(
+        &mut dp,
+        case("IPv4 total length beyond the frame: pass (malformed)", long, XDP_PASS, None, Counter::PassMalformed),
+    );
     let mut v5 = good.clone();
     v5[14] = 0x55;
     run(&mut dp, case("IP version 5 in an IPv4 frame: pass (malformed)", v5, XDP_PASS, None, Counter::PassMalformed));
@@ -122,54 +237,142 @@ fn golden_packets_through_lb_ingress() {
     let opts = patch_ipv4(&good, 14, |h| h.options = etherparse::Ipv4Options::try_from(&[1u8, 1, 1, 0][..]).unwrap());
     run(&mut dp, case("IPv4 options to the VIP: pass untouched", opts, XDP_PASS, None, Counter::PassIpOptions));
     let ttl1 = syn.with(|f| f.ttl = 1);
-    run(&mut dp, case("TTL 1 to a NAT VIP: pass to the stack (ICMP)", ttl1.bytes(), XDP_PASS, None, Counter::PassTtlExpired));
+    run(
+        &mut dp,
+        case("TTL 1 to a NAT VIP: pass to the stack (ICMP)", ttl1.bytes(), XDP_PASS, None, Counter::PassTtlExpired),
+    );
 
     // ---- NAT, TCP, hash = ip.
     let b = by_hash(web, client_hash(&ipv4_bytes(CLIENT), SEED));
-    let mut c = case("new TCP flow (SYN), NAT: rewritten to its backend, XDP_TX", syn.bytes(), XDP_TX,
-        Some(nat_out(&syn, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx);
+    let mut c = case(
+        "new TCP flow (SYN), NAT: rewritten to its backend, XDP_TX",
+        syn.bytes(),
+        XDP_TX,
+        Some(nat_out(&syn, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowNew];
     run(&mut dp, c);
-    let ack = syn.with(|f| { f.l4 = L4::TcpAck; f.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec() });
-    let mut c = case("established TCP flow (ACK + data): same backend", ack.bytes(), XDP_TX,
-        Some(nat_out(&ack, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx);
+    let ack = syn.with(|f| {
+        f.l4 = L4::TcpAck;
+        f.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec()
+    });
+    let mut c = case(
+        "established TCP flow (ACK + data): same backend",
+        ack.bytes(),
+        XDP_TX,
+        Some(nat_out(&ack, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowHit];
     run(&mut dp, c);
     let other_port = syn.with(|f| f.src_port = 40001);
-    run(&mut dp, case("hash=ip: another connection of the client, same backend", other_port.bytes(), XDP_TX,
-        Some(nat_out(&other_port, (CLIENT, 40001), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx));
-    let reply = Frame::tcp(b.0, b.1, CLIENT, 40000).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(b.0); f.payload = b"HTTP/1.1 200 OK\r\n\r\n".to_vec() });
-    let mut c = case("NAT reply from the backend: source back to the VIP, XDP_TX", reply.bytes(), XDP_TX,
-        Some(nat_out(&reply, (vip_web, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
+    run(
+        &mut dp,
+        case(
+            "hash=ip: another connection of the client, same backend",
+            other_port.bytes(),
+            XDP_TX,
+            Some(nat_out(&other_port, (CLIENT, 40001), b, LB_MAC, mac_of(b.0))),
+            Counter::ForwardTx,
+        ),
+    );
+    let reply = Frame::tcp(b.0, b.1, CLIENT, 40000).with(|f| {
+        f.l4 = L4::TcpAck;
+        f.src_mac = mac_of(b.0);
+        f.payload = b"HTTP/1.1 200 OK\r\n\r\n".to_vec()
+    });
+    let mut c = case(
+        "NAT reply from the backend: source back to the VIP, XDP_TX",
+        reply.bytes(),
+        XDP_TX,
+        Some(nat_out(&reply, (vip_web, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC)),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::NatReply];
     run(&mut dp, c);
     // ICMP errors about the flow, from a router on the client's path to the VIP: to its backend.
     let router = [192, 0, 2, 254];
-    let sent = |from: ([u8; 4], u16)| Frame::tcp(from.0, from.1, CLIENT, 40000).with(|f| { f.l4 = L4::TcpAck; f.payload = vec![0; 1460] });
+    let sent = |from: ([u8; 4], u16)| {
+        Frame::tcp(from.0, from.1, CLIENT, 40000).with(|f| {
+            f.l4 = L4::TcpAck;
+            f.payload = vec![0; 1460]
+        })
+    };
     let err_in = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &sent((vip_web, 80)));
-    let mut c = case("ICMP fragmentation needed about a NAT flow: to its backend, quote rewritten", err_in, XDP_TX,
-        Some(icmp_frag_needed((LB_MAC, mac_of(b.0)), router, b.0, 63, 1400, &sent(b))), Counter::ForwardTx);
+    let mut c = case(
+        "ICMP fragmentation needed about a NAT flow: to its backend, quote rewritten",
+        err_in,
+        XDP_TX,
+        Some(icmp_frag_needed((LB_MAC, mac_of(b.0)), router, b.0, 63, 1400, &sent(b))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::IcmpToBackend];
     run(&mut dp, c);
-    let unknown = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &Frame::tcp(vip_web, 80, CLIENT, 39999));
+    let unknown =
+        icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &Frame::tcp(vip_web, 80, CLIENT, 39999));
     run(&mut dp, case("ICMP error about no known flow: pass untouched", unknown, XDP_PASS, None, Counter::PassNotVip));
-    let not_vip_port = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &Frame::tcp(vip_web, 22, CLIENT, 40000));
-    run(&mut dp, case("ICMP error quoting a port no VIP uses: pass untouched", not_vip_port, XDP_PASS, None, Counter::PassNotVip));
+    let not_vip_port =
+        icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &Frame::tcp(vip_web, 22, CLIENT, 40000));
+    run(
+        &mut dp,
+        case(
+            "ICMP error quoting a port no VIP uses: pass untouched",
+            not_vip_port,
+            XDP_PASS,
+            None,
+            Counter::PassNotVip,
+        ),
+    );
     let last_hop = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 1, 1400, &sent((vip_web, 80)));
-    run(&mut dp, case("ICMP error about a NAT flow, TTL 1: pass to the stack", last_hop, XDP_PASS, None, Counter::PassTtlExpired));
-    let tagged = syn.with(|f| { f.vlan = Some(100); f.src_port = 40100 });
-    run(&mut dp, case("802.1Q-tagged SYN, NAT: tag kept, rewritten", tagged.bytes(), XDP_TX,
-        Some(nat_out(&tagged, (CLIENT, 40100), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx));
+    run(
+        &mut dp,
+        case(
+            "ICMP error about a NAT flow, TTL 1: pass to the stack",
+            last_hop,
+            XDP_PASS,
+            None,
+            Counter::PassTtlExpired,
+        ),
+    );
+    let tagged = syn.with(|f| {
+        f.vlan = Some(100);
+        f.src_port = 40100
+    });
+    run(
+        &mut dp,
+        case(
+            "802.1Q-tagged SYN, NAT: tag kept, rewritten",
+            tagged.bytes(),
+            XDP_TX,
+            Some(nat_out(&tagged, (CLIENT, 40100), b, LB_MAC, mac_of(b.0))),
+            Counter::ForwardTx,
+        ),
+    );
 
     // ---- hash = flow: two connections of one client that hash to different backends.
     let flow_vip = &vips[8];
     let flow_addr = flow_vip.addr;
-    let pick = |port: u16| by_hash(flow_vip, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(flow_addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED));
+    let pick = |port: u16| {
+        by_hash(
+            flow_vip,
+            flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(flow_addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED),
+        )
+    };
     let p1 = 41000u16;
     let p2 = (41001..42000).find(|p| pick(*p) != pick(p1)).expect("some port hashes elsewhere");
     for (name, port) in [("hash=flow: first connection", p1), ("hash=flow: second connection, other backend", p2)] {
         let f = Frame::tcp(CLIENT, port, flow_addr, 80);
-        run(&mut dp, case(name, f.bytes(), XDP_TX, Some(nat_out(&f, (CLIENT, port), pick(port), LB_MAC, mac_of(pick(port).0))), Counter::ForwardTx));
+        run(
+            &mut dp,
+            case(
+                name,
+                f.bytes(),
+                XDP_TX,
+                Some(nat_out(&f, (CLIENT, port), pick(port), LB_MAC, mac_of(pick(port).0))),
+                Counter::ForwardTx,
+            ),
+        );
     }
 
     // ---- A new connection reusing a 5-tuple follows the ring, not the old entry.
@@ -180,127 +383,322 @@ fn golden_packets_through_lb_ingress() {
     };
     dp.write_ring(8, &vec![other_backend.0; RING as usize]).unwrap(); // as if old_backend were drained
     let p1_ack = Frame::tcp(CLIENT, p1, flow_addr, 80).with(|f| f.l4 = L4::TcpAck);
-    let mut c = case("ring changed: established connection keeps its backend", p1_ack.bytes(), XDP_TX,
-        Some(nat_out(&p1_ack, (CLIENT, p1), (old_backend.1, old_backend.2), LB_MAC, mac_of(old_backend.1))), Counter::ForwardTx);
+    let mut c = case(
+        "ring changed: established connection keeps its backend",
+        p1_ack.bytes(),
+        XDP_TX,
+        Some(nat_out(&p1_ack, (CLIENT, p1), (old_backend.1, old_backend.2), LB_MAC, mac_of(old_backend.1))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowHit];
     run(&mut dp, c);
     let p1_syn = Frame::tcp(CLIENT, p1, flow_addr, 80);
-    let mut c = case("SYN reusing that 5-tuple: a new connection, placed by the ring", p1_syn.bytes(), XDP_TX,
-        Some(nat_out(&p1_syn, (CLIENT, p1), (other_backend.1, other_backend.2), LB_MAC, mac_of(other_backend.1))), Counter::ForwardTx);
+    let mut c = case(
+        "SYN reusing that 5-tuple: a new connection, placed by the ring",
+        p1_syn.bytes(),
+        XDP_TX,
+        Some(nat_out(&p1_syn, (CLIENT, p1), (other_backend.1, other_backend.2), LB_MAC, mac_of(other_backend.1))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowNew];
     run(&mut dp, c);
 
     // ---- NAT, UDP (hash = flow).
     let dns = &vips[1];
     let q = Frame::udp(CLIENT, 5000, vip_web, 53);
-    let ub = by_hash(dns, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(vip_web), 5000u16.to_be(), 53u16.to_be(), ip_proto::UDP, SEED));
-    let mut c = case("new UDP flow, NAT: rewritten, UDP checksum updated", q.bytes(), XDP_TX,
-        Some(nat_out(&q, (CLIENT, 5000), ub, LB_MAC, mac_of(ub.0))), Counter::ForwardTx);
+    let ub = by_hash(
+        dns,
+        flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(vip_web), 5000u16.to_be(), 53u16.to_be(), ip_proto::UDP, SEED),
+    );
+    let mut c = case(
+        "new UDP flow, NAT: rewritten, UDP checksum updated",
+        q.bytes(),
+        XDP_TX,
+        Some(nat_out(&q, (CLIENT, 5000), ub, LB_MAC, mac_of(ub.0))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowNew];
     run(&mut dp, c);
-    let mut c = case("established UDP flow: same backend", q.bytes(), XDP_TX,
-        Some(nat_out(&q, (CLIENT, 5000), ub, LB_MAC, mac_of(ub.0))), Counter::ForwardTx);
+    let mut c = case(
+        "established UDP flow: same backend",
+        q.bytes(),
+        XDP_TX,
+        Some(nat_out(&q, (CLIENT, 5000), ub, LB_MAC, mac_of(ub.0))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowHit];
     run(&mut dp, c);
-    let q0 = q.with(|f| { f.l4 = L4::UdpNoChecksum; f.src_port = 5001 });
-    let ub0 = by_hash(dns, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(vip_web), 5001u16.to_be(), 53u16.to_be(), ip_proto::UDP, SEED));
-    let mut want = q0.with(|f| { (f.dst, f.dst_port) = ub0; f.ttl -= 1; f.src_mac = LB_MAC; f.dst_mac = mac_of(ub0.0) });
+    let q0 = q.with(|f| {
+        f.l4 = L4::UdpNoChecksum;
+        f.src_port = 5001
+    });
+    let ub0 = by_hash(
+        dns,
+        flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(vip_web), 5001u16.to_be(), 53u16.to_be(), ip_proto::UDP, SEED),
+    );
+    let mut want = q0.with(|f| {
+        (f.dst, f.dst_port) = ub0;
+        f.ttl -= 1;
+        f.src_mac = LB_MAC;
+        f.dst_mac = mac_of(ub0.0)
+    });
     want.l4 = L4::UdpNoChecksum;
-    run(&mut dp, case("UDP without checksum: stays without one", q0.bytes(), XDP_TX, Some(want.bytes()), Counter::ForwardTx));
+    run(
+        &mut dp,
+        case("UDP without checksum: stays without one", q0.bytes(), XDP_TX, Some(want.bytes()), Counter::ForwardTx),
+    );
     let ureply = Frame::udp(ub.0, ub.1, CLIENT, 5000).with(|f| f.src_mac = mac_of(ub.0));
-    let mut c = case("UDP NAT reply: source back to the VIP", ureply.bytes(), XDP_TX,
-        Some(nat_out(&ureply, (vip_web, 53), (CLIENT, 5000), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
+    let mut c = case(
+        "UDP NAT reply: source back to the VIP",
+        ureply.bytes(),
+        XDP_TX,
+        Some(nat_out(&ureply, (vip_web, 53), (CLIENT, 5000), LB_MAC, CLIENT_MAC)),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::NatReply];
     run(&mut dp, c);
 
     // ---- DSR over IPIP.
     let dsr_addr = vips[2].addr;
     let dsyn = Frame::tcp(CLIENT, 42000, dsr_addr, 80);
-    let mut c = case("new flow, DSR: IPIP to the backend, inner packet untouched", dsyn.bytes(), XDP_TX,
-        Some(ipip(&dsyn, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx);
+    let mut c = case(
+        "new flow, DSR: IPIP to the backend, inner packet untouched",
+        dsyn.bytes(),
+        XDP_TX,
+        Some(ipip(&dsyn, LB_ADDR, B1, LB_MAC, mac_of(B1))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowNew];
     run(&mut dp, c);
-    let dack = dsyn.with(|f| { f.l4 = L4::TcpAck; f.payload = vec![b'x'; 100] });
-    let mut c = case("established flow, DSR: IPIP again", dack.bytes(), XDP_TX,
-        Some(ipip(&dack, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx);
+    let dack = dsyn.with(|f| {
+        f.l4 = L4::TcpAck;
+        f.payload = vec![b'x'; 100]
+    });
+    let mut c = case(
+        "established flow, DSR: IPIP again",
+        dack.bytes(),
+        XDP_TX,
+        Some(ipip(&dack, LB_ADDR, B1, LB_MAC, mac_of(B1))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowHit];
     run(&mut dp, c);
     let dsr_vip = dsyn.dst;
-    let dsr_err = icmp_frag_needed((CLIENT_MAC, LB_MAC), [192, 0, 2, 254], dsr_vip, 64, 1400, &Frame::tcp(dsr_vip, 80, CLIENT, dsyn.src_port));
-    let mut c = case("ICMP error about a DSR flow: to its backend, encapsulated untouched", dsr_err.clone(), XDP_TX,
-        Some(ipip_frame(&dsr_err, 14, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx);
+    let dsr_err = icmp_frag_needed(
+        (CLIENT_MAC, LB_MAC),
+        [192, 0, 2, 254],
+        dsr_vip,
+        64,
+        1400,
+        &Frame::tcp(dsr_vip, 80, CLIENT, dsyn.src_port),
+    );
+    let mut c = case(
+        "ICMP error about a DSR flow: to its backend, encapsulated untouched",
+        dsr_err.clone(),
+        XDP_TX,
+        Some(ipip_frame(&dsr_err, 14, LB_ADDR, B1, LB_MAC, mac_of(B1))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::IcmpToBackend];
     run(&mut dp, c);
-    let dtag = dsyn.with(|f| { f.vlan = Some(42); f.src_port = 42001 });
-    run(&mut dp, case("802.1Q-tagged SYN, DSR: tag kept in front of the outer header", dtag.bytes(), XDP_TX,
-        Some(ipip(&dtag, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx));
-    let big = dsyn.with(|f| { f.src_port = 42002; f.payload = vec![0; 1490 - 40] });
-    run(&mut dp, case("DSR packet too big once wrapped, DF set: ICMP fragmentation needed (MTU 1480)", big.bytes(), XDP_TX,
-        Some(frag_needed(&big.bytes(), 14, 1480)), Counter::ForwardIcmpTooBig));
+    let dtag = dsyn.with(|f| {
+        f.vlan = Some(42);
+        f.src_port = 42001
+    });
+    run(
+        &mut dp,
+        case(
+            "802.1Q-tagged SYN, DSR: tag kept in front of the outer header",
+            dtag.bytes(),
+            XDP_TX,
+            Some(ipip(&dtag, LB_ADDR, B1, LB_MAC, mac_of(B1))),
+            Counter::ForwardTx,
+        ),
+    );
+    let big = dsyn.with(|f| {
+        f.src_port = 42002;
+        f.payload = vec![0; 1490 - 40]
+    });
+    run(
+        &mut dp,
+        case(
+            "DSR packet too big once wrapped, DF set: ICMP fragmentation needed (MTU 1480)",
+            big.bytes(),
+            XDP_TX,
+            Some(frag_needed(&big.bytes(), 14, 1480)),
+            Counter::ForwardIcmpTooBig,
+        ),
+    );
     let big_tagged = big.with(|f| f.vlan = Some(42));
-    run(&mut dp, case("802.1Q DSR packet too big, DF set: ICMP back behind the same tag", big_tagged.bytes(), XDP_TX,
-        Some(frag_needed(&big_tagged.bytes(), 18, 1480)), Counter::ForwardIcmpTooBig));
+    run(
+        &mut dp,
+        case(
+            "802.1Q DSR packet too big, DF set: ICMP back behind the same tag",
+            big_tagged.bytes(),
+            XDP_TX,
+            Some(frag_needed(&big_tagged.bytes(), 18, 1480)),
+            Counter::ForwardIcmpTooBig,
+        ),
+    );
     let big_no_df = patch_ipv4(&big.bytes(), 14, |h| h.dont_fragment = false);
     run(&mut dp, case("DSR packet too big once wrapped, no DF: drop", big_no_df, XDP_DROP, None, Counter::DropTooBig));
 
     // ---- Next hop cases.
     let far = Frame::tcp(CLIENT, 43000, vips[4].addr, 80);
-    run(&mut dp, case("backend behind another interface: XDP_REDIRECT", far.bytes(), XDP_REDIRECT,
-        Some(nat_out(&far, (CLIENT, 43000), (B_FAR, 8080), LB_MAC_H, mac_of(B_FAR))), Counter::ForwardRedirect));
+    run(
+        &mut dp,
+        case(
+            "backend behind another interface: XDP_REDIRECT",
+            far.bytes(),
+            XDP_REDIRECT,
+            Some(nat_out(&far, (CLIENT, 43000), (B_FAR, 8080), LB_MAC_H, mac_of(B_FAR))),
+            Counter::ForwardRedirect,
+        ),
+    );
     let far2 = Frame::tcp(CLIENT2, 43005, vips[4].addr, 80);
-    let mut c = case("another client, same NAT backend: the cached next hop serves it", far2.bytes(), XDP_REDIRECT,
-        Some(nat_out(&far2, (CLIENT2, 43005), (B_FAR, 8080), LB_MAC_H, mac_of(B_FAR))), Counter::ForwardRedirect);
+    let mut c = case(
+        "another client, same NAT backend: the cached next hop serves it",
+        far2.bytes(),
+        XDP_REDIRECT,
+        Some(nat_out(&far2, (CLIENT2, 43005), (B_FAR, 8080), LB_MAC_H, mac_of(B_FAR))),
+        Counter::ForwardRedirect,
+    );
     c.unchanged = vec![Counter::NexthopLookup];
     run(&mut dp, c);
     // h0 (towards B_FAR) has MTU 1400.
-    let far_big = far.with(|f| { f.src_port = 43010; f.payload = vec![0; 1450 - 40] });
-    run(&mut dp, case("NAT packet too big for the backend's path, DF set: ICMP fragmentation needed (MTU 1400)", far_big.bytes(), XDP_TX,
-        Some(frag_needed(&far_big.bytes(), 14, 1400)), Counter::ForwardIcmpTooBig));
+    let far_big = far.with(|f| {
+        f.src_port = 43010;
+        f.payload = vec![0; 1450 - 40]
+    });
+    run(
+        &mut dp,
+        case(
+            "NAT packet too big for the backend's path, DF set: ICMP fragmentation needed (MTU 1400)",
+            far_big.bytes(),
+            XDP_TX,
+            Some(frag_needed(&far_big.bytes(), 14, 1400)),
+            Counter::ForwardIcmpTooBig,
+        ),
+    );
     let far_big_no_df = patch_ipv4(&far_big.bytes(), 14, |h| h.dont_fragment = false);
     run(&mut dp, case("NAT packet too big, no DF: drop", far_big_no_df, XDP_DROP, None, Counter::DropTooBig));
     let nn = Frame::tcp(CLIENT, 43001, vips[5].addr, 80);
-    let nn_out = nn.with(|f| { f.dst = B_NO_NEIGH; f.dst_port = 8080 }).bytes();
-    run(&mut dp, case("NAT backend without neighbour entry: rewritten, to the stack", nn.bytes(), XDP_PASS, Some(nn_out), Counter::PassNoNeighbour));
+    let nn_out = nn
+        .with(|f| {
+            f.dst = B_NO_NEIGH;
+            f.dst_port = 8080
+        })
+        .bytes();
+    run(
+        &mut dp,
+        case(
+            "NAT backend without neighbour entry: rewritten, to the stack",
+            nn.bytes(),
+            XDP_PASS,
+            Some(nn_out),
+            Counter::PassNoNeighbour,
+        ),
+    );
     let nnd = Frame::tcp(CLIENT, 43002, vips[6].addr, 80);
-    run(&mut dp, case("DSR backend without neighbour entry: drop", nnd.bytes(), XDP_DROP, None, Counter::DropNoNeighbour));
+    run(
+        &mut dp,
+        case("DSR backend without neighbour entry: drop", nnd.bytes(), XDP_DROP, None, Counter::DropNoNeighbour),
+    );
     let nr = Frame::tcp(CLIENT, 43003, vips[7].addr, 80);
     run(&mut dp, case("backend without a route: drop", nr.bytes(), XDP_DROP, None, Counter::DropNoRoute));
-    run(&mut dp, case("VIP with no backend: drop", Frame::tcp(CLIENT, 43004, vips[3].addr, 80).bytes(), XDP_DROP, None, Counter::DropNoBackend));
+    run(
+        &mut dp,
+        case(
+            "VIP with no backend: drop",
+            Frame::tcp(CLIENT, 43004, vips[3].addr, 80).bytes(),
+            XDP_DROP,
+            None,
+            Counter::DropNoBackend,
+        ),
+    );
 
     // ---- Backend changes: established flows keep their backend unless it is gone.
     let (gone_id, _, _) = *web.backends.iter().find(|(_, a, p)| (*a, *p) == b).unwrap();
     let (other_id, oa, op) = *web.backends.iter().find(|(id, _, _)| *id != gone_id).unwrap();
     let mut ring = vec![other_id; RING as usize];
     dp.write_ring(0, &ring).unwrap();
-    let mut c = case("ring changed, backend still there: established flow stays", ack.bytes(), XDP_TX,
-        Some(nat_out(&ack, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))), Counter::ForwardTx);
+    let mut c = case(
+        "ring changed, backend still there: established flow stays",
+        ack.bytes(),
+        XDP_TX,
+        Some(nat_out(&ack, (CLIENT, 40000), b, LB_MAC, mac_of(b.0))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowHit];
     run(&mut dp, c);
     dp.remove_backend(gone_id).unwrap();
-    let mut c = case("its backend removed: flow re-placed on the ring", ack.bytes(), XDP_TX,
-        Some(nat_out(&ack, (CLIENT, 40000), (oa, op), LB_MAC, mac_of(oa))), Counter::ForwardTx);
+    let mut c = case(
+        "its backend removed: flow re-placed on the ring",
+        ack.bytes(),
+        XDP_TX,
+        Some(nat_out(&ack, (CLIENT, 40000), (oa, op), LB_MAC, mac_of(oa))),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowRerouted];
     run(&mut dp, c);
-    let reply2 = Frame::tcp(oa, op, CLIENT, 40000).with(|f| { f.l4 = L4::TcpAck; f.src_mac = mac_of(oa) });
-    let mut c = case("reply from the new backend: rewritten to the VIP", reply2.bytes(), XDP_TX,
-        Some(nat_out(&reply2, (vip_web, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC)), Counter::ForwardTx);
+    let reply2 = Frame::tcp(oa, op, CLIENT, 40000).with(|f| {
+        f.l4 = L4::TcpAck;
+        f.src_mac = mac_of(oa)
+    });
+    let mut c = case(
+        "reply from the new backend: rewritten to the VIP",
+        reply2.bytes(),
+        XDP_TX,
+        Some(nat_out(&reply2, (vip_web, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC)),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::NatReply];
     run(&mut dp, c);
     ring.fill(BACKEND_NONE);
     dp.write_ring(0, &ring).unwrap();
     dp.remove_backend(other_id).unwrap();
-    run(&mut dp, case("every backend removed: established flow dropped", ack.bytes(), XDP_DROP, None, Counter::DropNoBackend));
+    run(
+        &mut dp,
+        case("every backend removed: established flow dropped", ack.bytes(), XDP_DROP, None, Counter::DropNoBackend),
+    );
 
     // ---- Next-hop cache: a neighbour change is seen after the next generation, not before.
     let moved_mac: Mac = [2, 0, 0, 0, 0x7e, 0x11];
-    ns.exec(&["ip", "neigh", "replace", "198.51.100.11", "lladdr", "02:00:00:00:7e:11", "dev", "g0", "nud", "permanent"]);
+    ns.exec(&[
+        "ip",
+        "neigh",
+        "replace",
+        "198.51.100.11",
+        "lladdr",
+        "02:00:00:00:7e:11",
+        "dev",
+        "g0",
+        "nud",
+        "permanent",
+    ]);
     let d1 = dsyn.with(|f| f.src_port = 42003);
-    run(&mut dp, case("neighbour changed, same cache generation: cached MAC", d1.bytes(), XDP_TX,
-        Some(ipip(&d1, LB_ADDR, B1, LB_MAC, mac_of(B1))), Counter::ForwardTx));
+    run(
+        &mut dp,
+        case(
+            "neighbour changed, same cache generation: cached MAC",
+            d1.bytes(),
+            XDP_TX,
+            Some(ipip(&d1, LB_ADDR, B1, LB_MAC, mac_of(B1))),
+            Counter::ForwardTx,
+        ),
+    );
     dp.refresh_next_hops().unwrap();
     let d2 = dsyn.with(|f| f.src_port = 42004);
-    run(&mut dp, case("after refresh_next_hops: the new MAC", d2.bytes(), XDP_TX,
-        Some(ipip(&d2, LB_ADDR, B1, LB_MAC, moved_mac)), Counter::ForwardTx));
+    run(
+        &mut dp,
+        case(
+            "after refresh_next_hops: the new MAC",
+            d2.bytes(),
+            XDP_TX,
+            Some(ipip(&d2, LB_ADDR, B1, LB_MAC, moved_mac)),
+            Counter::ForwardTx,
+        ),
+    );
 
     // Per-VIP and per-backend traffic were counted.
     let t = dp.vip_traffic(2).unwrap();
@@ -337,7 +735,12 @@ fn connection_table_set_evicts_its_least_recently_used_flow() {
     configure(&mut dp, &vips);
     let flow_vip = &vips[8];
     let flow_addr = flow_vip.addr;
-    let pick = |port: u16| by_hash(flow_vip, flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(flow_addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED));
+    let pick = |port: u16| {
+        by_hash(
+            flow_vip,
+            flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(flow_addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED),
+        )
+    };
     let set_of = |port: u16| dp.flow_set_of(&flow_key(CLIENT, flow_addr, port, 80));
     let same_set: Vec<u16> = (50000..=u16::MAX).filter(|p| set_of(*p) == set_of(50000)).take(FLOW_WAYS + 1).collect();
     let nat_flow = |port: u16, l4: L4| {
@@ -355,19 +758,36 @@ fn connection_table_set_evicts_its_least_recently_used_flow() {
     let tick = || std::thread::sleep(std::time::Duration::from_millis(25));
     for (i, &port) in same_set[..FLOW_WAYS].iter().enumerate() {
         let (f, out) = nat_flow(port, L4::TcpSyn);
-        let mut c = case(["table: 1st flow of a set", "table: 2nd flow of the set", "table: 3rd flow of the set", "table: 4th flow, the set is full"][i],
-            f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
+        let mut c = case(
+            [
+                "table: 1st flow of a set",
+                "table: 2nd flow of the set",
+                "table: 3rd flow of the set",
+                "table: 4th flow, the set is full",
+            ][i],
+            f.bytes(),
+            XDP_TX,
+            Some(out),
+            Counter::ForwardTx,
+        );
         c.events = vec![Counter::FlowNew];
         run(&mut dp, c);
         tick();
     }
     let (f, out) = nat_flow(same_set[0], L4::TcpAck);
-    let mut c = case("table: the 1st flow sends again (now the most recent)", f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
+    let mut c =
+        case("table: the 1st flow sends again (now the most recent)", f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
     c.events = vec![Counter::FlowHit];
     run(&mut dp, c);
     tick();
     let (f, out) = nat_flow(same_set[FLOW_WAYS], L4::TcpSyn);
-    let mut c = case("table: a 5th flow evicts the least recently used (2nd)", f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
+    let mut c = case(
+        "table: a 5th flow evicts the least recently used (2nd)",
+        f.bytes(),
+        XDP_TX,
+        Some(out),
+        Counter::ForwardTx,
+    );
     c.events = vec![Counter::FlowTableFull];
     run(&mut dp, c);
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
@@ -482,14 +902,23 @@ fn mutated_frames_get_a_defined_counted_verdict() {
         // SAFETY: the program lives in dp, which outlives this loop and is not moved.
         let RunResult { action, output } = run_xdp(unsafe { &*prog }, &frame, g0);
         let after = counters(&dp);
-        assert!((1..=4).contains(&action), "round {round}: verdict {action} ({}) for {}", action_name(action), hex(&frame));
+        assert!(
+            (1..=4).contains(&action),
+            "round {round}: verdict {action} ({}) for {}",
+            action_name(action),
+            hex(&frame)
+        );
         by_action[action as usize] += 1;
-        let moved: Vec<Counter> = Counter::ALL.iter().copied().filter(|c| is_verdict(*c) && after[c] != before[c]).collect();
+        let moved: Vec<Counter> =
+            Counter::ALL.iter().copied().filter(|c| is_verdict(*c) && after[c] != before[c]).collect();
         assert_eq!(moved.len(), 1, "round {round}: verdict counters moved: {moved:?} for {}", hex(&frame));
         let rewritten_to_stack = moved[0] == Counter::PassNoNeighbour;
         if action == XDP_PASS && !rewritten_to_stack {
             assert_eq!(output, frame, "round {round}: passed frame altered ({:?})", moved[0]);
         }
     }
-    println!("3000 mutated frames: drop {}, pass {}, tx {}, redirect {}", by_action[1], by_action[2], by_action[3], by_action[4]);
+    println!(
+        "3000 mutated frames: drop {}, pass {}, tx {}, redirect {}",
+        by_action[1], by_action[2], by_action[3], by_action[4]
+    );
 }

@@ -17,8 +17,8 @@ use lb_common::limits::MAX_VIPS;
 use lb_common::vip::{VipInfo, VipKey};
 use lb_common::{map_names, program_names};
 
-use super::load::{self, AttachMode, LoadOptions};
 use super::aya::AyaDataplane;
+use super::load::{self, AttachMode, LoadOptions};
 use super::{DataplaneError, Result};
 use crate::paths::{self, AttachPaths};
 
@@ -259,9 +259,7 @@ pub fn detach_decap_at(paths: &AttachPaths) -> Result<()> {
     unpin_link(paths)?;
     let _ = std::fs::remove_file(paths.pin_dir.join(map_names::DECAP_COUNTERS));
     match std::fs::remove_dir(&paths.pin_dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(err(format!("{}: {e}", paths.pin_dir.display())))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(format!("{}: {e}", paths.pin_dir.display()))),
         _ => Ok(()),
     }
 }

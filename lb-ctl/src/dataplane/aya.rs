@@ -50,7 +50,9 @@ impl AyaDataplane {
         let slots = (MAX_VIPS * ring_size) as usize;
         let rings_mmap = ebpf.map(map_names::RINGS).and_then(|m| RingsMmap::new(m, slots));
         if rings_mmap.is_none() {
-            tracing::warn!("RINGS cannot be memory-mapped (maps pinned by an older lb-ctl?): ring writes take one syscall a slot");
+            tracing::warn!(
+                "RINGS cannot be memory-mapped (maps pinned by an older lb-ctl?): ring writes take one syscall a slot"
+            );
         }
         let flows = ebpf.map(map_names::FLOWS);
         let flow_sets = match flows {
@@ -95,15 +97,11 @@ impl AyaDataplane {
     }
 
     fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map> {
-        self.ebpf
-            .map_mut(name)
-            .ok_or_else(|| DataplaneError::Load(format!("map {name} missing from the object")))
+        self.ebpf.map_mut(name).ok_or_else(|| DataplaneError::Load(format!("map {name} missing from the object")))
     }
 
     fn map(&self, name: &'static str) -> Result<&aya::maps::Map> {
-        self.ebpf
-            .map(name)
-            .ok_or_else(|| DataplaneError::Load(format!("map {name} missing from the object")))
+        self.ebpf.map(name).ok_or_else(|| DataplaneError::Load(format!("map {name} missing from the object")))
     }
 
     fn array_mut<V: aya::Pod>(&mut self, name: &'static str) -> Result<Array<&mut MapData, V>> {
@@ -126,14 +124,15 @@ impl AyaDataplane {
     fn reset_backend_traffic(&mut self, id: u32) -> Result<()> {
         let name = map_names::BACKEND_STATS;
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| DataplaneError::Load(format!("counting CPUs: {e}")))?;
-        let zeros = PerCpuValues::try_from(vec![Traffic::default(); cpus]).map_err(|e| DataplaneError::Load(format!("{name}: {e}")))?;
-        let mut map: PerCpuArray<&mut MapData, Traffic> = PerCpuArray::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        let zeros = PerCpuValues::try_from(vec![Traffic::default(); cpus])
+            .map_err(|e| DataplaneError::Load(format!("{name}: {e}")))?;
+        let mut map: PerCpuArray<&mut MapData, Traffic> =
+            PerCpuArray::try_from(self.map_mut(name)?).map_err(map_err(name))?;
         map.set(id, zeros, 0).map_err(map_err(name))
     }
 
     fn traffic(&self, name: &'static str, index: u32) -> Result<Traffic> {
-        let map: PerCpuArray<&MapData, Traffic> =
-            PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
+        let map: PerCpuArray<&MapData, Traffic> = PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
         let values = map.get(&index, 0).map_err(map_err(name))?;
         Ok(values.iter().fold(Traffic::default(), |sum, t| Traffic {
             packets: sum.packets + t.packets,
@@ -145,17 +144,19 @@ impl AyaDataplane {
 impl Dataplane for AyaDataplane {
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {
         let generation = keep_generation(config.nexthop_generation, self.config.nexthop_generation);
-        let config =
-            DataplaneConfig { nexthop_generation: generation, flow_sets: self.flow_sets, table_seed: self.table_seed, ..config };
+        let config = DataplaneConfig {
+            nexthop_generation: generation,
+            flow_sets: self.flow_sets,
+            table_seed: self.table_seed,
+            ..config
+        };
         if config.ring_size != self.ring_size {
             return Err(DataplaneError::Load(format!(
                 "ring size {} differs from the loaded maps' {}",
                 config.ring_size, self.ring_size
             )));
         }
-        self.array_mut::<DataplaneConfig>(map_names::CONFIG)?
-            .set(0, config, 0)
-            .map_err(map_err(map_names::CONFIG))?;
+        self.array_mut::<DataplaneConfig>(map_names::CONFIG)?.set(0, config, 0).map_err(map_err(map_names::CONFIG))?;
         self.config = config;
         Ok(())
     }
@@ -164,10 +165,9 @@ impl Dataplane for AyaDataplane {
         if self.config.nexthop_generation == 0 {
             return Ok(()); // caching is off
         }
-        let config = DataplaneConfig { nexthop_generation: next_generation(self.config.nexthop_generation), ..self.config };
-        self.array_mut::<DataplaneConfig>(map_names::CONFIG)?
-            .set(0, config, 0)
-            .map_err(map_err(map_names::CONFIG))?;
+        let config =
+            DataplaneConfig { nexthop_generation: next_generation(self.config.nexthop_generation), ..self.config };
+        self.array_mut::<DataplaneConfig>(map_names::CONFIG)?.set(0, config, 0).map_err(map_err(map_names::CONFIG))?;
         self.config = config;
         Ok(())
     }
@@ -175,9 +175,7 @@ impl Dataplane for AyaDataplane {
     fn upsert_vip(&mut self, key: VipKey, info: VipInfo) -> Result<()> {
         let info = VipInfo { key, ..info };
         // VIP_INFO first: a connection-table hit may only find a VIP that VIPS also has.
-        self.array_mut::<VipInfo>(map_names::VIP_INFO)?
-            .set(info.id, info, 0)
-            .map_err(map_err(map_names::VIP_INFO))?;
+        self.array_mut::<VipInfo>(map_names::VIP_INFO)?.set(info.id, info, 0).map_err(map_err(map_names::VIP_INFO))?;
         self.vips_mut()?.insert(key, info, 0).map_err(map_err(map_names::VIPS))
     }
 
@@ -247,14 +245,12 @@ impl Dataplane for AyaDataplane {
     }
 
     fn set_port_flags(&mut self, port: u16, flags: u32) -> Result<()> {
-        self.array_mut::<u32>(map_names::PORT_FLAGS)?
-            .set(port as u32, flags, 0)
-            .map_err(map_err(map_names::PORT_FLAGS))
+        self.array_mut::<u32>(map_names::PORT_FLAGS)?.set(port as u32, flags, 0).map_err(map_err(map_names::PORT_FLAGS))
     }
 
     fn counters(&self) -> Result<Vec<(Counter, u64)>> {
-        let map: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(self.map(map_names::COUNTERS)?)
-            .map_err(map_err(map_names::COUNTERS))?;
+        let map: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(self.map(map_names::COUNTERS)?).map_err(map_err(map_names::COUNTERS))?;
         Counter::ALL
             .iter()
             .map(|&c| {

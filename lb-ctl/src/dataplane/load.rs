@@ -1,9 +1,9 @@
 //! Loading the XDP objects and attaching them to interfaces.
 use std::path::{Path, PathBuf};
 
+use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::programs::{Xdp, XdpMode, xdp::XdpLinkId};
 use aya::{Ebpf, EbpfLoader};
-use aya::maps::lpm_trie::{Key, LpmTrie};
 use ipnet::Ipv4Net;
 use lb_common::flow::flow_sets;
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RING_SIZE, MAX_VIPS};
@@ -53,18 +53,14 @@ fn check_objects() -> Result<()> {
     if objects::available() {
         Ok(())
     } else {
-        Err(DataplaneError::Load(
-            "this lb-ctl was built without its XDP programs (AYA_BUILD_SKIP); rebuild it".into(),
-        ))
+        Err(DataplaneError::Load("this lb-ctl was built without its XDP programs (AYA_BUILD_SKIP); rebuild it".into()))
     }
 }
 
 /// Loads the balancer object and its program into the kernel (not attached yet).
 pub fn load_ingress(options: &LoadOptions) -> Result<Ebpf> {
     check_objects()?;
-    let rings = MAX_VIPS
-        .checked_mul(options.ring_size)
-        .ok_or_else(|| load_error("ring size", "too large"))?;
+    let rings = MAX_VIPS.checked_mul(options.ring_size).ok_or_else(|| load_error("ring size", "too large"))?;
     let pin_paths: Vec<(&str, PathBuf)> = match &options.pin_dir {
         Some(dir) => PINNED_MAPS.iter().map(|name| (*name, dir.join(name))).collect(),
         None => Vec::new(),
@@ -81,9 +77,7 @@ pub fn load_ingress(options: &LoadOptions) -> Result<Ebpf> {
         loader.map_pin_path(name, path.as_path());
     }
     let mut ebpf = loader.load(objects::INGRESS).map_err(|e| load_error("loading lb_ingress", e))?;
-    program(&mut ebpf, lb_common::program_names::INGRESS)?
-        .load()
-        .map_err(|e| load_error("verifying lb_ingress", e))?;
+    program(&mut ebpf, lb_common::program_names::INGRESS)?.load().map_err(|e| load_error("verifying lb_ingress", e))?;
     Ok(ebpf)
 }
 

@@ -119,7 +119,9 @@ impl Dataplane for MemoryDataplane {
         Ok(out)
     }
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>> {
-        let current = |e: &FlowEntry| self.backends.get(&e.backend_id).is_some_and(|b| b.is_active() && b.generation == e.generation);
+        let current = |e: &FlowEntry| {
+            self.backends.get(&e.backend_id).is_some_and(|b| b.is_active() && b.generation == e.generation)
+        };
         Ok(self.flows.get(key).copied().filter(current))
     }
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {

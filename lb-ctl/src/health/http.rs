@@ -21,9 +21,7 @@ pub async fn check(addr: SocketAddr, path: &str, expect: u16, timeout: Duration)
         Ok(Ok(status)) if status == expect => Outcome::Success,
         Ok(Ok(status)) => Outcome::Failure(format!("GET {path}: status {status}, expected {expect}")),
         Ok(Err(e)) => Outcome::Failure(format!("GET {path}: {e}")),
-        Err(_) => {
-            Outcome::Failure(format!("GET {path}: no answer within {}", humantime::format_duration(timeout)))
-        }
+        Err(_) => Outcome::Failure(format!("GET {path}: no answer within {}", humantime::format_duration(timeout))),
     }
 }
 

@@ -185,8 +185,7 @@ impl Checkers {
             let token = self.next_token;
             self.next_token += 1;
             let target = Target { backend_id: id, address, vip, spec: spec.clone() };
-            let task =
-                self.runtime.spawn(run_checker(target, token, health, self.sink.clone())).abort_handle();
+            let task = self.runtime.spawn(run_checker(target, token, health, self.sink.clone())).abort_handle();
             self.running.insert(id, Running { token, address, spec, task });
         }
     }

@@ -22,8 +22,6 @@ pub(super) async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpSt
             Err(Outcome::Refused(format!("connect: {e}")))
         }
         Ok(Err(e)) => Err(Outcome::Failure(format!("connect: {e}"))),
-        Err(_) => {
-            Err(Outcome::Failure(format!("connect timed out after {}", humantime::format_duration(timeout))))
-        }
+        Err(_) => Err(Outcome::Failure(format!("connect timed out after {}", humantime::format_duration(timeout)))),
     }
 }

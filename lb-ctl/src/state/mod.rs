@@ -248,10 +248,8 @@ impl State {
         } else {
             return Err(StateError::UnknownVip(reference.into()));
         };
-        let matches: Vec<usize> = matches
-            .into_iter()
-            .filter(|&i| proto.is_none_or(|p| self.vips[i].protocol.as_str() == p))
-            .collect();
+        let matches: Vec<usize> =
+            matches.into_iter().filter(|&i| proto.is_none_or(|p| self.vips[i].protocol.as_str() == p)).collect();
         match matches.as_slice() {
             [] => Err(StateError::UnknownVip(reference.into())),
             [one] => Ok(*one),

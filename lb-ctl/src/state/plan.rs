@@ -25,11 +25,8 @@ pub struct RingInput {
 
 impl RingInput {
     pub fn build(&self, size: u32) -> Vec<u32> {
-        let members: Vec<RingMember<'_>> = self
-            .members
-            .iter()
-            .map(|(id, weight, key)| RingMember { id: *id, weight: *weight, key })
-            .collect();
+        let members: Vec<RingMember<'_>> =
+            self.members.iter().map(|(id, weight, key)| RingMember { id: *id, weight: *weight, key }).collect();
         build_ring(&members, size)
     }
 }
@@ -52,9 +49,7 @@ pub struct MapContents {
 pub fn ring_input(v: &VipState) -> RingInput {
     let member = |b: &BackendState| (b.id, b.effective_weight(), ring_key(b.address));
     if !all_down(v) {
-        return RingInput {
-            members: v.backends.iter().filter(|b| b.health.is_usable()).map(member).collect(),
-        };
+        return RingInput { members: v.backends.iter().filter(|b| b.health.is_usable()).map(member).collect() };
     }
     match v.all_down {
         AllDownPolicy::Forward => RingInput { members: v.backends.iter().map(member).collect() },
@@ -99,8 +94,7 @@ impl MapContents {
             };
             out.vips.insert(vip_key(v), info);
             let udp = v.protocol.ip_proto() == ip_proto::UDP;
-            *out.port_flags.entry(v.port).or_default() |=
-                if udp { port_flags::VIP_UDP } else { port_flags::VIP_TCP };
+            *out.port_flags.entry(v.port).or_default() |= if udp { port_flags::VIP_UDP } else { port_flags::VIP_TCP };
             for b in &v.backends {
                 let (addr, family) = ip_bytes(b.address.ip());
                 out.backends.insert(
@@ -109,10 +103,15 @@ impl MapContents {
                     Backend { addr, port: b.address.port().to_be(), family, flags: BACKEND_ACTIVE, generation: 0 },
                 );
                 if v.forwarding == Forwarding::Nat {
-                    let key = NatBackendKey { addr, port: b.address.port().to_be(), protocol: v.protocol.ip_proto(), family };
+                    let key =
+                        NatBackendKey { addr, port: b.address.port().to_be(), protocol: v.protocol.ip_proto(), family };
                     out.nat_backends
                         .entry(key)
-                        .and_modify(|vip| if *vip != v.id { *vip = NAT_BACKEND_SHARED })
+                        .and_modify(|vip| {
+                            if *vip != v.id {
+                                *vip = NAT_BACKEND_SHARED
+                            }
+                        })
                         .or_insert(v.id);
                     *out.port_flags.entry(b.address.port()).or_default() |=
                         if udp { port_flags::NAT_BACKEND_UDP } else { port_flags::NAT_BACKEND_TCP };
@@ -181,7 +180,13 @@ impl Applier {
     /// before (every slot when none was). Returns whether anything was written.
     fn write_ring(&mut self, dp: &mut dyn Dataplane, vip_id: u32, ring: Vec<u32>) -> Result<bool> {
         let changed: Vec<(u32, u32)> = match self.built.get(&vip_id).filter(|old| old.len() == ring.len()) {
-            Some(old) => ring.iter().zip(old).enumerate().filter(|(_, (new, old))| new != old).map(|(slot, (new, _))| (slot as u32, *new)).collect(),
+            Some(old) => ring
+                .iter()
+                .zip(old)
+                .enumerate()
+                .filter(|(_, (new, old))| new != old)
+                .map(|(slot, (new, _))| (slot as u32, *new))
+                .collect(),
             None => ring.iter().enumerate().map(|(slot, &id)| (slot as u32, id)).collect(),
         };
         if !changed.is_empty() {
@@ -248,13 +253,8 @@ impl Applier {
                 report.nat_backends += 1;
             }
         }
-        let gone: Vec<(VipKey, VipInfo)> = self
-            .applied
-            .vips
-            .iter()
-            .filter(|(k, _)| !want.vips.contains_key(*k))
-            .map(|(k, v)| (*k, *v))
-            .collect();
+        let gone: Vec<(VipKey, VipInfo)> =
+            self.applied.vips.iter().filter(|(k, _)| !want.vips.contains_key(*k)).map(|(k, v)| (*k, *v)).collect();
         for (key, info) in gone {
             dp.remove_vip(&key)?;
             self.applied.vips.remove(&key);
@@ -265,8 +265,7 @@ impl Applier {
             }
         }
         // Rings of VIP ids no longer used (also covers rings assumed from a previous run).
-        let stale: Vec<u32> =
-            self.applied.rings.keys().filter(|id| !want.rings.contains_key(id)).copied().collect();
+        let stale: Vec<u32> = self.applied.rings.keys().filter(|id| !want.rings.contains_key(id)).copied().collect();
         for id in stale {
             self.clear_ring(dp, id, size)?;
             report.rings_written += 1;

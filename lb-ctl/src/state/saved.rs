@@ -82,13 +82,9 @@ impl State {
             for b in &v.backends {
                 let (vip, address) = (v.identity(), b.address);
                 match b.origin {
-                    Origin::Api => changes.push(ApiChange::Added {
-                        vip,
-                        address,
-                        id: b.id,
-                        weight: b.weight,
-                        drained: b.drained,
-                    }),
+                    Origin::Api => {
+                        changes.push(ApiChange::Added { vip, address, id: b.id, weight: b.weight, drained: b.drained })
+                    }
                     Origin::Config if b.drained => changes.push(ApiChange::Drained { vip, address }),
                     Origin::Config => {}
                 }
@@ -111,11 +107,7 @@ impl State {
                     name: None,
                     address: identity.address,
                     port: identity.port,
-                    protocol: if identity.ip_proto == lb_common::ip_proto::UDP {
-                        Protocol::Udp
-                    } else {
-                        Protocol::Tcp
-                    },
+                    protocol: if identity.ip_proto == lb_common::ip_proto::UDP { Protocol::Udp } else { Protocol::Tcp },
                     forwarding: Forwarding::Nat,
                     hash: HashMode::Ip,
                     encap_source: None,

@@ -92,10 +92,7 @@ fn first_apply_writes_everything_in_a_safe_order() {
     assert_eq!(info.id, web.id);
     assert_eq!(plan::vip_key(web).port, 80u16.to_be(), "ports are stored in network order");
     let b = g.fake.backends[&web.backends[0].id];
-    assert_eq!(
-        (b.addr[..4].to_vec(), b.port, b.flags),
-        (vec![198, 51, 100, 1], 8080u16.to_be(), BACKEND_ACTIVE)
-    );
+    assert_eq!((b.addr[..4].to_vec(), b.port, b.flags), (vec![198, 51, 100, 1], 8080u16.to_be(), BACKEND_ACTIVE));
     // Every slot of web's ring holds one of its three backends.
     let ids: std::collections::BTreeSet<u32> = web.backends.iter().map(|b| b.id).collect();
     assert_eq!(g.fake.rings[&web.id].iter().copied().collect::<std::collections::BTreeSet<_>>(), ids);
@@ -124,18 +121,9 @@ fn drain_keeps_the_backend_entry_but_takes_it_off_the_ring() {
     let web = rig.state.find_vip("web").unwrap().id;
     assert_eq!(rig.apply(), vec![Op::WriteRing(web)], "only web's ring changes");
     assert!(!rig.ring(web).contains(&id));
+    assert_eq!(rig.dp.lock().fake.backends[&id].flags, BACKEND_ACTIVE, "established flows keep their backend");
     assert_eq!(
-        rig.dp.lock().fake.backends[&id].flags,
-        BACKEND_ACTIVE,
-        "established flows keep their backend"
-    );
-    assert_eq!(
-        rig.state
-            .find_vip("web")
-            .unwrap()
-            .backend("198.51.100.2:8080".parse().unwrap())
-            .unwrap()
-            .admin_state(),
+        rig.state.find_vip("web").unwrap().backend("198.51.100.2:8080".parse().unwrap()).unwrap().admin_state(),
         "draining"
     );
 }
@@ -182,10 +170,7 @@ fn bad_changes_are_refused_and_change_nothing() {
     let maps_before = rig.dp.snapshot();
     let cases: Vec<(Result<u32, StateError>, &str)> = vec![
         (rig.state.add_backend("nope", "198.51.100.9:8080", None), "unknown VIP \"nope\""),
-        (
-            rig.state.add_backend("web", "198.51.100.1:8080", None),
-            "VIP \"web\" already has backend 198.51.100.1:8080",
-        ),
+        (rig.state.add_backend("web", "198.51.100.1:8080", None), "VIP \"web\" already has backend 198.51.100.1:8080"),
         (
             rig.state.add_backend("web", "198.51.100.x", None),
             "malformed address \"198.51.100.x\": expected ADDR:PORT or ADDR (IPv6 as [ADDR]:PORT)",
@@ -202,10 +187,7 @@ fn bad_changes_are_refused_and_change_nothing() {
             rig.state.add_backend("web", "[2001:db8::1]:80", None),
             "VIP \"web\": backend [2001:db8::1]:80: IPv6 backends are not supported by the XDP data plane yet",
         ),
-        (
-            rig.state.remove_backend("web", "198.51.100.9:8080"),
-            "VIP \"web\" has no backend 198.51.100.9:8080",
-        ),
+        (rig.state.remove_backend("web", "198.51.100.9:8080"), "VIP \"web\" has no backend 198.51.100.9:8080"),
         (rig.state.drain_backend("203.0.113.99", "198.51.100.1:8080"), "unknown VIP \"203.0.113.99\""),
         (
             rig.state.drain_backend("203.0.113.10", "198.51.100.1:8080"),
@@ -316,10 +298,7 @@ fn removing_a_vip_clears_its_entry_ring_and_port_flags() {
     let only_web = TWO_VIPS.split("[[vip]]\nname = \"dns\"").next().unwrap();
     rig.state = State::from_config(&config(only_web), &rig.state).unwrap();
     let ops = rig.apply();
-    assert_eq!(
-        ops,
-        vec![Op::RemoveVip(dns), Op::WriteRing(dns), Op::RemoveBackend(dns_backend), Op::PortFlags(53, 0)]
-    );
+    assert_eq!(ops, vec![Op::RemoveVip(dns), Op::WriteRing(dns), Op::RemoveBackend(dns_backend), Op::PortFlags(53, 0)]);
     let g = rig.dp.lock();
     assert_eq!(g.fake.vips.len(), 1);
     assert!(g.fake.rings[&dns].iter().all(|s| *s == BACKEND_NONE));
@@ -384,7 +363,12 @@ backends = [ { address = "198.51.100.1", port = 8080 }, { address = "198.51.100.
     );
     let mut rig = Rig::new(&text);
     let (web, api) = (rig.state.find_vip("web").unwrap().id, rig.state.find_vip("api").unwrap().id);
-    let key = |last: u8| NatBackendKey { addr: lb_common::ipv4_bytes([198, 51, 100, last]), port: 8080u16.to_be(), protocol: 6, family: 4 };
+    let key = |last: u8| NatBackendKey {
+        addr: lb_common::ipv4_bytes([198, 51, 100, last]),
+        port: 8080u16.to_be(),
+        protocol: 6,
+        family: 4,
+    };
     let owner = |rig: &Rig, last: u8| rig.dp.lock().fake.nat_backends.get(&key(last)).copied();
     assert_eq!(owner(&rig, 1), Some(NAT_BACKEND_SHARED), "198.51.100.1:8080 serves web and api");
     assert_eq!((owner(&rig, 2), owner(&rig, 9)), (Some(web), Some(api)));

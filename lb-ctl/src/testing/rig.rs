@@ -115,4 +115,3 @@ pub fn refused(r: Result<impl std::fmt::Debug, ClientError>) -> (u16, String) {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
-

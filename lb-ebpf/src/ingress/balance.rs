@@ -39,12 +39,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
 
     if maps::port_flags(u16::from_be(dst_port)) & vip_bit != 0 {
         let (src, dst) = addresses();
-        let vip_key = VipKey {
-            addr: lb_common::ipv4_bytes(dst),
-            port: dst_port,
-            protocol,
-            family: family::IPV4,
-        };
+        let vip_key = VipKey { addr: lb_common::ipv4_bytes(dst), port: dst_port, protocol, family: family::IPV4 };
         let key = flow_key(src, dst, src_port, dst_port, protocol);
         let tables = maps::tables();
         let hash = tables.map_or(0, |t| t.hash(&key));

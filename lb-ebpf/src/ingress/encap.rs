@@ -12,9 +12,9 @@ use lb_common::{csum, ipv4_octets};
 use lb_ebpf::packet::{IPV4_LEN, packet_len, ptr_at};
 use network_types::ip::Ipv4Hdr;
 
+use crate::flow::Flow;
 use crate::forward::{self, Route};
 use crate::maps::{self, HopCache};
-use crate::flow::Flow;
 use crate::parse::Ipv4Packet;
 use crate::verdict::Verdict;
 use crate::{icmp, select};
@@ -23,12 +23,7 @@ use crate::{icmp, select};
 const OUTER_TTL: u8 = 64;
 
 #[inline(always)]
-pub fn balance_ipip(
-    ctx: &XdpContext,
-    pkt: &Ipv4Packet,
-    vip: &VipInfo,
-    flow: &Flow,
-) -> Verdict {
+pub fn balance_ipip(ctx: &XdpContext, pkt: &Ipv4Packet, vip: &VipInfo, flow: &Flow) -> Verdict {
     let choice = match select::choose(vip, flow, pkt) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
@@ -64,7 +59,8 @@ pub fn send_ipip(
     let outer_src = ipv4_octets(&vip.encap_source);
     let outer_len = inner_len.wrapping_add(IPV4_LEN as u16);
     let (ifindex, smac, dmac) =
-        match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len, HopCache::Backend(backend_id)) {
+        match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len, HopCache::Backend(backend_id))
+        {
             Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
             Route::NoNeighbour => return Ok((XDP_DROP, Counter::DropNoNeighbour)),
             Route::TooBig { mtu } => return Err(TooBig { mtu: mtu.saturating_sub(IPV4_LEN as u16) }),

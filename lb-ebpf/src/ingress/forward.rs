@@ -1,13 +1,12 @@
 //! The next hop: `bpf_fib_lookup` for the rewritten packet, then XDP_TX out of the same
 //! interface or a redirect to another; and the TTL decrement of packets this program forwards.
+use aya_ebpf::EbpfContext;
 use aya_ebpf::bindings::xdp_action::{XDP_REDIRECT, XDP_TX};
 use aya_ebpf::bindings::{
-    BPF_FIB_LKUP_RET_FRAG_NEEDED, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS,
-    bpf_fib_lookup,
+    BPF_FIB_LKUP_RET_FRAG_NEEDED, BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup,
 };
 use aya_ebpf::helpers::generated::{bpf_fib_lookup as fib_lookup, bpf_redirect};
 use aya_ebpf::programs::XdpContext;
-use aya_ebpf::EbpfContext;
 use lb_common::csum::replace16;
 use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::Counter;
@@ -73,14 +72,7 @@ pub fn lookup(
 
 /// What the kernel's FIB says about an IPv4 packet `src → dst` of `tot_len` bytes.
 #[inline(always)]
-fn fib(
-    ctx: &XdpContext,
-    src: [u8; 4],
-    dst: [u8; 4],
-    protocol: u8,
-    tos: u8,
-    tot_len: u16,
-) -> Route {
+fn fib(ctx: &XdpContext, src: [u8; 4], dst: [u8; 4], protocol: u8, tos: u8, tot_len: u16) -> Route {
     let mut params = zeroed_params();
     params.family = AF_INET;
     params.l4_protocol = protocol;
@@ -90,20 +82,9 @@ fn fib(
     params.__bindgen_anon_4.ipv4_dst = u32::from_ne_bytes(dst);
     params.ifindex = ctx.ingress_ifindex() as u32;
     // SAFETY: params is a valid, writable bpf_fib_lookup of the size passed.
-    let rc = unsafe {
-        fib_lookup(
-            ctx.as_ptr(),
-            &mut params,
-            core::mem::size_of::<bpf_fib_lookup>() as i32,
-            0,
-        )
-    };
+    let rc = unsafe { fib_lookup(ctx.as_ptr(), &mut params, core::mem::size_of::<bpf_fib_lookup>() as i32, 0) };
     match rc as u32 {
-        BPF_FIB_LKUP_RET_SUCCESS => Route::Out {
-            ifindex: params.ifindex,
-            smac: params.smac,
-            dmac: params.dmac,
-        },
+        BPF_FIB_LKUP_RET_SUCCESS => Route::Out { ifindex: params.ifindex, smac: params.smac, dmac: params.dmac },
         BPF_FIB_LKUP_RET_NO_NEIGH => Route::NoNeighbour,
         // SAFETY: the kernel sets mtu_result with this return code.
         BPF_FIB_LKUP_RET_FRAG_NEEDED => Route::TooBig { mtu: unsafe { params.__bindgen_anon_1.mtu_result } },

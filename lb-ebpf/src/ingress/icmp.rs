@@ -69,8 +69,26 @@ fn reply<const L2: usize>(ctx: &XdpContext, client: [u8; 4], vip: [u8; 4], mtu: 
 
         let total = ((IPV4_LEN + ICMP_LEN) as u16).to_be_bytes();
         let mut header = [
-            0x45, 0, total[0], total[1], 0, 0, 0, 0, 64, IPPROTO_ICMP, 0, 0, vip[0], vip[1], vip[2], vip[3],
-            client[0], client[1], client[2], client[3],
+            0x45,
+            0,
+            total[0],
+            total[1],
+            0,
+            0,
+            0,
+            0,
+            64,
+            IPPROTO_ICMP,
+            0,
+            0,
+            vip[0],
+            vip[1],
+            vip[2],
+            vip[3],
+            client[0],
+            client[1],
+            client[2],
+            client[3],
         ];
         let check = csum::ipv4_header(&header).to_ne_bytes();
         header[10] = check[0];

@@ -16,9 +16,9 @@ use lb_common::{family, ip_proto, ipv4_octets};
 use lb_ebpf::packet::packet_len;
 
 use crate::encap::{self, TooBig};
+use crate::flow::flow_key;
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::{self, HopCache};
-use crate::flow::flow_key;
 use crate::parse::IcmpError;
 use crate::verdict::Verdict;
 
@@ -29,7 +29,15 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
     // SAFETY: parse() checked the outer header, the quoted header and its ports.
     let (to, ttl, vip_addr, client, protocol, vip_port, client_port) = unsafe {
         let quoted = &*err.quoted;
-        ((*err.ip).dst_addr, (*err.ip).ttl, quoted.src_addr, quoted.dst_addr, quoted.proto, *err.quoted_src_port, *err.quoted_dst_port)
+        (
+            (*err.ip).dst_addr,
+            (*err.ip).ttl,
+            quoted.src_addr,
+            quoted.dst_addr,
+            quoted.proto,
+            *err.quoted_src_port,
+            *err.quoted_dst_port,
+        )
     };
     let vip_bit = if protocol == ip_proto::TCP { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
     if maps::port_flags(u16::from_be(vip_port)) & vip_bit == 0 || to != vip_addr {
@@ -49,8 +57,7 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
         return NOT_OURS;
     };
     // Only the backend the flow was recorded for (same id holder, still active).
-    let Some(backend) =
-        maps::backend(entry.backend_id).filter(|b| b.is_active() && b.generation == entry.generation)
+    let Some(backend) = maps::backend(entry.backend_id).filter(|b| b.is_active() && b.generation == entry.generation)
     else {
         return NOT_OURS;
     };
@@ -75,16 +82,23 @@ fn to_nat_backend(ctx: &XdpContext, err: &IcmpError, vip: &VipInfo, backend_id: 
     // SAFETY: parse() checked the outer header.
     let (tos, tot_len) = unsafe { ((*err.ip).tos, u16::from_be_bytes((*err.ip).tot_len)) };
     let bytes = packet_len(ctx);
-    let (ifindex, smac, dmac) =
-        match forward::lookup(ctx, ANY_SOURCE, backend_addr, ip_proto::ICMP, tos, tot_len, HopCache::Backend(backend_id)) {
-            Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
-            Route::NoNeighbour => {
-                rewrite(err, backend_addr, backend.port);
-                return (XDP_PASS, Counter::PassNoNeighbour);
-            }
-            Route::TooBig { .. } => return (XDP_DROP, Counter::DropTooBig),
-            Route::Unreachable => return (XDP_DROP, Counter::DropNoRoute),
-        };
+    let (ifindex, smac, dmac) = match forward::lookup(
+        ctx,
+        ANY_SOURCE,
+        backend_addr,
+        ip_proto::ICMP,
+        tos,
+        tot_len,
+        HopCache::Backend(backend_id),
+    ) {
+        Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
+        Route::NoNeighbour => {
+            rewrite(err, backend_addr, backend.port);
+            return (XDP_PASS, Counter::PassNoNeighbour);
+        }
+        Route::TooBig { .. } => return (XDP_DROP, Counter::DropTooBig),
+        Route::Unreachable => return (XDP_DROP, Counter::DropNoRoute),
+    };
     rewrite(err, backend_addr, backend.port);
     decrement_ttl(err.ip);
     let verdict = forward::send(ctx, ifindex, smac, dmac);

@@ -36,7 +36,8 @@ static FLOWS: Array<ForwardSet> = Array::with_max_entries(flow_sets(DEFAULT_FLOW
 #[map]
 static REVERSE_FLOWS: Array<ReverseSet> = Array::with_max_entries(flow_sets(DEFAULT_FLOWS), BPF_F_MMAPABLE);
 #[map]
-static NEXT_HOPS: LruPerCpuHashMap<NextHopKey, NextHop> = LruPerCpuHashMap::with_max_entries(lb_common::limits::NEXT_HOPS, 0);
+static NEXT_HOPS: LruPerCpuHashMap<NextHopKey, NextHop> =
+    LruPerCpuHashMap::with_max_entries(lb_common::limits::NEXT_HOPS, 0);
 #[map]
 static BACKEND_HOPS: PerCpuArray<NextHop> = PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
 #[map]

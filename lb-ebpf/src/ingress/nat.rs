@@ -3,17 +3,17 @@
 //! Checksums are updated incrementally; TTL is decremented as any router would.
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
-use lb_common::csum::{replace16, replace32, udp_fixup};
 use lb_common::backend::{NAT_BACKEND_SHARED, NatBackendKey};
+use lb_common::csum::{replace16, replace32, udp_fixup};
 use lb_common::flow::{FlowKey, ReverseEntry};
-use lb_common::{ip_proto, ipv4_octets};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
+use lb_common::{ip_proto, ipv4_octets};
 use lb_ebpf::packet::packet_len;
 
+use crate::flow::Flow;
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::HopCache;
-use crate::flow::Flow;
 use crate::parse::Ipv4Packet;
 use crate::verdict::Verdict;
 use crate::{icmp, maps, select};
@@ -26,12 +26,7 @@ enum End {
 }
 
 #[inline(always)]
-pub fn balance_nat(
-    ctx: &XdpContext,
-    pkt: &Ipv4Packet,
-    vip: &VipInfo,
-    flow: &Flow,
-) -> Verdict {
+pub fn balance_nat(ctx: &XdpContext, pkt: &Ipv4Packet, vip: &VipInfo, flow: &Flow) -> Verdict {
     // SAFETY: parse() checked the header.
     if unsafe { (*pkt.ip).ttl } <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
@@ -44,7 +39,15 @@ pub fn balance_nat(
     let backend_addr = ipv4_octets(&backend.addr);
     let bytes = packet_len(ctx);
     let to_backend = (ANY_SOURCE, backend_addr);
-    let verdict = rewrite_and_send(ctx, pkt, End::Destination, (backend_addr, backend.port), to_backend, HopCache::Backend(choice.backend_id), NO_ROUTE);
+    let verdict = rewrite_and_send(
+        ctx,
+        pkt,
+        End::Destination,
+        (backend_addr, backend.port),
+        to_backend,
+        HopCache::Backend(choice.backend_id),
+        NO_ROUTE,
+    );
     if verdict.0 != XDP_DROP && verdict.1 != Counter::ForwardIcmpTooBig {
         maps::count_traffic(vip.id, choice.backend_id, bytes);
     }
@@ -67,7 +70,15 @@ pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntr
     }
     let vip_addr = ipv4_octets(&reverse.vip_addr);
     maps::count(Counter::NatReply);
-    rewrite_and_send(ctx, pkt, End::Source, (vip_addr, reverse.vip_port), (vip_addr, client), HopCache::Address, NO_ROUTE)
+    rewrite_and_send(
+        ctx,
+        pkt,
+        End::Source,
+        (vip_addr, reverse.vip_port),
+        (vip_addr, client),
+        HopCache::Address,
+        NO_ROUTE,
+    )
 }
 
 /// A packet from a NAT backend's port that no reply entry names (its entry was evicted, or
@@ -91,7 +102,15 @@ pub fn reply_without_entry(ctx: &XdpContext, pkt: &Ipv4Packet, key: &FlowKey) ->
         Some(vip) if vip.key.protocol == key.protocol && ttl > 1 => {
             let vip_addr = ipv4_octets(&vip.key.addr);
             let to_client = (vip_addr, dst);
-            let verdict = rewrite_and_send(ctx, pkt, End::Source, (vip_addr, vip.key.port), to_client, HopCache::Address, NOT_OURS);
+            let verdict = rewrite_and_send(
+                ctx,
+                pkt,
+                End::Source,
+                (vip_addr, vip.key.port),
+                to_client,
+                HopCache::Address,
+                NOT_OURS,
+            );
             if verdict != NOT_OURS {
                 maps::count(Counter::NatReplyByBackend);
             }
@@ -121,8 +140,7 @@ fn rewrite_and_send(
     unroutable: Verdict,
 ) -> Verdict {
     // SAFETY: parse() checked the headers.
-    let (protocol, tos, tot_len) =
-        unsafe { ((*pkt.ip).proto, (*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
+    let (protocol, tos, tot_len) = unsafe { ((*pkt.ip).proto, (*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
     let (addr, port) = to;
     match forward::lookup(ctx, route.0, route.1, protocol, tos, tot_len, cache) {
         Route::Out { ifindex, smac, dmac } => {

@@ -79,9 +79,8 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
     // sits 2-byte aligned behind Ethernet (and a tag); unaligned loads are fine for XDP anyway.
     let words = ip as *const u16;
     // SAFETY: bounds checked by ptr_at.
-    let (vihl, tot_len, frags, proto) = unsafe {
-        ((*ip).vihl, u16::from_be(*words.add(1)), u16::from_be(*words.add(3)), (*ip).proto)
-    };
+    let (vihl, tot_len, frags, proto) =
+        unsafe { ((*ip).vihl, u16::from_be(*words.add(1)), u16::from_be(*words.add(3)), (*ip).proto) };
     if vihl >> 4 != 4 || (vihl & 0xf) < 5 {
         return Parsed::Malformed;
     }

@@ -112,7 +112,8 @@ fn reply_key(key: &FlowKey, backend: &Backend) -> FlowKey {
 
 #[inline(always)]
 fn record_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, proven: bool, t: &Tables) {
-    let reverse = ReverseEntry { vip_addr: key.dst, vip_port: key.dst_port, family: key.family, _pad: 0, vip_id: vip.id };
+    let reverse =
+        ReverseEntry { vip_addr: key.dst, vip_port: key.dst_port, family: key.family, _pad: 0, vip_id: vip.id };
     maps::record_reverse_flow(&reply_key(key, backend), entry.reply_hash, &reverse, proven, t);
 }
 

@@ -82,7 +82,12 @@ pub fn find<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t
 /// As [`find`], and whether this packet is the flow's first of the current tick (its stamp
 /// changed).
 #[inline(always)]
-pub fn find_stamped<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t: &Tables) -> Option<(*mut FlowSlot<V>, bool)> {
+pub fn find_stamped<V: FlowValue>(
+    table: &Array<FlowSet<V>>,
+    key: &FlowKey,
+    hash: u32,
+    t: &Tables,
+) -> Option<(*mut FlowSlot<V>, bool)> {
     let set = table.get_ptr_mut(hash & t.set_mask)?;
     for index in 0..FLOW_WAYS {
         let slot = way(set, index);
@@ -119,7 +124,14 @@ pub fn prove<V>(slot: *mut FlowSlot<V>) {
 /// one (say, an established connection the table lost) prefers unproven ways, else the least
 /// recently used.
 #[inline(always)]
-pub fn record<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, value: &V, proven: bool, t: &Tables) -> Recorded {
+pub fn record<V: FlowValue>(
+    table: &Array<FlowSet<V>>,
+    key: &FlowKey,
+    hash: u32,
+    value: &V,
+    proven: bool,
+    t: &Tables,
+) -> Recorded {
     let Some(set) = table.get_ptr_mut(hash & t.set_mask) else {
         return Recorded::Failed;
     };

@@ -28,17 +28,9 @@ impl Balancer {
     /// Picks a backend index. `hash` is the consistent-hash key's hash (ignored by the other
     /// algorithms). Backends that are down, draining or listed in `tried` are never picked;
     /// ejected outliers only when nothing else is left (better a suspect backend than none).
-    pub(crate) fn pick(
-        &self,
-        balance: &Balance,
-        set: &BackendSet,
-        hash: u32,
-        tried: &Tried,
-    ) -> Option<usize> {
+    pub(crate) fn pick(&self, balance: &Balance, set: &BackendSet, hash: u32, tried: &Tried) -> Option<usize> {
         let now = now_ms();
-        let strict = |_: usize, b: &Backend| {
-            b.in_rotation() && !b.outlier.is_ejected(now) && !tried.contains(&b.addr)
-        };
+        let strict = |_: usize, b: &Backend| b.in_rotation() && !b.outlier.is_ejected(now) && !tried.contains(&b.addr);
         let lenient = |_: usize, b: &Backend| b.in_rotation() && !tried.contains(&b.addr);
         // A retry does not advance the rotation: that would shift every later request's turn.
         let advance = tried.is_empty();
@@ -58,19 +50,11 @@ impl Balancer {
         if n == 0 {
             return None;
         }
-        let start = if advance {
-            self.cursor.fetch_add(1, Relaxed)
-        } else {
-            self.cursor.load(Relaxed)
-        };
+        let start = if advance { self.cursor.fetch_add(1, Relaxed) } else { self.cursor.load(Relaxed) };
         match (balance, &set.schedule) {
-            (_, Schedule::Smooth(current)) => smooth_pick(
-                current,
-                set.backends
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| usable(i, b).then(|| b.weight())),
-            ),
+            (_, Schedule::Smooth(current)) => {
+                smooth_pick(current, set.backends.iter().enumerate().map(|(i, b)| usable(i, b).then(|| b.weight())))
+            }
             (Balance::ConsistentHash { .. }, Schedule::Ring(ring)) if !ring.is_empty() => {
                 let slot = hash as usize % ring.len();
                 (0..RING_PROBES.min(ring.len()))
@@ -89,19 +73,13 @@ impl Balancer {
                     (false, false) => least_loaded(set, start, usable),
                 }
             }
-            _ => (0..n)
-                .map(|k| (start + k) % n)
-                .find(|&i| usable(i, &set.backends[i])),
+            _ => (0..n).map(|k| (start + k) % n).find(|&i| usable(i, &set.backends[i])),
         }
     }
 }
 
 /// Fewest active per unit of weight; the scan starts at a rotating index so ties spread.
-fn least_loaded(
-    set: &BackendSet,
-    start: usize,
-    usable: &dyn Fn(usize, &Backend) -> bool,
-) -> Option<usize> {
+fn least_loaded(set: &BackendSet, start: usize, usable: &dyn Fn(usize, &Backend) -> bool) -> Option<usize> {
     let n = set.backends.len();
     let mut best: Option<usize> = None;
     for k in 0..n {
@@ -119,8 +97,7 @@ fn least_loaded(
 
 /// `a` has fewer active requests than `b` relative to their weights (cross-multiplied).
 fn less_loaded(a: &Backend, b: &Backend) -> bool {
-    (a.active() as u128) * (b.weight().max(1) as u128)
-        < (b.active() as u128) * (a.weight().max(1) as u128)
+    (a.active() as u128) * (b.weight().max(1) as u128) < (b.active() as u128) * (a.weight().max(1) as u128)
 }
 
 /// xorshift64*: a per-thread generator; only spreads load, nothing depends on its quality.

@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use lb_common::ring_key;
 use lb_common::limits::DEFAULT_RING_SIZE;
 use lb_common::maglev::{RingMember, build_ring};
+use lb_common::ring_key;
 
 use crate::backend::Backend;
 use crate::config::Balance;
@@ -26,14 +26,9 @@ pub(crate) enum Schedule {
 impl Schedule {
     pub(crate) fn build(balance: &Balance, backends: &[Arc<Backend>]) -> Schedule {
         match balance {
-            Balance::RoundRobin | Balance::WeightedRoundRobin => {
-                Schedule::Smooth(Mutex::new(vec![0; backends.len()]))
-            }
+            Balance::RoundRobin | Balance::WeightedRoundRobin => Schedule::Smooth(Mutex::new(vec![0; backends.len()])),
             Balance::ConsistentHash { .. } => {
-                let weights: Vec<u32> = backends
-                    .iter()
-                    .map(|b| if b.in_rotation() { b.weight() } else { 0 })
-                    .collect();
+                let weights: Vec<u32> = backends.iter().map(|b| if b.in_rotation() { b.weight() } else { 0 }).collect();
                 let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.addr).collect();
                 Schedule::Ring(ring(&addrs, &weights))
             }
@@ -44,10 +39,7 @@ impl Schedule {
 
 /// One smooth weighted round-robin pick. `weights` yields each backend's weight, or None for
 /// a backend that may not be picked now.
-pub(crate) fn smooth_pick(
-    current: &Mutex<Vec<i64>>,
-    weights: impl Iterator<Item = Option<u32>>,
-) -> Option<usize> {
+pub(crate) fn smooth_pick(current: &Mutex<Vec<i64>>, weights: impl Iterator<Item = Option<u32>>) -> Option<usize> {
     let mut current = current.lock().unwrap_or_else(|e| e.into_inner());
     let mut total = 0i64;
     let mut best: Option<(usize, i64)> = None;
@@ -74,10 +66,7 @@ mod smooth_tests {
         let current = Mutex::new(vec![0; weights.len()]);
         (0..n)
             .map(|_| {
-                let ws = weights
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &w)| (!down.contains(&i)).then_some(w));
+                let ws = weights.iter().enumerate().map(|(i, &w)| (!down.contains(&i)).then_some(w));
                 smooth_pick(&current, ws).unwrap()
             })
             .collect()
@@ -103,11 +92,7 @@ fn ring(addrs: &[SocketAddr], weights: &[u32]) -> Vec<u32> {
         .iter()
         .zip(weights)
         .enumerate()
-        .map(|(i, (key, &weight))| RingMember {
-            id: i as u32,
-            weight,
-            key,
-        })
+        .map(|(i, (key, &weight))| RingMember { id: i as u32, weight, key })
         .collect();
     build_ring(&members, DEFAULT_RING_SIZE)
 }

@@ -15,9 +15,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     match Raw::deserialize(d)? {
         Raw::Millis(ms) => Ok(Duration::from_millis(ms)),
         Raw::Text(s) => parse(&s).ok_or_else(|| {
-            D::Error::custom(format!(
-                "invalid duration {s:?}: expected e.g. \"2s\", \"150ms\", \"1m\", \"1h\""
-            ))
+            D::Error::custom(format!("invalid duration {s:?}: expected e.g. \"2s\", \"150ms\", \"1m\", \"1h\""))
         }),
     }
 }

@@ -130,11 +130,7 @@ fn default_weight() -> u32 {
 
 impl BackendSpec {
     pub fn new(addr: SocketAddr) -> Self {
-        BackendSpec {
-            addr,
-            weight: 1,
-            max_connections: None,
-        }
+        BackendSpec { addr, weight: 1, max_connections: None }
     }
 }
 
@@ -146,10 +142,9 @@ mod tests {
 
     #[test]
     fn minimal_spec_gets_defaults() {
-        let spec: ProxyVipSpec = serde_json::from_str(
-            r#"{"name":"web","listen":"127.0.0.1:0","backends":[{"addr":"127.0.0.1:81"}]}"#,
-        )
-        .unwrap();
+        let spec: ProxyVipSpec =
+            serde_json::from_str(r#"{"name":"web","listen":"127.0.0.1:0","backends":[{"addr":"127.0.0.1:81"}]}"#)
+                .unwrap();
         assert_eq!(spec.mode, Mode::Http);
         assert_eq!(spec.options, ProxyOptions::default());
         assert_eq!(spec.options.balance, Balance::RoundRobin);
@@ -170,12 +165,7 @@ mod tests {
         .unwrap();
         let o = &spec.options;
         assert_eq!(spec.mode, Mode::Tcp);
-        assert_eq!(
-            o.balance,
-            Balance::ConsistentHash {
-                key: HashKey::Cookie("session".into())
-            }
-        );
+        assert_eq!(o.balance, Balance::ConsistentHash { key: HashKey::Cookie("session".into()) });
         assert_eq!(spec.backends[0].max_connections, Some(10));
         assert_eq!(o.timeouts.connect, Duration::from_millis(250));
         assert_eq!(o.timeouts.idle, Duration::from_secs(120));
@@ -197,16 +187,10 @@ mod tests {
             ("retries", r#"{"retries":{"maximum":1}}"#),
             ("outlier", r#"{"outlier":{"failures":1}}"#),
             ("tls", r#"{"tls":{"certificates":[],"cert":"x"}}"#),
-            (
-                "tls certificate",
-                r#"{"tls":{"certificates":[{"chain":"a","key":"b","pass":"c"}]}}"#,
-            ),
+            ("tls certificate", r#"{"tls":{"certificates":[{"chain":"a","key":"b","pass":"c"}]}}"#),
             ("backend_tls", r#"{"backend_tls":{"ca":"x"}}"#),
             ("sni", r#"{"sni":{"route":[]}}"#),
-            (
-                "sni route",
-                r#"{"sni":{"routes":[{"names":["a"],"backends":[],"weight":1}]}}"#,
-            ),
+            ("sni route", r#"{"sni":{"routes":[{"names":["a"],"backends":[],"weight":1}]}}"#),
         ] {
             let r: Result<ProxyOptions, _> = serde_json::from_str(text);
             let e = r.expect_err(what).to_string();

@@ -117,11 +117,7 @@ pub struct ForwardedHeaders {
 
 impl Default for ForwardedHeaders {
     fn default() -> Self {
-        ForwardedHeaders {
-            x_forwarded: true,
-            forwarded: false,
-            trust_incoming: false,
-        }
+        ForwardedHeaders { x_forwarded: true, forwarded: false, trust_incoming: false }
     }
 }
 

@@ -43,10 +43,7 @@ impl Body for ClientResponse {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         Pin::new(&mut self.body).poll_frame(cx)
     }
 
@@ -63,10 +60,7 @@ impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             ProxyBody::Upstream(u) => Pin::new(u).poll_frame(cx),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
@@ -113,11 +107,7 @@ pub(crate) struct InFlight {
 
 impl UpstreamBody {
     pub(crate) fn new(inner: Incoming, done: InFlight) -> Self {
-        UpstreamBody {
-            inner,
-            idle: IdleTimer::new(done.body_idle),
-            done: Some(done),
-        }
+        UpstreamBody { inner, idle: IdleTimer::new(done.body_idle), done: Some(done) }
     }
 
     fn finish(&mut self, ok: bool) {
@@ -140,10 +130,7 @@ impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         let r = Pin::new(&mut this.inner).poll_frame(cx);
         match &r {

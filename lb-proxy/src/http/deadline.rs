@@ -46,15 +46,7 @@ impl<T> ClientIo<T> {
     pub(crate) fn new(inner: Sniffer<T>, shared: Arc<ConnShared>, vip: Arc<Vip>) -> Self {
         let timeouts = &vip.spec.options.timeouts;
         let (idle, client_header) = (timeouts.idle, timeouts.client_header);
-        ClientIo {
-            vip,
-            inner,
-            shared,
-            idle,
-            client_header,
-            head_started_ms: None,
-            timer: None,
-        }
+        ClientIo { vip, inner, shared, idle, client_header, head_started_ms: None, timer: None }
     }
 
     /// The deadline that applies now (ms), and what happens when it passes.
@@ -65,17 +57,11 @@ impl<T> ClientIo<T> {
         let idle_since = self.shared.idle_since()?;
         let ms = |d: Duration| d.as_millis() as u64;
         match self.inner.phase() {
-            Phase::Between if self.inner.heads() == 0 => {
-                Some((idle_since + ms(self.client_header), Expiry::Close))
-            }
+            Phase::Between if self.inner.heads() == 0 => Some((idle_since + ms(self.client_header), Expiry::Close)),
             Phase::Between => Some((idle_since + ms(self.idle), Expiry::Close)),
             Phase::InHead => {
                 let from = self.head_started_ms.unwrap_or(idle_since).max(idle_since);
-                let from = if self.inner.heads() == 0 {
-                    idle_since
-                } else {
-                    from
-                };
+                let from = if self.inner.heads() == 0 { idle_since } else { from };
                 Some((from + ms(self.client_header), Expiry::RequestTimeout))
             }
             Phase::Other => None,
@@ -84,11 +70,7 @@ impl<T> ClientIo<T> {
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for ClientIo<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
@@ -116,9 +98,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for ClientIo<T> {
         let now = now_ms();
         if deadline_ms > now {
             let at = Instant::now() + Duration::from_millis(deadline_ms - now);
-            let timer = this
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
             timer.as_mut().reset(at);
             if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
@@ -131,21 +111,14 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for ClientIo<T> {
                 this.vip.counters.client_timeouts.fetch_add(1, Relaxed);
                 // Best effort: the send buffer of a connection waiting for a head is empty.
                 let _ = Pin::new(this.inner.inner_mut()).poll_write(cx, TIMEOUT_RESPONSE);
-                Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "request head not complete in time",
-                )))
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "request head not complete in time")))
             }
         }
     }
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ClientIo<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 

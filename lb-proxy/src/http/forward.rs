@@ -62,22 +62,17 @@ async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let upgrade = is_upgrade(req.version(), req.headers());
     let hash = request_hash(&opts.balance, req.headers(), ctx.client_hash);
     let (mut parts, body) = req.into_parts();
-    let client_upgrade = if upgrade {
-        parts.extensions.remove::<OnUpgrade>()
-    } else {
-        None
-    };
+    let client_upgrade = if upgrade { parts.extensions.remove::<OnUpgrade>() } else { None };
     let proto = if ctx.https { "https" } else { "http" };
     headers::prepare_request(&mut parts, ctx.client, &opts.forwarded, upgrade, proto);
 
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
-    let replay =
-        (is_idempotent(&parts.method) && body.is_end_stream() && !upgrade).then(|| Replay {
-            method: parts.method.clone(),
-            uri: parts.uri.clone(),
-            headers: parts.headers.clone(),
-        });
+    let replay = (is_idempotent(&parts.method) && body.is_end_stream() && !upgrade).then(|| Replay {
+        method: parts.method.clone(),
+        uri: parts.uri.clone(),
+        headers: parts.headers.clone(),
+    });
     let (body, upload) = RequestBody::new(body, opts.timeouts.body);
     let mut up = Request::new(body.boxed());
     *up.method_mut() = parts.method;
@@ -119,11 +114,7 @@ struct Replay {
 
 impl Replay {
     fn request(&self) -> Request<UpBody> {
-        let mut r = Request::new(
-            Empty::<Bytes>::new()
-                .map_err(|never| match never {})
-                .boxed(),
-        );
+        let mut r = Request::new(Empty::<Bytes>::new().map_err(|never| match never {}).boxed());
         *r.method_mut() = self.method.clone();
         *r.uri_mut() = self.uri.clone();
         *r.headers_mut() = self.headers.clone();
@@ -132,10 +123,7 @@ impl Replay {
 }
 
 fn is_idempotent(m: &Method) -> bool {
-    matches!(
-        *m,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
 }
 
 fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32 {
@@ -262,10 +250,7 @@ async fn send(
 }
 
 fn closed() -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::ConnectionAborted,
-        "connection closed before use",
-    )
+    std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "connection closed before use")
 }
 
 fn finish_response(
@@ -288,8 +273,5 @@ fn finish_response(
     }
     let (mut parts, body) = resp.into_parts();
     headers::prepare_response(&mut parts, false);
-    Response::from_parts(
-        parts,
-        ProxyBody::Upstream(UpstreamBody::new(body, in_flight)),
-    )
+    Response::from_parts(parts, ProxyBody::Upstream(UpstreamBody::new(body, in_flight)))
 }

@@ -16,16 +16,14 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 
 /// Whether an HTTP/1.1 request asks to switch protocols (WebSocket and the like).
 pub(crate) fn is_upgrade(version: Version, headers: &HeaderMap) -> bool {
-    version == Version::HTTP_11
-        && headers.contains_key(header::UPGRADE)
-        && connection_has(headers, "upgrade")
+    version == Version::HTTP_11 && headers.contains_key(header::UPGRADE) && connection_has(headers, "upgrade")
 }
 
 fn connection_has(headers: &HeaderMap, token: &str) -> bool {
-    headers.get_all(header::CONNECTION).iter().any(|v| {
-        v.to_str()
-            .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-    })
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
 }
 
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
@@ -94,11 +92,7 @@ pub(crate) fn prepare_request(
 ) {
     // An absolute-form target's authority replaces Host (RFC 9112 §3.2.2); h2 carries the
     // host in :authority. Either way the HTTP/1.1 backend gets it as Host.
-    if let Some(v) = parts
-        .uri
-        .authority()
-        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    {
+    if let Some(v) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
         parts.headers.insert(header::HOST, v);
     }
     if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
@@ -126,18 +120,8 @@ fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     out
 }
 
-fn add_forwarded(
-    headers: &mut HeaderMap,
-    client: IpAddr,
-    opts: &ForwardedHeaders,
-    proto: &'static str,
-) {
-    let forwarded_names = [
-        X_FORWARDED_FOR,
-        X_FORWARDED_PROTO,
-        X_FORWARDED_HOST,
-        header::FORWARDED,
-    ];
+fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeaders, proto: &'static str) {
+    let forwarded_names = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, header::FORWARDED];
     if !opts.trust_incoming && headers.keys().any(|n| forwarded_names.contains(n)) {
         for n in forwarded_names {
             headers.remove(n);
@@ -170,9 +154,7 @@ fn add_forwarded(
             IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
         };
         if let Some(h) = host.as_ref().and_then(|h| h.to_str().ok()) {
-            if h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
-            {
+            if h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)) {
                 elem.push_str(";host=");
                 elem.push_str(h);
             } else {
@@ -230,21 +212,8 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        prepare_request(
-            &mut p,
-            "192.0.2.7:9".parse().unwrap(),
-            &ForwardedHeaders::default(),
-            false,
-            "http",
-        );
-        for gone in [
-            "connection",
-            "keep-alive",
-            "x-secret",
-            "te",
-            "proxy-authorization",
-            "upgrade",
-        ] {
+        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &ForwardedHeaders::default(), false, "http");
+        for gone in ["connection", "keep-alive", "x-secret", "te", "proxy-authorization", "upgrade"] {
             assert!(!p.headers.contains_key(gone), "{gone} must be removed");
         }
         assert_eq!(p.headers["x-kept"], "yes");
@@ -253,20 +222,10 @@ mod tests {
     #[test]
     fn upgrade_keeps_its_headers() {
         let mut p = parts(
-            http::Request::get("/ws")
-                .header("connection", "Upgrade")
-                .header("upgrade", "websocket")
-                .body(())
-                .unwrap(),
+            http::Request::get("/ws").header("connection", "Upgrade").header("upgrade", "websocket").body(()).unwrap(),
         );
         assert!(is_upgrade(p.version, &p.headers));
-        prepare_request(
-            &mut p,
-            "192.0.2.7:9".parse().unwrap(),
-            &ForwardedHeaders::default(),
-            true,
-            "http",
-        );
+        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &ForwardedHeaders::default(), true, "http");
         assert_eq!(p.headers["upgrade"], "websocket");
         assert_eq!(p.headers["connection"], "upgrade");
     }
@@ -281,19 +240,12 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        let opts = ForwardedHeaders {
-            x_forwarded: true,
-            forwarded: true,
-            trust_incoming: false,
-        };
+        let opts = ForwardedHeaders { x_forwarded: true, forwarded: true, trust_incoming: false };
         prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false, "http");
         assert_eq!(p.headers["x-forwarded-for"], "192.0.2.7");
         assert_eq!(p.headers["x-forwarded-proto"], "http");
         assert_eq!(p.headers["x-forwarded-host"], "example.org");
-        assert_eq!(
-            p.headers["forwarded"],
-            "for=192.0.2.7;host=example.org;proto=http"
-        );
+        assert_eq!(p.headers["forwarded"], "for=192.0.2.7;host=example.org;proto=http");
     }
 
     #[test]
@@ -306,31 +258,17 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        let opts = ForwardedHeaders {
-            x_forwarded: true,
-            forwarded: true,
-            trust_incoming: true,
-        };
+        let opts = ForwardedHeaders { x_forwarded: true, forwarded: true, trust_incoming: true };
         prepare_request(&mut p, "[2001:db8::5]:9".parse().unwrap(), &opts, false, "http");
         assert_eq!(p.headers["x-forwarded-for"], "198.51.100.1, 2001:db8::5");
-        assert_eq!(
-            p.headers["forwarded"],
-            "for=198.51.100.1, for=\"[2001:db8::5]\";host=example.org;proto=http"
-        );
+        assert_eq!(p.headers["forwarded"], "for=198.51.100.1, for=\"[2001:db8::5]\";host=example.org;proto=http");
     }
 
     #[test]
     fn h2_request_gets_host_and_origin_form() {
-        let mut p = parts(
-            http::Request::get("http://example.org:8080/a?b=1")
-                .version(Version::HTTP_2)
-                .body(())
-                .unwrap(),
-        );
-        let opts = ForwardedHeaders {
-            x_forwarded: false,
-            ..Default::default()
-        };
+        let mut p =
+            parts(http::Request::get("http://example.org:8080/a?b=1").version(Version::HTTP_2).body(()).unwrap());
+        let opts = ForwardedHeaders { x_forwarded: false, ..Default::default() };
         prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false, "http");
         assert_eq!(p.headers["host"], "example.org:8080");
         assert_eq!(p.uri, "/a?b=1");

@@ -27,9 +27,7 @@ impl IdleTimer {
     /// Called when the body has to wait: true once it has been silent for the idle time.
     pub(crate) fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         let idle = self.idle;
-        let sleep = self
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
         sleep.as_mut().poll(cx).is_ready()
     }
 }

@@ -6,18 +6,12 @@ use super::body::ProxyBody;
 /// A short plain-text error response. `close` asks to end the connection after it (requests
 /// whose framing cannot be trusted, so nothing after them on the connection can be either).
 pub(crate) fn error_response(status: StatusCode, close: bool) -> Response<ProxyBody> {
-    let text = format!(
-        "{} {}\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or("")
-    );
+    let text = format!("{} {}\n", status.as_u16(), status.canonical_reason().unwrap_or(""));
     let mut r = Response::new(ProxyBody::full(text));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     if close {
-        r.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
 }

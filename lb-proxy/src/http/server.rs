@@ -11,15 +11,15 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::deadline::ClientIo;
 use super::forward::{ConnCtx, handle};
 use super::respond::BUSY_RESPONSE;
-use super::deadline::ClientIo;
 use super::shared::ConnShared;
 use super::sniff::Sniffer;
-use lb_common::ip_bytes;
 use crate::proxy_protocol;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
+use lb_common::ip_bytes;
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -31,12 +31,7 @@ pub(crate) async fn refuse_busy(mut stream: TcpStream) {
 
 /// Serves one client connection until it ends: TLS (ALPN h2 or HTTP/1.1) on VIPs that
 /// terminate it, else HTTP/1.1 or h2c with prior knowledge.
-pub(crate) async fn serve_connection(
-    stream: TcpStream,
-    client: SocketAddr,
-    vip: &Arc<Vip>,
-    tasks: Tasks,
-) {
+pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks) {
     let _ = stream.set_nodelay(true);
     let timeouts = &vip.spec.options.timeouts;
     if let Some(tls) = &vip.tls {
@@ -46,9 +41,7 @@ pub(crate) async fn serve_connection(
         };
         return serve_http(stream, client, vip, tasks, h2, true).await;
     }
-    let h2 = match tokio::time::timeout(timeouts.client_header, starts_with_h2_preface(&stream))
-        .await
-    {
+    let h2 = match tokio::time::timeout(timeouts.client_header, starts_with_h2_preface(&stream)).await {
         Ok(Ok(h2)) => h2,
         // Silent or gone before sending anything.
         _ => return,
@@ -56,14 +49,8 @@ pub(crate) async fn serve_connection(
     serve_http(stream, client, vip, tasks, h2, false).await
 }
 
-async fn serve_http<S>(
-    stream: S,
-    client: SocketAddr,
-    vip: &Arc<Vip>,
-    tasks: Tasks,
-    h2: bool,
-    https: bool,
-) where
+async fn serve_http<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, h2: bool, https: bool)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let spec = &vip.spec;

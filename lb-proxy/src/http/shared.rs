@@ -33,9 +33,7 @@ impl ConnShared {
     }
 
     pub(crate) fn refuse(&self, request_index: u64) {
-        let _ = self
-            .refused
-            .compare_exchange(u64::MAX, request_index, Relaxed, Relaxed);
+        let _ = self.refused.compare_exchange(u64::MAX, request_index, Relaxed, Relaxed);
     }
 
     pub(crate) fn is_refused(&self, request_index: u64) -> bool {
@@ -92,12 +90,7 @@ impl Drop for BusyGuard {
     fn drop(&mut self) {
         if self.0.busy.fetch_sub(1, Relaxed) == 1 {
             self.0.idle_since_ms.store(now_ms(), Relaxed);
-            let waker = self
-                .0
-                .reader
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
+            let waker = self.0.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(w) = waker {
                 w.wake();
             }

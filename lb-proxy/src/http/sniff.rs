@@ -57,13 +57,7 @@ pub(crate) struct Sniffer<T> {
 
 impl<T> Sniffer<T> {
     pub(crate) fn new(inner: T, head_limit: usize, shared: Arc<ConnShared>) -> Self {
-        Sniffer {
-            inner,
-            state: State::Head(Vec::new()),
-            heads: 0,
-            head_limit,
-            shared,
-        }
+        Sniffer { inner, state: State::Head(Vec::new()), heads: 0, head_limit, shared }
     }
 
     pub(crate) fn phase(&self) -> Phase {
@@ -92,14 +86,7 @@ impl<T> Sniffer<T> {
                 State::Body(n) => {
                     let used = (n as usize).min(data.len());
                     let left = n - used as u64;
-                    (
-                        if left == 0 {
-                            State::Head(Vec::new())
-                        } else {
-                            State::Body(left)
-                        },
-                        used,
-                    )
+                    (if left == 0 { State::Head(Vec::new()) } else { State::Body(left) }, used)
                 }
                 State::ChunkSize(line) => match take_line(line, data) {
                     Line::Partial(line, used) => (State::ChunkSize(line), used),
@@ -109,26 +96,12 @@ impl<T> Sniffer<T> {
                 State::ChunkData(n) => {
                     let used = (n as usize).min(data.len());
                     let left = n - used as u64;
-                    (
-                        if left == 0 {
-                            State::ChunkCrlf(2)
-                        } else {
-                            State::ChunkData(left)
-                        },
-                        used,
-                    )
+                    (if left == 0 { State::ChunkCrlf(2) } else { State::ChunkData(left) }, used)
                 }
                 State::ChunkCrlf(n) => {
                     let used = (n as usize).min(data.len());
                     let left = n - used as u8;
-                    (
-                        if left == 0 {
-                            State::ChunkSize(Vec::new())
-                        } else {
-                            State::ChunkCrlf(left)
-                        },
-                        used,
-                    )
+                    (if left == 0 { State::ChunkSize(Vec::new()) } else { State::ChunkCrlf(left) }, used)
                 }
                 State::Trailer(line) => match take_line(line, data) {
                     Line::Partial(line, used) => (State::Trailer(line), used),
@@ -253,10 +226,7 @@ enum Line {
 }
 
 fn take_line(mut line: Vec<u8>, data: &[u8]) -> Line {
-    let used = data
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(data.len(), |p| p + 1);
+    let used = data.iter().position(|&b| b == b'\n').map_or(data.len(), |p| p + 1);
     line.extend_from_slice(&data[..used]);
     if line.len() > MAX_LINE {
         return Line::TooLong;
@@ -274,9 +244,7 @@ fn take_line(mut line: Vec<u8>, data: &[u8]) -> Line {
 
 fn chunk_size(line: &[u8]) -> State {
     let hex = line.split(|&b| b == b';').next().unwrap_or_default();
-    let parsed = std::str::from_utf8(hex)
-        .ok()
-        .and_then(|s| u64::from_str_radix(s.trim(), 16).ok());
+    let parsed = std::str::from_utf8(hex).ok().and_then(|s| u64::from_str_radix(s.trim(), 16).ok());
     match parsed {
         Some(0) => State::Trailer(Vec::new()),
         Some(n) => State::ChunkData(n),
@@ -285,11 +253,7 @@ fn chunk_size(line: &[u8]) -> State {
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Sniffer<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let this = &mut *self;
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -306,11 +270,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Sniffer<T> {
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Sniffer<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -370,13 +330,9 @@ mod tests {
     #[test]
     fn upgrade_header_and_many_fields_do_not_stop_the_tracking() {
         let many: String = (0..300).map(|i| format!("X-F{i}: v\r\n")).collect();
-        let smuggle = format!(
-            "POST / HTTP/1.1\r\nHost: x\r\n{many}Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
-        );
-        let (heads, at) = sniff(&[
-            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",
-            smuggle.as_bytes(),
-        ]);
+        let smuggle =
+            format!("POST / HTTP/1.1\r\nHost: x\r\n{many}Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let (heads, at) = sniff(&[b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n", smuggle.as_bytes()]);
         assert_eq!((heads, at), (2, 1));
     }
 

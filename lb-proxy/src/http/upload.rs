@@ -53,11 +53,7 @@ impl Upload {
     }
 
     fn finish(&self, state: u8) {
-        if self
-            .state
-            .compare_exchange(STREAMING, state, Relaxed, Relaxed)
-            .is_ok()
-        {
+        if self.state.compare_exchange(STREAMING, state, Relaxed, Relaxed).is_ok() {
             self.done.notify_waiters();
         }
     }
@@ -89,11 +85,7 @@ impl Upload {
             if quiet >= idle_ms && !self.client_turn.load(Relaxed) {
                 return;
             }
-            let wait = if quiet >= idle_ms {
-                idle_ms
-            } else {
-                idle_ms - quiet
-            };
+            let wait = if quiet >= idle_ms { idle_ms } else { idle_ms - quiet };
             tokio::select! {
                 _ = self.ended() => {}
                 _ = tokio::time::sleep(Duration::from_millis(wait.max(1))) => {}
@@ -117,18 +109,11 @@ pub(crate) struct RequestBody {
 
 impl RequestBody {
     pub(crate) fn new(inner: Incoming, idle: Duration) -> (Self, Arc<Upload>) {
-        let upload = Arc::new(Upload {
-            last_ms: AtomicU64::new(now_ms()),
-            ..Upload::default()
-        });
+        let upload = Arc::new(Upload { last_ms: AtomicU64::new(now_ms()), ..Upload::default() });
         if inner.is_end_stream() {
             upload.finish(COMPLETE);
         }
-        let body = RequestBody {
-            inner,
-            upload: upload.clone(),
-            idle: IdleTimer::new(idle),
-        };
+        let body = RequestBody { inner, upload: upload.clone(), idle: IdleTimer::new(idle) };
         (body, upload)
     }
 }
@@ -137,10 +122,7 @@ impl Body for RequestBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         this.upload.last_ms.store(now_ms(), Relaxed);
         let r = Pin::new(&mut this.inner).poll_frame(cx);
@@ -166,9 +148,7 @@ impl Body for RequestBody {
                     return Poll::Pending;
                 }
                 this.upload.finish(STALLED);
-                Poll::Ready(Some(Err(
-                    "the client stopped sending its request body".into()
-                )))
+                Poll::Ready(Some(Err("the client stopped sending its request body".into())))
             }
         }
     }

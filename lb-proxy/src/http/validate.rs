@@ -6,17 +6,12 @@ use super::body::ProxyBody;
 use super::forward::ConnCtx;
 use super::respond::error_response;
 
-pub(crate) fn refuse(
-    req: &Request<Incoming>,
-    index: u64,
-    ctx: &ConnCtx,
-) -> Option<http::Response<ProxyBody>> {
+pub(crate) fn refuse(req: &Request<Incoming>, index: u64, ctx: &ConnCtx) -> Option<http::Response<ProxyBody>> {
     let limits = &ctx.vip.spec.options.limits;
     let headers = req.headers();
     let refused_by_sniffer = ctx.shared.as_ref().is_some_and(|s| s.is_refused(index));
     if refused_by_sniffer
-        || (headers.contains_key(header::CONTENT_LENGTH)
-            && headers.contains_key(header::TRANSFER_ENCODING))
+        || (headers.contains_key(header::CONTENT_LENGTH) && headers.contains_key(header::TRANSFER_ENCODING))
     {
         // Ambiguous framing is how requests get smuggled: never forward, close the connection.
         return Some(error_response(StatusCode::BAD_REQUEST, true));
@@ -33,15 +28,9 @@ pub(crate) fn refuse(
         return Some(error_response(StatusCode::URI_TOO_LONG, true));
     }
     // hyper enforces these for HTTP/1 while parsing; h2 heads are checked here.
-    let head_bytes: usize = headers
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
+    let head_bytes: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
     if headers.len() > limits.max_headers || head_bytes > limits.max_header_bytes {
-        return Some(error_response(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            true,
-        ));
+        return Some(error_response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, true));
     }
     if req.method() == Method::CONNECT {
         return Some(error_response(StatusCode::METHOD_NOT_ALLOWED, false));

@@ -19,32 +19,21 @@ pub(crate) struct BackendConnector {
 
 impl std::fmt::Debug for BackendConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendConnector")
-            .field("name", &self.name)
-            .finish()
+        f.debug_struct("BackendConnector").field("name", &self.name).finish()
     }
 }
 
 /// Builds the connector; the error says which file or name is wrong.
 pub(crate) fn connector(t: &BackendTls) -> Result<BackendConnector, String> {
-    let pem = std::fs::read(&t.ca_file).map_err(|e| {
-        format!(
-            "backend_tls.ca_file {}: cannot read: {e}",
-            t.ca_file.display()
-        )
-    })?;
+    let pem = std::fs::read(&t.ca_file)
+        .map_err(|e| format!("backend_tls.ca_file {}: cannot read: {e}", t.ca_file.display()))?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
         let cert = cert.map_err(|e| format!("backend_tls.ca_file {}: {e}", t.ca_file.display()))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("backend_tls.ca_file {}: {e}", t.ca_file.display()))?;
+        roots.add(cert).map_err(|e| format!("backend_tls.ca_file {}: {e}", t.ca_file.display()))?;
     }
     if roots.is_empty() {
-        return Err(format!(
-            "backend_tls.ca_file {}: no PEM certificate in it",
-            t.ca_file.display()
-        ));
+        return Err(format!("backend_tls.ca_file {}: no PEM certificate in it", t.ca_file.display()));
     }
     let name = ServerName::try_from(t.server_name.clone())
         .map_err(|e| format!("backend_tls.server_name {:?}: {e}", t.server_name))?;
@@ -54,10 +43,7 @@ pub(crate) fn connector(t: &BackendTls) -> Result<BackendConnector, String> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(BackendConnector {
-        connector: TlsConnector::from(Arc::new(config)),
-        name,
-    })
+    Ok(BackendConnector { connector: TlsConnector::from(Arc::new(config)), name })
 }
 
 impl BackendConnector {

@@ -37,9 +37,7 @@ pub(crate) struct TlsServer {
 
 impl std::fmt::Debug for TlsServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsServer")
-            .field("files", &self.files)
-            .finish()
+        f.debug_struct("TlsServer").field("files", &self.files).finish()
     }
 }
 
@@ -53,9 +51,7 @@ impl TlsServer {
             "1.2" => &[&rustls::version::TLS13, &rustls::version::TLS12],
             "1.3" => &[&rustls::version::TLS13],
             other => {
-                return Err(format!(
-                    "tls.min_version {other:?}: expected \"1.2\" or \"1.3\""
-                ));
+                return Err(format!("tls.min_version {other:?}: expected \"1.2\" or \"1.3\""));
             }
         };
         for p in &t.alpn {
@@ -63,20 +59,14 @@ impl TlsServer {
                 return Err(format!("tls.alpn {p:?}: expected \"h2\" or \"http/1.1\""));
             }
         }
-        let certificates = Arc::new(Certificates(ArcSwap::from_pointee(load_all(
-            &t.certificates,
-        )?)));
+        let certificates = Arc::new(Certificates(ArcSwap::from_pointee(load_all(&t.certificates)?)));
         let mut config = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(versions)
             .map_err(|e| e.to_string())?
             .with_no_client_auth()
             .with_cert_resolver(certificates.clone());
         config.alpn_protocols = t.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
-        Ok(TlsServer {
-            acceptor: TlsAcceptor::from(Arc::new(config)),
-            certificates,
-            files: t.certificates.clone(),
-        })
+        Ok(TlsServer { acceptor: TlsAcceptor::from(Arc::new(config)), certificates, files: t.certificates.clone() })
     }
 
     /// Reads the certificate files again and serves them to new handshakes; established
@@ -117,9 +107,7 @@ struct Certificates(ArcSwap<Vec<Arc<CertifiedKey>>>);
 impl ResolvesServerCert for Certificates {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let all = self.0.load();
-        let named = hello
-            .server_name()
-            .and_then(|n| ServerName::try_from(n.to_string()).ok());
+        let named = hello.server_name().and_then(|n| ServerName::try_from(n.to_string()).ok());
         if let Some(name) = named {
             let fits = |ck: &&Arc<CertifiedKey>| {
                 ck.end_entity_cert().ok().is_some_and(|der| {
@@ -146,29 +134,16 @@ fn load(f: &CertificateFiles) -> Result<CertifiedKey, String> {
         .collect::<Result<_, _>>()
         .map_err(|e| format!("certificate chain {}: {e}", f.chain.display()))?;
     if chain.is_empty() {
-        return Err(format!(
-            "certificate chain {}: no PEM certificate in it",
-            f.chain.display()
-        ));
+        return Err(format!("certificate chain {}: no PEM certificate in it", f.chain.display()));
     }
     let key_pem = read(&f.key, "private key")?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-        format!(
-            "private key {}: no usable PEM private key ({e})",
-            f.key.display()
-        )
-    })?;
-    let signing = provider()
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| format!("private key {}: {e}", f.key.display()))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| format!("private key {}: no usable PEM private key ({e})", f.key.display()))?;
+    let signing =
+        provider().key_provider.load_private_key(key).map_err(|e| format!("private key {}: {e}", f.key.display()))?;
     let ck = CertifiedKey::new(chain, signing);
     ck.keys_match().map_err(|e| {
-        format!(
-            "private key {} does not belong to the certificate in {}: {e}",
-            f.key.display(),
-            f.chain.display()
-        )
+        format!("private key {} does not belong to the certificate in {}: {e}", f.key.display(), f.chain.display())
     })?;
     Ok(ck)
 }

@@ -24,10 +24,7 @@ pub(crate) async fn read_server_name(
         let mut buf = vec![0u8; MAX_HELLO];
         let mut seen = 0;
         loop {
-            let n = stream
-                .peek(&mut buf)
-                .await
-                .map_err(|_| ClientHelloError::Timeout)?;
+            let n = stream.peek(&mut buf).await.map_err(|_| ClientHelloError::Timeout)?;
             if n == 0 {
                 return Err(ClientHelloError::Timeout);
             }
@@ -45,9 +42,7 @@ pub(crate) async fn read_server_name(
             seen = n;
         }
     };
-    tokio::time::timeout(timeout, read)
-        .await
-        .unwrap_or(Err(ClientHelloError::Timeout))
+    tokio::time::timeout(timeout, read).await.unwrap_or(Err(ClientHelloError::Timeout))
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -155,9 +150,9 @@ impl<'a> Reader<'a> {
 /// Whether `name` matches a route's `pattern` (exact, or `*.` for exactly one label).
 pub(crate) fn name_matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_prefix("*.") {
-        Some(suffix) => name
-            .split_once('.')
-            .is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(suffix)),
+        Some(suffix) => {
+            name.split_once('.').is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(suffix))
+        }
         None => pattern.eq_ignore_ascii_case(name),
     }
 }

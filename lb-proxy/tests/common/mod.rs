@@ -85,13 +85,7 @@ impl Backend {
                 while set.try_join_next().is_some() {}
             }
         });
-        Backend {
-            addr,
-            id,
-            hits,
-            conns,
-            task,
-        }
+        Backend { addr, id, hits, conns, task }
     }
 
     pub fn spec(&self) -> BackendSpec {
@@ -136,12 +130,7 @@ async fn route(req: Request<Incoming>, id: usize, hits: Arc<AtomicU64>) -> Respo
             Response::new(BodyExt::boxed(StreamBody::new(stream)))
         }
         "echo" => {
-            let body = req
-                .into_body()
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
+            let body = req.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
             Response::new(full(body))
         }
         "headers" => {
@@ -163,8 +152,7 @@ async fn route(req: Request<Incoming>, id: usize, hits: Arc<AtomicU64>) -> Respo
         _ => Response::new(full("ok")),
     };
     hits.fetch_add(1, Relaxed);
-    resp.headers_mut()
-        .insert("x-backend", id.to_string().parse().unwrap());
+    resp.headers_mut().insert("x-backend", id.to_string().parse().unwrap());
     resp
 }
 
@@ -299,9 +287,7 @@ impl Client {
     pub async fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).await.unwrap();
         stream.set_nodelay(true).unwrap();
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
         tokio::spawn(conn);
         Client { sender }
     }
@@ -312,15 +298,9 @@ impl Client {
             let resp = self.sender.send_request(req).await?;
             let (parts, body) = resp.into_parts();
             let body = body.collect().await?.to_bytes();
-            Ok(Got {
-                status: parts.status.as_u16(),
-                headers: parts.headers,
-                body,
-            })
+            Ok(Got { status: parts.status.as_u16(), headers: parts.headers, body })
         };
-        tokio::time::timeout(LIMIT, fut)
-            .await
-            .expect("request did not finish in time")
+        tokio::time::timeout(LIMIT, fut).await.expect("request did not finish in time")
     }
 
     pub async fn get(&mut self, path: &str) -> Result<Got, hyper::Error> {
@@ -329,10 +309,7 @@ impl Client {
 }
 
 pub fn get(path: &str) -> Request<Full<Bytes>> {
-    Request::get(path)
-        .header("host", "test.local")
-        .body(Full::default())
-        .unwrap()
+    Request::get(path).header("host", "test.local").body(Full::default()).unwrap()
 }
 
 /// One GET on a fresh connection; panics on transport errors.
@@ -346,30 +323,18 @@ pub async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
     s.write_all(bytes).await.unwrap();
     let mut out = Vec::new();
     let r = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
-    assert!(
-        r.is_ok(),
-        "the proxy kept the connection open; got so far: {:?}",
-        String::from_utf8_lossy(&out)
-    );
+    assert!(r.is_ok(), "the proxy kept the connection open; got so far: {:?}", String::from_utf8_lossy(&out));
     String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The status codes of the responses in a raw HTTP/1 byte stream, in order.
 pub fn statuses(raw: &str) -> Vec<u16> {
-    raw.match_indices("HTTP/1.1 ")
-        .filter_map(|(i, _)| raw[i + 9..i + 12].parse().ok())
-        .collect()
+    raw.match_indices("HTTP/1.1 ").filter_map(|(i, _)| raw[i + 9..i + 12].parse().ok()).collect()
 }
 
 /// ab-style load: `total` GETs of `path` over `concurrency` keep-alive connections. Every
 /// body must equal `expect` byte for byte. Returns the number of failed requests.
-pub async fn load(
-    addr: SocketAddr,
-    path: &str,
-    expect: Arc<Vec<u8>>,
-    total: usize,
-    concurrency: usize,
-) -> usize {
+pub async fn load(addr: SocketAddr, path: &str, expect: Arc<Vec<u8>>, total: usize, concurrency: usize) -> usize {
     let mut set = JoinSet::new();
     for w in 0..concurrency {
         let share = total / concurrency + usize::from(w < total % concurrency);
@@ -382,10 +347,7 @@ pub async fn load(
                     Ok(g) if g.status == 200 && g.body[..] == expect[..] => {}
                     other => {
                         failed += 1;
-                        eprintln!(
-                            "failed request: {:?}",
-                            other.map(|g| (g.status, g.body.len()))
-                        );
+                        eprintln!("failed request: {:?}", other.map(|g| (g.status, g.body.len())));
                         // The connection may be gone: like ab, carry on with a new one.
                         client = Client::connect(addr).await;
                     }

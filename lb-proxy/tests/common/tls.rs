@@ -29,14 +29,9 @@ impl Ca {
     pub fn new() -> Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "lb-proxy test CA");
+        params.distinguished_name.push(DnType::CommonName, "lb-proxy test CA");
         let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Ca {
-            issuer,
-            dir: tempfile::tempdir().unwrap(),
-        }
+        Ca { issuer, dir: tempfile::tempdir().unwrap() }
     }
 
     /// Writes the CA certificate as PEM; returns its path.
@@ -49,19 +44,13 @@ impl Ca {
     /// A certificate for `names`, written to `<file>.crt` / `<file>.key`.
     pub fn leaf(&self, file: &str, names: &[&str]) -> Leaf {
         let key = KeyPair::generate().unwrap();
-        let params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap();
+        let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         let chain = self.dir.path().join(format!("{file}.crt"));
         let key_path = self.dir.path().join(format!("{file}.key"));
         std::fs::write(&chain, cert.pem()).unwrap();
         std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        Leaf {
-            chain,
-            key: key_path,
-            der: cert.der().clone(),
-        }
+        Leaf { chain, key: key_path, der: cert.der().clone() }
     }
 
     pub fn roots(&self) -> RootCertStore {
@@ -83,10 +72,7 @@ impl Ca {
 }
 
 pub fn certificate_files(leaf: &Leaf) -> lb_proxy::CertificateFiles {
-    lb_proxy::CertificateFiles {
-        chain: leaf.chain.clone(),
-        key: leaf.key.clone(),
-    }
+    lb_proxy::CertificateFiles { chain: leaf.chain.clone(), key: leaf.key.clone() }
 }
 
 /// A TLS connection to `addr` with SNI `name`.
@@ -102,16 +88,11 @@ pub async fn connect(
 
 /// The certificate the server presented on a TLS connection.
 pub fn peer_leaf(s: &tokio_rustls::client::TlsStream<TcpStream>) -> CertificateDer<'static> {
-    s.get_ref().1.peer_certificates().unwrap()[0]
-        .clone()
-        .into_owned()
+    s.get_ref().1.peer_certificates().unwrap()[0].clone().into_owned()
 }
 
 /// A TLS server (for passthrough tests) that answers every connection with `id` and closes.
-pub async fn tls_id_server(
-    leaf: &Leaf,
-    id: &'static str,
-) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+pub async fn tls_id_server(leaf: &Leaf, id: &'static str) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     let acceptor = acceptor(&leaf.chain, &leaf.key);
     let l = TcpListener::bind(loopback()).await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -137,10 +118,8 @@ pub async fn tls_id_server(
 pub fn acceptor(chain: &Path, key: &Path) -> TlsAcceptor {
     use rustls_pki_types::PrivateKeyDer;
     use rustls_pki_types::pem::PemObject;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(chain)
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(chain).unwrap().map(Result::unwrap).collect();
     let key = PrivateKeyDer::from_pem_file(key).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)

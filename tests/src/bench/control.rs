@@ -88,7 +88,9 @@ fn backend_line(addr: Ipv4Addr, port: u16) -> String {
 
 fn remove_to_map(ns: &Netns) {
     const N: usize = 10;
-    println!("== lb-ctl backends remove -> ring change visible in the pinned map (1 VIP, {N} backends, ring {RING}, {ROUNDS} rounds)");
+    println!(
+        "== lb-ctl backends remove -> ring change visible in the pinned map (1 VIP, {N} backends, ring {RING}, {ROUNDS} rounds)"
+    );
     let backends: Vec<String> = (0..N).map(|i| backend_line(Ipv4Addr::new(198, 51, 100, 11 + i as u8), 8080)).collect();
     let vip = format!(
         "[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nbackends = [\n{}\n]\n",
@@ -162,16 +164,17 @@ fn rss(ns: &Netns) {
     let mut many = String::new();
     let (vips, per_vip) = (lb_common::limits::MAX_VIPS as usize, lb_common::limits::MAX_BACKENDS as usize / 64);
     for v in 0..vips {
-        let backends: Vec<String> = (0..per_vip)
-            .map(|b| backend_line(Ipv4Addr::new(198, 51, 100, 1 + b as u8), 8000 + v as u16))
-            .collect();
+        let backends: Vec<String> =
+            (0..per_vip).map(|b| backend_line(Ipv4Addr::new(198, 51, 100, 1 + b as u8), 8000 + v as u16)).collect();
         many.push_str(&format!(
             "[[vip]]\naddress = \"203.0.113.{}\"\nport = 80\nbackends = [\n{}\n]\n\n",
             v + 1,
             backends.join("\n")
         ));
     }
-    for (label, toml, tag) in [("1 VIP x 1 backend", one.to_string(), "bc1"), (&*format!("{vips} VIPs x {per_vip} backends"), many, "bcm")] {
+    for (label, toml, tag) in
+        [("1 VIP x 1 backend", one.to_string(), "bc1"), (&*format!("{vips} VIPs x {per_vip} backends"), many, "bcm")]
+    {
         let (d, started) = start_daemon(ns, tag, &toml);
         std::thread::sleep(Duration::from_secs(2));
         let rss = rss_kib(&d);

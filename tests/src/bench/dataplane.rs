@@ -10,6 +10,10 @@
 //! Flow protection is on for every row: the new-flow budget is checked on every table miss
 //! (set to u32::MAX so it is never spent, except in the row that measures a spent budget), and
 //! the first-packet rows run into a set with free ways unless the row says otherwise.
+use crate::fixture::{CLIENT, SEED, balancer, configure, lab, vips};
+use crate::netns::ifindex;
+use crate::packets::{Frame, L4};
+use crate::testrun::{action_name, run_xdp};
 use aya::maps::{Array, MapData};
 use aya::programs::Xdp;
 use aya::sys::{Stats, enable_stats};
@@ -17,10 +21,6 @@ use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, ForwardSet, ReverseSet};
 use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
 use lb_ctl::dataplane::load::{load_decap, program};
-use crate::fixture::{CLIENT, SEED, balancer, configure, lab, vips};
-use crate::netns::ifindex;
-use crate::packets::{Frame, L4};
-use crate::testrun::{action_name, run_xdp};
 
 const ROUNDS: usize = 31;
 const CALLS_PER_ROUND: usize = 2000;
@@ -83,7 +83,8 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
     let mut flows: Array<_, ForwardSet> = Array::try_from(dp.ebpf_mut().take_map(map_names::FLOWS).expect("FLOWS"))?;
     let mut reverse: Array<_, ReverseSet> =
         Array::try_from(dp.ebpf_mut().take_map(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS"))?;
-    let mut config: Array<_, DataplaneConfig> = Array::try_from(dp.ebpf_mut().take_map(map_names::CONFIG).expect("CONFIG"))?;
+    let mut config: Array<_, DataplaneConfig> =
+        Array::try_from(dp.ebpf_mut().take_map(map_names::CONFIG).expect("CONFIG"))?;
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;
 
@@ -108,7 +109,13 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
         ..new_flow_key
     };
     let dsr_flow_key = FlowKey { dst: ipv4_bytes(vips[2].addr), src_port: 46001u16.to_be(), ..new_flow_key };
-    let established = |f: Frame| f.with(|f| { f.l4 = L4::TcpAck; f.payload = vec![b'x'; 64] }).bytes();
+    let established = |f: Frame| {
+        f.with(|f| {
+            f.l4 = L4::TcpAck;
+            f.payload = vec![b'x'; 64]
+        })
+        .bytes()
+    };
     // A set full of proven flows (connections that sent more than a SYN), and a SYN of that set.
     let key_of = |port: u16| FlowKey { src_port: port.to_be(), ..new_flow_key };
     let guarded = dp.flow_set_of(&key_of(47000));
@@ -116,14 +123,78 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
     let proven_ports: Vec<u16> = same_set.by_ref().take(FLOW_WAYS).collect();
     let shut_out = Frame::tcp(CLIENT, same_set.next().expect("a 5th port of the set"), web, 80).bytes();
     let paths = [
-        Path { name: "non-VIP pass", frame: Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(), action: 2, forget: None, target: Some(20.0), katran: Some(60.0), budget: UNSPENT },
-        Path { name: "established TCP (NAT)", frame: established(Frame::tcp(CLIENT, 45000, web, 80)), action: 3, forget: None, target: Some(100.0), katran: Some(153.0), budget: UNSPENT },
-        Path { name: "new TCP flow (SYN, NAT)", frame: syn.bytes(), action: 3, forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))), target: Some(250.0), katran: Some(387.0), budget: UNSPENT },
-        Path { name: "new TCP flow (SYN, DSR)", frame: Frame::tcp(CLIENT, 46001, vips[2].addr, 80).bytes(), action: 3, forget: Some((dp.flow_set_of(&dsr_flow_key), None)), target: Some(250.0), katran: Some(387.0), budget: UNSPENT },
-        Path { name: "SYN, NAT, budget spent", frame: syn.bytes(), action: 3, forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))), target: None, katran: None, budget: 1 },
-        Path { name: "SYN, NAT, set of proven flows", frame: shut_out, action: 3, forget: None, target: None, katran: None, budget: UNSPENT },
-        Path { name: "established UDP (NAT)", frame: Frame::udp(CLIENT, 5000, web, 53).bytes(), action: 3, forget: None, target: None, katran: Some(199.0), budget: UNSPENT },
-        Path { name: "IPIP encapsulation (DSR)", frame: established(Frame::tcp(CLIENT, 46000, vips[2].addr, 80)), action: 3, forget: None, target: None, katran: None, budget: UNSPENT },
+        Path {
+            name: "non-VIP pass",
+            frame: Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(),
+            action: 2,
+            forget: None,
+            target: Some(20.0),
+            katran: Some(60.0),
+            budget: UNSPENT,
+        },
+        Path {
+            name: "established TCP (NAT)",
+            frame: established(Frame::tcp(CLIENT, 45000, web, 80)),
+            action: 3,
+            forget: None,
+            target: Some(100.0),
+            katran: Some(153.0),
+            budget: UNSPENT,
+        },
+        Path {
+            name: "new TCP flow (SYN, NAT)",
+            frame: syn.bytes(),
+            action: 3,
+            forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))),
+            target: Some(250.0),
+            katran: Some(387.0),
+            budget: UNSPENT,
+        },
+        Path {
+            name: "new TCP flow (SYN, DSR)",
+            frame: Frame::tcp(CLIENT, 46001, vips[2].addr, 80).bytes(),
+            action: 3,
+            forget: Some((dp.flow_set_of(&dsr_flow_key), None)),
+            target: Some(250.0),
+            katran: Some(387.0),
+            budget: UNSPENT,
+        },
+        Path {
+            name: "SYN, NAT, budget spent",
+            frame: syn.bytes(),
+            action: 3,
+            forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))),
+            target: None,
+            katran: None,
+            budget: 1,
+        },
+        Path {
+            name: "SYN, NAT, set of proven flows",
+            frame: shut_out,
+            action: 3,
+            forget: None,
+            target: None,
+            katran: None,
+            budget: UNSPENT,
+        },
+        Path {
+            name: "established UDP (NAT)",
+            frame: Frame::udp(CLIENT, 5000, web, 53).bytes(),
+            action: 3,
+            forget: None,
+            target: None,
+            katran: Some(199.0),
+            budget: UNSPENT,
+        },
+        Path {
+            name: "IPIP encapsulation (DSR)",
+            frame: established(Frame::tcp(CLIENT, 46000, vips[2].addr, 80)),
+            action: 3,
+            forget: None,
+            target: None,
+            katran: None,
+            budget: UNSPENT,
+        },
     ];
     let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
     let set_budget = |config: &mut Array<_, DataplaneConfig>, budget: u32| -> anyhow::Result<()> {
@@ -147,13 +218,24 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
                 }
             }
             let r = run_xdp(ours, &path.frame, g0);
-            anyhow::ensure!(r.action == path.action, "{}: verdict {} (expected {})", path.name, action_name(r.action), action_name(path.action));
+            anyhow::ensure!(
+                r.action == path.action,
+                "{}: verdict {} (expected {})",
+                path.name,
+                action_name(r.action),
+                action_name(path.action)
+            );
         }
     }
 
     let _stats = enable_stats(Stats::RunTime)?;
-    println!("lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, medians");
-    println!("{:<28} {:>9} {:>9} {:>12} {:>10} {:>14}", "path", "ours ns", "bare ns", "extra ns", "target", "Katran extra");
+    println!(
+        "lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, medians"
+    );
+    println!(
+        "{:<28} {:>9} {:>9} {:>12} {:>10} {:>14}",
+        "path", "ours ns", "bare ns", "extra ns", "target", "Katran extra"
+    );
     let mut costs = Vec::new();
     for path in &paths {
         set_budget(&mut config, path.budget)?;

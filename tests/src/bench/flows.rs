@@ -8,8 +8,8 @@ use aya::sys::{Stats, enable_stats};
 use lb_common::program_names;
 use lb_common::stats::Counter;
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
 use lb_ctl::dataplane::aya::AyaDataplane;
+use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
 
 use super::dataplane::ns_per_run;
 use super::stats::median;
@@ -90,9 +90,15 @@ pub fn run() -> anyhow::Result<Vec<FlowsCost>> {
         }
     }
     let evicted = dp.counters()?.into_iter().find(|(c, _)| *c == Counter::FlowTableFull).map_or(0, |(_, v)| v);
-    println!("(flows evicted from full sets while recording: {evicted}; an evicted flow's packets take the ring again)");
+    println!(
+        "(flows evicted from full sets while recording: {evicted}; an evicted flow's packets take the ring again)"
+    );
     if let (Some(one), Some(most)) = (costs.first(), costs.last()) {
-        println!("{} flows cost {:.2}x one flow (target <= 2x)", most.flows, most.extra_ns / one.extra_ns.max(f64::MIN_POSITIVE));
+        println!(
+            "{} flows cost {:.2}x one flow (target <= 2x)",
+            most.flows,
+            most.extra_ns / one.extra_ns.max(f64::MIN_POSITIVE)
+        );
     }
     Ok(costs)
 }

@@ -65,7 +65,11 @@ fn main() -> anyhow::Result<()> {
             let mut options = if quick {
                 bench::lab::Options::quick()
             } else {
-                bench::lab::Options { repetitions: repetitions.max(1), seconds: seconds.clamp(1, 60), balancer_queues: 2 }
+                bench::lab::Options {
+                    repetitions: repetitions.max(1),
+                    seconds: seconds.clamp(1, 60),
+                    balancer_queues: 2,
+                }
             };
             options.balancer_queues = balancer_queues.into();
             let results = bench::lab::run(options)?;
@@ -76,7 +80,11 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Bench::All { report, quick } => {
-            let options = if quick { bench::lab::Options::quick() } else { bench::lab::Options { repetitions: 3, seconds: 3, balancer_queues: 2 } };
+            let options = if quick {
+                bench::lab::Options::quick()
+            } else {
+                bench::lab::Options { repetitions: 3, seconds: 3, balancer_queues: 2 }
+            };
             bench::report::run_all(&report, options)
         }
         Bench::ProxyBackend { args } => {

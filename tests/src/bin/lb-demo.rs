@@ -42,7 +42,10 @@ fn check_interrupt() -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    ensure!(lb_tests::privileges::require_root("lb-demo"), "the demo creates network namespaces and loads XDP programs: run it as root");
+    ensure!(
+        lb_tests::privileges::require_root("lb-demo"),
+        "the demo creates network namespaces and loads XDP programs: run it as root"
+    );
     lb_tests::netns::set_run_prefix("lbd");
     lab::catch_ctrl_c();
     // After Ctrl-C the lab's waits end by panicking (so everything is dropped and torn down):
@@ -92,14 +95,17 @@ fn demo() -> Result<()> {
     check_interrupt()?;
 
     step("starting the balancer: lb-ctl attach eth0 (in the balancer's namespace)");
-    let mut d = Daemon::new(&lab.lb, "eth0", "ctl", &["--xdp-mode", "native", "--log-format", "text", "--log-level", "info"]);
+    let mut d =
+        Daemon::new(&lab.lb, "eth0", "ctl", &["--xdp-mode", "native", "--log-format", "text", "--log-level", "info"]);
     d.write_config_text(&config(&d));
     d.start();
     print_indented(&d.ok(&["status"]));
     let up = wait_health(&d, &(0..BACKENDS).collect::<Vec<_>>(), Health::Up)?;
     println!("all {BACKENDS} backends passed {RISE} health checks in a row after {} ms", up.as_millis());
 
-    step(&format!("{BURST} requests from {CLIENTS} client addresses (hash = \"ip\": each client sticks to one backend)"));
+    step(&format!(
+        "{BURST} requests from {CLIENTS} client addresses (hash = \"ip\": each client sticks to one backend)"
+    ));
     let burst = Burst::send(&lab)?;
     burst.print();
     ensure!(burst.errors.is_empty(), "requests failed: {:?}", burst.errors);
@@ -128,7 +134,10 @@ fn demo() -> Result<()> {
     backends.insert(victim, start_backend(&mut lab, victim));
     print_indented(&d.ok(&["backends", "add", "web", &backend(victim).to_string()]));
     let rejoined = wait_health(&d, &[victim], Health::Up)?;
-    println!("backend-{victim} healthy and back in the ring {} ms after the add (rise {RISE} x {INTERVAL_MS} ms)", rejoined.as_millis());
+    println!(
+        "backend-{victim} healthy and back in the ring {} ms after the add (rise {RISE} x {INTERVAL_MS} ms)",
+        rejoined.as_millis()
+    );
     let burst = Burst::send(&lab)?;
     burst.print();
     ensure!(burst.errors.is_empty(), "requests failed after the re-add: {:?}", burst.errors);

@@ -103,7 +103,11 @@ impl Daemon {
                 self.child = None;
                 panic!("lb-ctl attach exited with {status}:\n{}", self.log_text());
             }
-            assert!(started.elapsed() < START_TIMEOUT, "the daemon did not answer within {START_TIMEOUT:?}:\n{}", self.log_text());
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "the daemon did not answer within {START_TIMEOUT:?}:\n{}",
+                self.log_text()
+            );
             super::stop_if_interrupted();
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -157,7 +161,12 @@ impl Daemon {
 
     /// `lb-ctl --socket SOCKET ARGS...`, as root.
     pub fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(crate::lb_ctl_bin()).arg("--socket").arg(self.socket()).args(args).output().expect("running lb-ctl")
+        Command::new(crate::lb_ctl_bin())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .output()
+            .expect("running lb-ctl")
     }
 
     /// Like [`Daemon::ctl`], asserting success; returns stdout.
@@ -197,7 +206,11 @@ impl Daemon {
             if found.as_ref().is_some_and(&pred) {
                 return started.elapsed();
             }
-            assert!(started.elapsed() < within, "backend {address} not {what} within {within:?}: {found:?}\n{}", self.log_text());
+            assert!(
+                started.elapsed() < within,
+                "backend {address} not {what} within {within:?}: {found:?}\n{}",
+                self.log_text()
+            );
             super::stop_if_interrupted();
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -225,7 +238,11 @@ impl Drop for Daemon {
             .arg(self.dir.join("state"))
             .output();
         if !detached.is_ok_and(|o| o.status.success()) && self.pins.exists() {
-            let paths = lb_ctl::paths::AttachPaths::balancer(&self.iface, Some(self.pins.clone()), Some(self.dir.join("state")));
+            let paths = lb_ctl::paths::AttachPaths::balancer(
+                &self.iface,
+                Some(self.pins.clone()),
+                Some(self.dir.join("state")),
+            );
             let _ = lb_ctl::dataplane::attach::detach(&paths);
         }
         if std::thread::panicking() && !super::interrupted() {

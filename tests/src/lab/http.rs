@@ -31,10 +31,8 @@ fn exchange(src: Ipv4Addr, dst: SocketAddrV4, head: &[u8], body: &[u8]) -> std::
     stream.write_all(body)?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    let split =
+        raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| std::io::Error::other("no end of headers"))?;
     let head = String::from_utf8_lossy(&raw[..split]);
     let status = head
         .split_whitespace()
@@ -47,7 +45,13 @@ fn exchange(src: Ipv4Addr, dst: SocketAddrV4, head: &[u8], body: &[u8]) -> std::
 /// One HTTP/1.1 POST of `body` from source address `src`, `Connection: close`; returns status
 /// and response body.
 pub fn http_post(src: Ipv4Addr, dst: SocketAddrV4, path: &str, body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
-    exchange(src, dst, format!("POST {path} HTTP/1.1\r\nHost: {dst}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).as_bytes(), body)
+    exchange(
+        src,
+        dst,
+        format!("POST {path} HTTP/1.1\r\nHost: {dst}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())
+            .as_bytes(),
+        body,
+    )
 }
 
 /// The byte at offset `i` of the test backend's `/bytes/N` responses.

@@ -64,7 +64,9 @@ impl Lab {
         lab.plug(&lab.lb, LB_PORT);
         lab.lb.exec(&["ip", "addr", "add", &format!("{LB_CLIENT_SIDE}/24"), "dev", "eth0"]);
         lab.lb.exec(&["ip", "addr", "add", &format!("{LB_BACKEND_SIDE}/24"), "dev", "eth0"]);
-        for key in ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf.eth0.send_redirects=0"] {
+        for key in
+            ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.conf.eth0.send_redirects=0"]
+        {
             lab.lb.exec(&["sysctl", "-qw", key]);
         }
 
@@ -79,7 +81,12 @@ impl Lab {
             b.exec(&["ip", "addr", "add", &format!("{}/24", backend_addr(i)), "dev", "eth0"]);
             b.exec(&["ip", "route", "add", "default", "via", LB_BACKEND_SIDE]);
             // VIPs held on lo for DSR must not be announced or answered for on eth0.
-            for key in ["net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.eth0.rp_filter=0"] {
+            for key in [
+                "net.ipv4.conf.all.arp_ignore=1",
+                "net.ipv4.conf.all.arp_announce=2",
+                "net.ipv4.conf.all.rp_filter=0",
+                "net.ipv4.conf.eth0.rp_filter=0",
+            ] {
                 b.exec(&["sysctl", "-qw", key]);
             }
         }
@@ -92,8 +99,25 @@ impl Lab {
     /// the other side needs.
     fn plug(&self, host: &Netns, port: &str) {
         self.switch.exec(&[
-            "ip", "link", "add", port, "numtxqueues", "2", "numrxqueues", "2", "type", "veth", "peer", "name", "eth0",
-            "netns", &host.name, "numtxqueues", "2", "numrxqueues", "2",
+            "ip",
+            "link",
+            "add",
+            port,
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &host.name,
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
         ]);
         self.switch.exec(&["ip", "link", "set", port, "master", "br0", "up"]);
         host.exec(&["ip", "link", "set", "eth0", "up"]);
@@ -134,7 +158,11 @@ impl Lab {
         }
         self.client.exec(&["sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"]);
         self.client.exec(&["sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000"]);
-        for key in ["net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables", "net.bridge.bridge-nf-call-arptables"] {
+        for key in [
+            "net.bridge.bridge-nf-call-iptables",
+            "net.bridge.bridge-nf-call-ip6tables",
+            "net.bridge.bridge-nf-call-arptables",
+        ] {
             if std::path::Path::new(&format!("/proc/sys/{}", key.replace('.', "/"))).exists() {
                 self.switch.exec(&["sysctl", "-qw", &format!("{key}=0")]);
             }
@@ -145,7 +173,12 @@ impl Lab {
     /// dropped (and killed when the thread that started it ends).
     pub fn spawn(&mut self, ns: &str, args: &[&str]) -> u32 {
         let mut command = Command::new("ip");
-        command.args(["netns", "exec", ns]).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+        command
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
         let child = die_with_parent(&mut command).spawn().unwrap_or_else(|e| panic!("spawn {args:?}: {e}"));
         let pid = child.id();
         self.children.push(child);

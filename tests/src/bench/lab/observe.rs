@@ -62,10 +62,8 @@ pub fn snapshot(lab: &Lab, daemon: Option<&Daemon>) -> Snapshot {
     }
     let softnet = std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default();
     // Second column: packets dropped because the backlog queue was full, per CPU.
-    s.softnet_dropped = softnet
-        .lines()
-        .filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
-        .sum();
+    s.softnet_dropped =
+        softnet.lines().filter_map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok()).sum();
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     for line in stat.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")) {
         let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
@@ -127,12 +125,8 @@ impl Observed {
     /// One line: drops, backlog, CPUs.
     pub fn summary(&self) -> String {
         let drops: u64 = self.interface_drops.values().sum();
-        let cpus: Vec<String> = self
-            .cpu_busy_pct
-            .iter()
-            .zip(&self.cpu_softirq_pct)
-            .map(|(b, s)| format!("{b:.0}%({s:.0}% si)"))
-            .collect();
+        let cpus: Vec<String> =
+            self.cpu_busy_pct.iter().zip(&self.cpu_softirq_pct).map(|(b, s)| format!("{b:.0}%({s:.0}% si)")).collect();
         format!("if drops {drops}, backlog drops {}, cpu {}", self.softnet_dropped, cpus.join(" "))
     }
 }

@@ -31,7 +31,8 @@ pub enum Peer {
     NginxStream,
 }
 
-pub const PEERS: [Peer; 6] = [Peer::Routing, Peer::LbNat, Peer::LbDsr, Peer::NftDnat, Peer::HaproxyTcp, Peer::NginxStream];
+pub const PEERS: [Peer; 6] =
+    [Peer::Routing, Peer::LbNat, Peer::LbDsr, Peer::NftDnat, Peer::HaproxyTcp, Peer::NginxStream];
 
 impl Peer {
     pub fn name(self) -> &'static str {
@@ -84,7 +85,8 @@ pub fn lb_toml(socket: &Path, backends: usize) -> String {
             ("http", "tcp", HTTP_PORT, if nat { NAT_HTTP_BACKEND_PORT } else { HTTP_PORT }, "flow"),
             ("stream", "tcp", STREAM_PORT, if nat { NAT_STREAM_BACKEND_PORT } else { STREAM_PORT }, "ip"),
         ] {
-            let list = backend_list(backends, backend_port, |_, a, p| format!("  {{ address = \"{a}\", port = {p} }},"));
+            let list =
+                backend_list(backends, backend_port, |_, a, p| format!("  {{ address = \"{a}\", port = {p} }},"));
             text.push_str(&format!(
                 "\n[[vip]]\nname = \"{forwarding}-{name}\"\naddress = \"{}\"\nport = {port}\nprotocol = \"{protocol}\"\n\
                  forwarding = \"{forwarding}\"\nhash = \"{hash}\"\n{encap}backends = [\n{list}\n]\n",

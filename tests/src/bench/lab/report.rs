@@ -37,7 +37,8 @@ pub fn print_summary(results: &Results) {
         println!("\n{} ({})", workload.name(), workload.unit());
         println!("  {:<16} {:>10} {:>21} {:>14} {:>14}", "peer", "median", "spread", "NAT / peer", "DSR / peer");
         for peer in PEERS {
-            let values: Vec<f64> = runs.iter().filter(|r| r.workload == workload && r.peer == peer).map(|r| r.value).collect();
+            let values: Vec<f64> =
+                runs.iter().filter(|r| r.workload == workload && r.peer == peer).map(|r| r.value).collect();
             if values.is_empty() {
                 continue;
             }
@@ -73,7 +74,15 @@ mod tests {
     use crate::bench::lab::workloads::Workload;
 
     fn run(repetition: usize, peer: Peer, value: f64) -> Run {
-        Run { repetition, workload: Workload::Udp, peer, value, sent: 0.0, delivered: 0.0, observed: Observed::default() }
+        Run {
+            repetition,
+            workload: Workload::Udp,
+            peer,
+            value,
+            sent: 0.0,
+            delivered: 0.0,
+            observed: Observed::default(),
+        }
     }
 
     #[test]

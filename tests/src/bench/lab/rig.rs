@@ -7,10 +7,10 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use super::Run;
 use super::observe::snapshot;
 use super::peers::{self, Peer, STREAM_PORT};
 use super::workloads::{self, Workload};
-use super::Run;
 use crate::lab::{Daemon, LB_PORT, Lab, mac_of, sibling_bin};
 
 pub const BACKENDS: usize = 3;
@@ -87,8 +87,16 @@ impl Rig {
             decaps.0.push(ns.clone());
             // nsenter enters only the network namespace, so the pin lands in the host's bpffs.
             crate::netns::sh(&[
-                "nsenter", &format!("--net=/run/netns/{ns}"), crate::lb_ctl_bin().to_str().context("utf-8 path")?,
-                "decap", "attach", "eth0", "--from", crate::lab::LB_BACKEND_SIDE, "--xdp-mode", "native",
+                "nsenter",
+                &format!("--net=/run/netns/{ns}"),
+                crate::lb_ctl_bin().to_str().context("utf-8 path")?,
+                "decap",
+                "attach",
+                "eth0",
+                "--from",
+                crate::lab::LB_BACKEND_SIDE,
+                "--xdp-mode",
+                "native",
             ]);
         }
         lab.pass_on_switch_port(LB_PORT);

@@ -11,16 +11,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 pub fn run(args: &[String]) {
-    let threads: usize = args
-        .first()
-        .and_then(|a| a.parse().ok())
-        .expect("usage: lb-bench proxy-backend <threads> <port>...");
+    let threads: usize =
+        args.first().and_then(|a| a.parse().ok()).expect("usage: lb-bench proxy-backend <threads> <port>...");
     let ports: Vec<u16> = args[1..].iter().map(|p| p.parse().expect("port")).collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build().unwrap();
     rt.block_on(async move {
         let small = Bytes::from(vec![b'a'; 1024]);
         let large = Bytes::from(vec![b'b'; 300 * 1024]);

@@ -21,10 +21,7 @@ events {{ worker_connections {connections}; }}
 }
 
 pub fn nginx_conf(dir: &Path, http: u16, tcp: u16, backends: &[u16]) -> String {
-    let servers: String = backends
-        .iter()
-        .map(|p| format!("        server 127.0.0.1:{p};\n"))
-        .collect();
+    let servers: String = backends.iter().map(|p| format!("        server 127.0.0.1:{p};\n")).collect();
     format!(
         "{main}http {{
     access_log off;
@@ -66,11 +63,8 @@ stream {{
 }
 
 pub fn haproxy_conf(http: u16, tcp: u16, backends: &[u16]) -> String {
-    let servers: String = backends
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("    server b{i} 127.0.0.1:{p}\n"))
-        .collect();
+    let servers: String =
+        backends.iter().enumerate().map(|(i, p)| format!("    server b{i} 127.0.0.1:{p}\n")).collect();
     format!(
         "global
     nbthread {WORKERS}
@@ -99,4 +93,3 @@ backend tcp_out
 {servers}"
     )
 }
-

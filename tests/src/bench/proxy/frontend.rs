@@ -9,9 +9,8 @@ pub fn run(args: &[String]) {
     let threads: usize = args.first().and_then(|a| a.parse().ok()).expect(usage);
     let port = |i: usize| -> u16 { args.get(i).and_then(|a| a.parse().ok()).expect(usage) };
     let (http, tcp) = (port(1), port(2));
-    let backends: Vec<BackendSpec> = (3..args.len())
-        .map(|i| BackendSpec::new(SocketAddr::from(([127, 0, 0, 1], port(i)))))
-        .collect();
+    let backends: Vec<BackendSpec> =
+        (3..args.len()).map(|i| BackendSpec::new(SocketAddr::from(([127, 0, 0, 1], port(i))))).collect();
     let vip = |name: &str, p: u16, mode: Mode| {
         let mut spec = ProxyVipSpec::new(name, SocketAddr::from(([127, 0, 0, 1], p)), mode);
         spec.backends = backends.clone();
@@ -20,17 +19,11 @@ pub fn run(args: &[String]) {
         spec
     };
     // The proxy runs on its own worker threads; this runtime only starts and stops it.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let handle = Proxy::builder()
             .workers(threads)
-            .start(vec![
-                vip("http", http, Mode::Http),
-                vip("tcp", tcp, Mode::Tcp),
-            ])
+            .start(vec![vip("http", http, Mode::Http), vip("tcp", tcp, Mode::Tcp)])
             .await
             .expect("start lb-proxy");
         // Runs until killed by the benchmark (or Ctrl-C).

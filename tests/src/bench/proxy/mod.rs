@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::stats::median;
-use configs::{haproxy_conf, nginx_conf};
 pub use configs::nginx_main;
+use configs::{haproxy_conf, nginx_conf};
 pub use wrk::parse_wrk;
 use wrk::{WrkResult, fmt_ms, print_row, wrk};
 
@@ -26,20 +26,13 @@ const BACKENDS: usize = 4;
 const CONNECTIONS: usize = 50;
 const DURATION: &str = "4s";
 /// The tests: name, path, TCP mode.
-const TESTS: [(&str, &str, bool); 3] = [
-    ("HTTP 1 KiB", "/1k", false),
-    ("HTTP 300 KiB", "/300k", false),
-    ("TCP mode, 1 KiB", "/1k", true),
-];
+const TESTS: [(&str, &str, bool); 3] =
+    [("HTTP 1 KiB", "/1k", false), ("HTTP 300 KiB", "/300k", false), ("TCP mode, 1 KiB", "/1k", true)];
 
 /// Rounds of all tests (env `LB_BENCH_ROUNDS`, default 1); with more than one, the summary
 /// compares medians, which a shared machine's noise moves less.
 fn rounds() -> usize {
-    std::env::var("LB_BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1usize)
-        .max(1)
+    std::env::var("LB_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize).max(1)
 }
 
 /// One wrk run of a peer, for the report.
@@ -71,8 +64,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
 
     let backend_ports: Vec<u16> = (0..BACKENDS).map(|_| free_port()).collect::<Result<_>>()?;
     let mut cmd = Command::new(&me);
-    cmd.arg("proxy-backend").arg(WORKERS.to_string())
-        .args(backend_ports.iter().map(u16::to_string));
+    cmd.arg("proxy-backend").arg(WORKERS.to_string()).args(backend_ports.iter().map(u16::to_string));
     procs.spawn("backends", cmd)?;
     for &p in &backend_ports {
         wait_port(p)?;
@@ -81,7 +73,8 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     let mut peers: Vec<(&str, u16, u16)> = Vec::new();
     let (lb_http, lb_tcp) = (free_port()?, free_port()?);
     let mut cmd = Command::new(&me);
-    cmd.arg("proxy-frontend").args([WORKERS.to_string(), lb_http.to_string(), lb_tcp.to_string()])
+    cmd.arg("proxy-frontend")
+        .args([WORKERS.to_string(), lb_http.to_string(), lb_tcp.to_string()])
         .args(backend_ports.iter().map(u16::to_string));
     println!(
         "--- lb-proxy ---\nlb-bench proxy-frontend: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin), X-Forwarded-* off, no access log"
@@ -92,11 +85,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     let (ng_http, ng_tcp) = (free_port()?, free_port()?);
     let conf = write("nginx.conf", &nginx_conf(dir.path(), ng_http, ng_tcp, &backend_ports))?;
     let mut cmd = Command::new("nginx");
-    cmd.arg("-c")
-        .arg(&conf)
-        .arg("-p")
-        .arg(dir.path())
-        .args(["-e", "stderr"]);
+    cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path()).args(["-e", "stderr"]);
     procs.spawn("nginx", cmd)?;
     peers.push(("nginx", ng_http, ng_tcp));
 
@@ -151,11 +140,8 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     }
     for (test, _, _) in TESTS {
         let median = |peer: &str| {
-            let runs: Vec<&WrkResult> = results
-                .iter()
-                .filter(|(n, t, _)| *n == peer && *t == test)
-                .map(|(_, _, r)| r)
-                .collect();
+            let runs: Vec<&WrkResult> =
+                results.iter().filter(|(n, t, _)| *n == peer && *t == test).map(|(_, _, r)| r).collect();
             (!runs.is_empty()).then(|| {
                 (
                     median(runs.iter().map(|r| r.rps)),
@@ -164,8 +150,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
                 )
             })
         };
-        if let (Some((lb_rps, lb_p99, lb_cpu)), Some((ng_rps, ng_p99, ng_cpu))) =
-            (median("lb-proxy"), median("nginx"))
+        if let (Some((lb_rps, lb_p99, lb_cpu)), Some((ng_rps, ng_p99, ng_cpu))) = (median("lb-proxy"), median("nginx"))
         {
             println!(
                 "{test:<16} lb-proxy/nginx CPU per request: {:.2}x (target <= 1, <= 0.8 keep-alive and TCP)   requests/s: {:.2}x (target >= 1)   p99 lb-proxy {} vs nginx {} (target: no worse)",
@@ -212,10 +197,7 @@ struct Procs(Vec<(&'static str, Child)>);
 
 impl Procs {
     fn spawn(&mut self, name: &'static str, mut cmd: Command) -> Result<()> {
-        let child = cmd
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {name}"))?;
+        let child = cmd.stdout(Stdio::null()).spawn().with_context(|| format!("starting {name}"))?;
         self.0.push((name, child));
         Ok(())
     }
@@ -239,9 +221,7 @@ impl Drop for Procs {
     fn drop(&mut self) {
         for (_, child) in self.0.iter_mut().rev() {
             // SIGTERM first, so nginx's master also stops its workers; then make sure.
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
             let deadline = Instant::now() + Duration::from_secs(3);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {

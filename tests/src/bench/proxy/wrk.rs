@@ -28,11 +28,7 @@ pub fn print_row(peer: &str, test: &str, r: &WrkResult) {
 }
 
 pub fn fmt_ms(ms: f64) -> String {
-    if ms < 1.0 {
-        format!("{:.0}us", ms * 1000.0)
-    } else {
-        format!("{ms:.2}ms")
-    }
+    if ms < 1.0 { format!("{:.0}us", ms * 1000.0) } else { format!("{ms:.2}ms") }
 }
 
 pub fn wrk(port: u16, path: &str) -> Result<WrkResult> {
@@ -70,22 +66,12 @@ pub fn parse_wrk(text: &str) -> Option<WrkResult> {
             // "Non-2xx or 3xx responses: N" and "Socket errors: connect A, read B, write C, timeout D"
             ["Non-2xx", "or", "3xx", "responses:", n] => errors += n.parse::<u64>().unwrap_or(0),
             ["Socket", "errors:", rest @ ..] => {
-                errors += rest
-                    .iter()
-                    .filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok())
-                    .sum::<u64>()
+                errors += rest.iter().filter_map(|w| w.trim_end_matches(',').parse::<u64>().ok()).sum::<u64>()
             }
             _ => {}
         }
     }
-    Some(WrkResult {
-        rps: rps?,
-        p50_ms: p50?,
-        p99_ms: p99?,
-        errors,
-        requests,
-        cpu_us_per_request: None,
-    })
+    Some(WrkResult { rps: rps?, p50_ms: p50?, p99_ms: p99?, errors, requests, cpu_us_per_request: None })
 }
 
 /// wrk prints latencies like `812.00us`, `1.23ms`, `2.01s`.

@@ -83,8 +83,12 @@ mod tests {
 
     #[test]
     fn a_chart_names_every_category() {
-        let data = [("a", 1.0, Some(3.0)), ("b", 2.0, None)]
-            .map(|(label, value, marker)| Bar { label: label.into(), value, spread: Some((value / 2.0, value * 2.0)), marker });
+        let data = [("a", 1.0, Some(3.0)), ("b", 2.0, None)].map(|(label, value, marker)| Bar {
+            label: label.into(),
+            value,
+            spread: Some((value / 2.0, value * 2.0)),
+            marker,
+        });
         let svg = bars("title", "unit", &data, Some("reference"));
         assert!(svg.starts_with("<svg") && svg.contains("title") && svg.contains("reference"), "{svg}");
         assert!(svg.contains("\na\n") && svg.contains("\nb\n"), "{svg}");

@@ -52,7 +52,14 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
     let proxy = super::proxy::run()?;
     println!("==> bench lab");
     let lab = super::lab::run(lab_options)?;
-    let all = Everything { machine: &machine, dataplane: &dataplane, flows: &flows, control: &control, proxy: &proxy, lab: &lab };
+    let all = Everything {
+        machine: &machine,
+        dataplane: &dataplane,
+        flows: &flows,
+        control: &control,
+        proxy: &proxy,
+        lab: &lab,
+    };
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&all)?)?;
     std::fs::write(dir.join("report.html"), html(&all))?;
     println!("report: {} (raw results: {})", dir.join("report.html").display(), dir.join("results.json").display());
@@ -119,7 +126,12 @@ fn html(all: &Everything) -> String {
         .iter()
         .map(|p| Bar { label: p.path.clone(), value: p.extra_ns, spread: None, marker: p.katran_ns })
         .collect();
-    body.push_str(&bars("lb_ingress per path (BPF_PROG_TEST_RUN, medians)", "ns / packet", &dp, Some("Katran (separate measurement)")));
+    body.push_str(&bars(
+        "lb_ingress per path (BPF_PROG_TEST_RUN, medians)",
+        "ns / packet",
+        &dp,
+        Some("Katran (separate measurement)"),
+    ));
     body.push_str("<p>Katran's markers are figures from a separate measurement (the same method on the same machine kind), not run by this benchmark.</p>\n");
 
     if !all.flows.is_empty() {
@@ -129,7 +141,12 @@ fn html(all: &Everything) -> String {
             .iter()
             .map(|f| Bar { label: format!("{} flows", f.flows), value: f.extra_ns, spread: None, marker: None })
             .collect();
-        body.push_str(&bars("established UDP (NAT), flows taken in scattered order", "extra ns / packet", &fbars, None));
+        body.push_str(&bars(
+            "established UDP (NAT), flows taken in scattered order",
+            "extra ns / packet",
+            &fbars,
+            None,
+        ));
     }
 
     body.push_str("<h2>Lab: through a running balancer, next to its peers</h2>\n");
@@ -142,9 +159,15 @@ fn html(all: &Everything) -> String {
         let wbars: Vec<Bar> = PEERS
             .iter()
             .filter_map(|&peer| {
-                let v: Vec<f64> = lab.runs.iter().filter(|r| r.workload == workload && r.peer == peer).map(|r| r.value).collect();
+                let v: Vec<f64> =
+                    lab.runs.iter().filter(|r| r.workload == workload && r.peer == peer).map(|r| r.value).collect();
                 let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
-                (!v.is_empty()).then(|| Bar { label: peer.name().into(), value: median(v.into_iter()), spread: Some((lo, hi)), marker: None })
+                (!v.is_empty()).then(|| Bar {
+                    label: peer.name().into(),
+                    value: median(v.into_iter()),
+                    spread: Some((lo, hi)),
+                    marker: None,
+                })
             })
             .collect();
         if wbars.is_empty() {
@@ -161,7 +184,12 @@ fn html(all: &Everything) -> String {
             })
             .collect();
         if !rbars.is_empty() {
-            body.push_str(&bars(&format!("{}: lb-ctl XDP NAT / peer", workload.name()), "ratio (paired, median)", &rbars, Some("1.0 (even)")));
+            body.push_str(&bars(
+                &format!("{}: lb-ctl XDP NAT / peer", workload.name()),
+                "ratio (paired, median)",
+                &rbars,
+                Some("1.0 (even)"),
+            ));
         }
     }
     for (what, why) in &lab.skipped {
@@ -223,7 +251,8 @@ mod tests {
 
     #[test]
     fn the_report_is_one_page_with_every_chart() {
-        let machine = Machine { cpu: "cpu <x>".into(), cores: 2, kernel: "k".into(), nic: "veth".into(), commit: "abc".into() };
+        let machine =
+            Machine { cpu: "cpu <x>".into(), cores: 2, kernel: "k".into(), nic: "veth".into(), commit: "abc".into() };
         let run = |peer, value| Run {
             repetition: 1,
             workload: Workload::Udp,
@@ -240,7 +269,14 @@ mod tests {
             runs: vec![run(Peer::LbNat, 200.0), run(Peer::NftDnat, 100.0)],
         };
         let dataplane = [PathCost { path: "non-VIP pass".into(), extra_ns: 20.0, katran_ns: Some(60.0) }];
-        let all = Everything { machine: &machine, dataplane: &dataplane, flows: &[], control: "control <text>", proxy: &[], lab: &lab };
+        let all = Everything {
+            machine: &machine,
+            dataplane: &dataplane,
+            flows: &[],
+            control: "control <text>",
+            proxy: &[],
+            lab: &lab,
+        };
         let page = html(&all);
         assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>\n"));
         assert!(page.contains("cpu &lt;x&gt;") && page.contains("control &lt;text&gt;"), "text is escaped");
