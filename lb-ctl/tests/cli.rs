@@ -99,15 +99,10 @@ fn commands_and_exit_codes() {
     let d = Daemon::start();
     let list = d.ok(&["backends", "list"]);
     assert!(
-        list.starts_with(
-            "VIP  BACKEND            WEIGHT  HEALTH     STATE   PACKETS  BYTES  FLOWS  IN RING\n"
-        ),
+        list.starts_with("VIP  BACKEND            WEIGHT  HEALTH     STATE   PACKETS  BYTES  FLOWS  IN RING\n"),
         "{list}"
     );
-    assert!(
-        list.contains("web  198.51.100.2:8080     100  unchecked  active        0      0      0  yes"),
-        "{list}"
-    );
+    assert!(list.contains("web  198.51.100.2:8080     100  unchecked  active        0      0      0  yes"), "{list}");
 
     assert_eq!(
         d.ok(&["backends", "add", "web", "198.51.100.3:8080", "--weight", "5"]),
@@ -138,12 +133,8 @@ fn commands_and_exit_codes() {
         d.ok(&["backends", "drain", "203.0.113.10:80", "198.51.100.1:8080"]),
         "web: backend 198.51.100.1:8080 draining: no new flows, established ones stay\n"
     );
-    assert_eq!(
-        d.ok(&["backends", "remove", "web", "198.51.100.3:8080"]),
-        "web: backend 198.51.100.3:8080 removed\n"
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&d.ok(&["backends", "list", "web", "--json"])).unwrap();
+    assert_eq!(d.ok(&["backends", "remove", "web", "198.51.100.3:8080"]), "web: backend 198.51.100.3:8080 removed\n");
+    let json: serde_json::Value = serde_json::from_str(&d.ok(&["backends", "list", "web", "--json"])).unwrap();
     let states: Vec<&str> = json.as_array().unwrap().iter().map(|b| b["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["draining", "active"]);
 
@@ -151,10 +142,7 @@ fn commands_and_exit_codes() {
     assert!(d.ok(&["status"]).starts_with("lb-ctl "));
     assert!(d.ok(&["stats"]).contains("flow_new"));
     let explain = d.ok(&["explain", "web", "192.0.2.7"]);
-    assert!(
-        explain.starts_with("192.0.2.7 -> web: 198.51.100.2:8080\nby the Maglev ring: ring slot"),
-        "{explain}"
-    );
+    assert!(explain.starts_with("192.0.2.7 -> web: 198.51.100.2:8080\nby the Maglev ring: ring slot"), "{explain}");
 
     // Reload with a mistake: exit 1, file:line, nothing changes.
     let before = d.ok(&["backends", "list", "--json"]);
@@ -209,11 +197,7 @@ fn attach_refuses_a_bad_config_before_touching_anything() {
     let socket = dir.path().join("test0.sock");
     let path = dir.path().join("lb.toml");
     std::fs::write(&path, config(&socket, "[[vip]]\nadress = \"203.0.113.11\"\nport = 80\n")).unwrap();
-    let out = Command::new(BIN)
-        .args(["attach", "test0", "--fake-dataplane", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).args(["attach", "test0", "--fake-dataplane", "--config"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("{}:11: unknown field `adress`", path.display())), "{err}");

@@ -213,7 +213,11 @@ balance = "round_robin"
 fn proxy_refuses_xdp_vips() {
     let dir = tempfile::tempdir().unwrap();
     let path: &Path = &dir.path().join("lb.toml");
-    std::fs::write(path, "[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nbackends = [ { address = \"198.51.100.1\" } ]\n").unwrap();
+    std::fs::write(
+        path,
+        "[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nbackends = [ { address = \"198.51.100.1\" } ]\n",
+    )
+    .unwrap();
     let out = Command::new(BIN).args(["proxy", "--config"]).arg(path).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

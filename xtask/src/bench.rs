@@ -26,7 +26,24 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         crate::setup::debian_packages(packages)?;
     }
     // Release builds: the daemon the benchmarks drive, and the benchmarks themselves.
-    cmd("cargo", &["build", "--quiet", "--release", "-p", "lb-ctl", "-p", "lb-tests", "--bin", "lb-ctl", "--bin", "lb-bench", "--bin", "lb-test-backend"])?;
+    cmd(
+        "cargo",
+        &[
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "lb-ctl",
+            "-p",
+            "lb-tests",
+            "--bin",
+            "lb-ctl",
+            "--bin",
+            "lb-bench",
+            "--bin",
+            "lb-test-backend",
+        ],
+    )?;
     let release = target_dir().join("release");
     let mut args = args.to_vec();
     if what == "all" {
@@ -42,7 +59,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             *dir = std::env::current_dir()?.join(&*dir).display().to_string();
         }
     }
-    let status = std::process::Command::new(release.join("lb-bench")).args(&args).env("LB_CTL_BIN", release.join("lb-ctl")).status()?;
+    let status = std::process::Command::new(release.join("lb-bench"))
+        .args(&args)
+        .env("LB_CTL_BIN", release.join("lb-ctl"))
+        .status()?;
     ensure!(status.success(), "lb-bench {what} failed: {status}");
     Ok(())
 }

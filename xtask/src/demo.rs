@@ -8,7 +8,23 @@ pub fn run() -> anyhow::Result<()> {
     ensure!(is_root(), "the demo creates network namespaces and loads XDP programs: run it as root");
     crate::setup::run()?;
     step("building lb-ctl and the lab programs (lb-demo, lb-test-backend)");
-    cmd("cargo", &["build", "--quiet", "-p", "lb-ctl", "-p", "lb-tests", "--bin", "lb-ctl", "--bin", "lb-demo", "--bin", "lb-test-backend"])?;
+    cmd(
+        "cargo",
+        &[
+            "build",
+            "--quiet",
+            "-p",
+            "lb-ctl",
+            "-p",
+            "lb-tests",
+            "--bin",
+            "lb-ctl",
+            "--bin",
+            "lb-demo",
+            "--bin",
+            "lb-test-backend",
+        ],
+    )?;
     let debug = target_dir().join("debug");
     // Ctrl-C reaches the whole process group: lb-demo tears its lab down and exits; this
     // process only waits for it.

@@ -59,7 +59,9 @@ fn bpf_linker() -> anyhow::Result<()> {
         .filter_map(|name| Some(name.strip_prefix("lib")?.strip_suffix(".so")?.to_string()))
         .find(|name| name.starts_with(&format!("LLVM-{LLVM_MAJOR}")));
     let Some(llvm) = llvm else {
-        bail!("no libLLVM-{LLVM_MAJOR} in {lib_dir}: nightly's LLVM must be {LLVM_MAJOR} for bpf-linker {BPF_LINKER_VERSION}");
+        bail!(
+            "no libLLVM-{LLVM_MAJOR} in {lib_dir}: nightly's LLVM must be {LLVM_MAJOR} for bpf-linker {BPF_LINKER_VERSION}"
+        );
     };
     step(&format!("building bpf-linker {BPF_LINKER_VERSION} against nightly's {llvm} (about a minute)"));
     let rustflags = format!("-L native={lib_dir} -l dylib={llvm} -C link-arg=-Wl,-rpath,{lib_dir}");

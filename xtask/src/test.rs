@@ -12,17 +12,43 @@ pub fn run() -> anyhow::Result<()> {
     step("lints: host crates (stable clippy, warnings are errors)");
     cmd(
         "cargo",
-        &["clippy", "--all-targets", "-p", "lb-common", "-p", "lb-ctl", "-p", "lb-proxy", "-p", "xtask", "-p", "lb-tests"]
-            .into_iter()
-            .chain(["--features", "lb-common/user", "--", "-D", "warnings"])
-            .collect::<Vec<_>>(),
+        &[
+            "clippy",
+            "--all-targets",
+            "-p",
+            "lb-common",
+            "-p",
+            "lb-ctl",
+            "-p",
+            "lb-proxy",
+            "-p",
+            "xtask",
+            "-p",
+            "lb-tests",
+        ]
+        .into_iter()
+        .chain(["--features", "lb-common/user", "--", "-D", "warnings"])
+        .collect::<Vec<_>>(),
     )?;
     step("lints: the XDP programs (nightly clippy for the BPF target)");
     cmd(
         "rustup",
         &[
-            "run", "nightly", "cargo", "clippy", "-p", "lb-ebpf", "--target", "bpfel-unknown-none", "-Z",
-            "build-std=core", "--target-dir", "target/bpf-clippy", "--", "-D", "warnings",
+            "run",
+            "nightly",
+            "cargo",
+            "clippy",
+            "-p",
+            "lb-ebpf",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--target-dir",
+            "target/bpf-clippy",
+            "--",
+            "-D",
+            "warnings",
         ],
     )?;
     step("unit suites (every host crate but the root suites; lb-ebpf is tested through them)");

@@ -10,10 +10,7 @@ pub fn step(what: &str) {
 
 /// Runs a command with inherited output; fails if it fails.
 pub fn cmd(program: &str, args: &[&str]) -> anyhow::Result<()> {
-    let status = Command::new(program)
-        .args(args)
-        .status()
-        .with_context(|| format!("starting {program}"))?;
+    let status = Command::new(program).args(args).status().with_context(|| format!("starting {program}"))?;
     if !status.success() {
         bail!("{program} {} failed: {status}", args.join(" "));
     }

@@ -93,8 +93,7 @@ impl Client {
     ) -> Result<T, ClientError> {
         let (status, bytes) = self.raw(method, &format!("{PREFIX}{path}"), body).await?;
         if (200..300).contains(&status) {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| ClientError::Protocol(format!("unexpected answer: {e}")))
+            serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(format!("unexpected answer: {e}")))
         } else {
             let message = match serde_json::from_slice::<ErrorBody>(&bytes) {
                 Ok(b) => b.error,
@@ -115,8 +114,7 @@ impl Client {
             .await
             .map_err(|source| ClientError::Connect { path: self.socket.display().to_string(), source })?;
         let protocol = |e: hyper::Error| ClientError::Protocol(e.to_string());
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(protocol)?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(protocol)?;
         let conn = tokio::spawn(conn);
         let body = match body {
             Some(b) => Bytes::from(serde_json::to_vec(b).map_err(|e| ClientError::Protocol(e.to_string()))?),

@@ -4,8 +4,7 @@ use std::future::Future;
 
 use super::ApiError;
 use super::types::{
-    BackendRequest, BackendView, Changed, ExplainRequest, ExplainView, ReloadView, StatsView, StatusView,
-    VipView,
+    BackendRequest, BackendView, Changed, ExplainRequest, ExplainView, ReloadView, StatsView, StatusView, VipView,
 };
 
 /// A request to the daemon.

@@ -109,10 +109,7 @@ pub fn router<S: Service>(service: S) -> Router {
             "/backends/drain",
             only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Drain))),
         )
-        .route(
-            "/explain",
-            only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Explain))),
-        );
+        .route("/explain", only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Explain))));
     Router::new().nest(PREFIX, routes).fallback(no_such_endpoint).with_state(service)
 }
 

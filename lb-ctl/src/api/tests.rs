@@ -42,10 +42,7 @@ async fn socket_is_private_and_owned() {
 async fn status_vips_and_list() {
     let d = Daemon::start(&lb_toml("")).await;
     let status = d.client.status().await.unwrap();
-    assert_eq!(
-        (status.interface.as_str(), status.vips, status.backends, status.backends_up),
-        ("test0", 2, 3, 3)
-    );
+    assert_eq!((status.interface.as_str(), status.vips, status.backends, status.backends_up), ("test0", 2, 3, 3));
     assert_eq!(status.ring_size, RING);
     let vips = d.client.vips().await.unwrap();
     assert_eq!(vips.iter().map(|v| v.name.clone().unwrap()).collect::<Vec<_>>(), ["web", "dns"]);
@@ -64,7 +61,11 @@ async fn status_vips_and_list() {
     let id = list[0].id;
     d.fake.lock().fake.backend_traffic.insert(id, lb_common::stats::Traffic { packets: 5, bytes: 700 });
     let generation = d.fake.lock().fake.backends[&id].generation;
-    d.fake.lock().fake.flows.insert(FlowKey::default(), FlowEntry { backend_id: id, vip_id: 0, generation, reply_hash: 0 });
+    d.fake
+        .lock()
+        .fake
+        .flows
+        .insert(FlowKey::default(), FlowEntry { backend_id: id, vip_id: 0, generation, reply_hash: 0 });
     let b = d.list().await.into_iter().find(|b| b.id == id).unwrap();
     assert_eq!((b.packets, b.bytes, b.active_flows), (5, 700, 1));
     let stats = d.client.stats().await.unwrap();
@@ -96,8 +97,7 @@ async fn add_drain_remove_change_the_maps() {
     let b = d.list().await.into_iter().find(|b| b.id == drained.backend_id).unwrap();
     assert_eq!((b.state.as_str(), b.in_ring), ("draining", false));
 
-    let removed =
-        d.client.remove_backend(&d.req("203.0.113.10:80", "198.51.100.9:8080", None)).await.unwrap();
+    let removed = d.client.remove_backend(&d.req("203.0.113.10:80", "198.51.100.9:8080", None)).await.unwrap();
     assert_eq!(removed.backend_id, added.backend_id);
     {
         let g = d.fake.lock();
@@ -115,20 +115,14 @@ async fn bad_requests_are_refused_and_change_nothing() {
     let c = &d.client;
     type Case<'a> = ((u16, String), (u16, &'a str));
     let cases: Vec<Case<'_>> = vec![
-        (
-            refused(c.add_backend(&d.req("nope", "198.51.100.9:8080", None)).await),
-            (404, "unknown VIP \"nope\""),
-        ),
+        (refused(c.add_backend(&d.req("nope", "198.51.100.9:8080", None)).await), (404, "unknown VIP \"nope\"")),
         (
             refused(c.add_backend(&d.req("web", "198.51.100.1:8080", None)).await),
             (409, "VIP \"web\" already has backend 198.51.100.1:8080"),
         ),
         (
             refused(c.add_backend(&d.req("web", "198.51.100.300:8080", None)).await),
-            (
-                400,
-                "malformed address \"198.51.100.300:8080\": expected ADDR:PORT or ADDR (IPv6 as [ADDR]:PORT)",
-            ),
+            (400, "malformed address \"198.51.100.300:8080\": expected ADDR:PORT or ADDR (IPv6 as [ADDR]:PORT)"),
         ),
         (
             refused(c.add_backend(&d.req("web", "198.51.100.9:8080", Some(70000))).await),
@@ -152,10 +146,7 @@ async fn bad_requests_are_refused_and_change_nothing() {
             (400, "VIP \"dns\" hashes the 5-tuple (hash = \"flow\"): give the client as ADDR:PORT"),
         ),
         (
-            refused(
-                c.call::<_, Changed>(Method::POST, "/backends", Some(&serde_json::json!({"vip": "web"})))
-                    .await,
-            ),
+            refused(c.call::<_, Changed>(Method::POST, "/backends", Some(&serde_json::json!({"vip": "web"}))).await),
             (400, "invalid request body: missing field `address` at line 1 column 13"),
         ),
         (
@@ -176,10 +167,7 @@ async fn bad_requests_are_refused_and_change_nothing() {
             refused(c.call::<(), Changed>(Method::DELETE, "/backends", None).await),
             (405, "/v1/backends takes POST, not DELETE"),
         ),
-        (
-            refused(c.call::<(), Changed>(Method::GET, "/nothing", None).await),
-            (404, "no such endpoint: /v1/nothing"),
-        ),
+        (refused(c.call::<(), Changed>(Method::GET, "/nothing", None).await), (404, "no such endpoint: /v1/nothing")),
         (
             {
                 let (status, body) = c.raw::<()>(Method::GET, "/status", None).await.unwrap();
@@ -205,12 +193,8 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
     let hash = client_hash(&ipv4_bytes(client), 7);
     let slot = hash % RING;
     let expected = d.fake.lock().fake.rings[&web][slot as usize];
-    let e =
-        d.client.explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33".into() }).await.unwrap();
-    assert_eq!(
-        (e.decision, e.hash, e.slot, e.backend_id),
-        (Decision::Ring, Some(hash), Some(slot), Some(expected))
-    );
+    let e = d.client.explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33".into() }).await.unwrap();
+    assert_eq!((e.decision, e.hash, e.slot, e.backend_id), (Decision::Ring, Some(hash), Some(slot), Some(expected)));
     let addr = d.list().await.into_iter().find(|b| b.id == expected).unwrap().address;
     assert_eq!(e.backend, Some(addr));
     assert_eq!(
@@ -220,11 +204,7 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
         )
     );
     // With a port: the connection table is checked first.
-    let e = d
-        .client
-        .explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into() })
-        .await
-        .unwrap();
+    let e = d.client.explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into() }).await.unwrap();
     assert_eq!(e.decision, Decision::Ring);
     assert!(e.reason.starts_with("not in the connection table: a new flow; ring slot"), "{}", e.reason);
     let other = d.list().await.into_iter().find(|b| b.id != expected && b.vip == "web").unwrap();
@@ -239,29 +219,19 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
     };
     let generation = d.fake.lock().fake.backends[&other.id].generation;
     d.fake.lock().fake.flows.insert(key, FlowEntry { backend_id: other.id, vip_id: web, generation, reply_hash: 0 });
-    let e = d
-        .client
-        .explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into() })
-        .await
-        .unwrap();
+    let e = d.client.explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into() }).await.unwrap();
     assert_eq!((e.decision, e.backend), (Decision::Conntrack, Some(other.address)));
     assert_eq!(
         e.reason,
         format!("connection-table hit: this flow is pinned to backend {} (id {})", other.address, other.id)
     );
     // hash = "flow": the 5-tuple, ports in network order as the program reads them.
-    let hash =
-        flow_hash(&ipv4_bytes(client), &ipv4_bytes([203, 0, 113, 11]), 5353u16.to_be(), 53u16.to_be(), 17, 7);
-    let e = d
-        .client
-        .explain(&ExplainRequest { vip: "dns".into(), client: "192.0.2.33:5353".into() })
-        .await
-        .unwrap();
+    let hash = flow_hash(&ipv4_bytes(client), &ipv4_bytes([203, 0, 113, 11]), 5353u16.to_be(), 53u16.to_be(), 17, 7);
+    let e = d.client.explain(&ExplainRequest { vip: "dns".into(), client: "192.0.2.33:5353".into() }).await.unwrap();
     assert_eq!((e.hash, e.slot), (Some(hash), Some(hash % RING)));
     assert_eq!(e.backend_id, Some(d.fake.lock().fake.rings[&dns][(hash % RING) as usize]));
     d.stop().await;
 }
-
 
 /// A service that answers every request with an empty VIP list.
 #[derive(Clone)]

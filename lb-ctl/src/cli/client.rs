@@ -29,11 +29,9 @@ pub fn find_socket(socket: Option<PathBuf>, iface: Option<String>) -> Result<Pat
             "no daemon socket in {} (is `lb-ctl attach` running? or give --iface / --socket)",
             dir.display()
         )),
-        _ => Err(format!(
-            "several daemons run ({} sockets in {}): pick one with --iface",
-            sockets.len(),
-            dir.display()
-        )),
+        _ => {
+            Err(format!("several daemons run ({} sockets in {}): pick one with --iface", sockets.len(), dir.display()))
+        }
     }
 }
 

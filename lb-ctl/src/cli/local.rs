@@ -36,10 +36,7 @@ pub fn detach(
 ) -> anyhow::Result<()> {
     let socket = socket.unwrap_or_else(|| paths::api_socket(iface));
     if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
-        bail!(
-            "the daemon on {iface} is running ({}); stop it first (systemctl stop lb-ctl@{iface})",
-            socket.display()
-        );
+        bail!("the daemon on {iface} is running ({}); stop it first (systemctl stop lb-ctl@{iface})", socket.display());
     }
     let paths = AttachPaths::balancer(iface, pin_dir, state_dir);
     attach::detach(&paths).with_context(|| format!("detaching from {iface} ({})", paths.pin_dir.display()))?;
@@ -55,7 +52,10 @@ pub fn decap(command: DecapCommand) -> anyhow::Result<()> {
             if let Some(why) = native_refused {
                 eprintln!("lb-ctl: warning: native XDP refused on {iface} ({why}); using skb mode");
             }
-            println!("decapsulator attached to {iface} ({})", if mode == aya::programs::XdpMode::Skb { "skb" } else { "native" });
+            println!(
+                "decapsulator attached to {iface} ({})",
+                if mode == aya::programs::XdpMode::Skb { "skb" } else { "native" }
+            );
         }
         DecapCommand::Detach { iface } => {
             detach_decap(&iface).with_context(|| format!("detaching the decapsulator from {iface}"))?;
@@ -64,4 +64,3 @@ pub fn decap(command: DecapCommand) -> anyhow::Result<()> {
     }
     Ok(())
 }
-

@@ -9,9 +9,8 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let numeric: Vec<bool> = (0..header.len())
-        .map(|i| !rows.is_empty() && rows.iter().all(|r| r[i].parse::<u64>().is_ok()))
-        .collect();
+    let numeric: Vec<bool> =
+        (0..header.len()).map(|i| !rows.is_empty() && rows.iter().all(|r| r[i].parse::<u64>().is_ok())).collect();
     let line = |cells: Vec<&str>| -> String {
         let parts: Vec<String> = cells
             .iter()
@@ -118,8 +117,7 @@ pub fn status(s: &StatusView) -> String {
 
 /// `lb-ctl stats`.
 pub fn stats(s: &StatsView) -> String {
-    let counters: Vec<Vec<String>> =
-        s.counters.iter().map(|c| vec![c.name.clone(), c.value.to_string()]).collect();
+    let counters: Vec<Vec<String>> = s.counters.iter().map(|c| vec![c.name.clone(), c.value.to_string()]).collect();
     let mut out = table(&["COUNTER", "VALUE"], &counters);
     let traffic = |rows: &[crate::api::types::TrafficView]| -> Vec<Vec<String>> {
         rows.iter().map(|t| vec![t.name.clone(), t.packets.to_string(), t.bytes.to_string()]).collect()

@@ -14,8 +14,7 @@ use crate::paths::{self, AttachPaths};
 use crate::state::SavedState;
 
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?;
+    let filter = tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -96,11 +96,7 @@ fn bad_files_give_exact_messages() {
             format!("{VIP}protocol = \"sctp\"\n"),
             &["lb.toml:5: unknown variant `sctp`, expected one of `tcp`, `udp`, `http`"],
         ),
-        (
-            "missing port",
-            "[[vip]]\naddress = \"203.0.113.10\"\n".into(),
-            &["lb.toml:1: missing field `port`"],
-        ),
+        ("missing port", "[[vip]]\naddress = \"203.0.113.10\"\n".into(), &["lb.toml:1: missing field `port`"]),
         (
             "backend port out of range",
             format!("{VIP}backends = [ {{ address = \"198.51.100.1\", port = 70000 }} ]\n"),
@@ -118,8 +114,7 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "malformed addresses",
-            "[[vip]]\naddress = \"203.0.113.300\"\nport = 80\nbackends = [ { address = \"backend-1\" } ]\n"
-                .into(),
+            "[[vip]]\naddress = \"203.0.113.300\"\nport = 80\nbackends = [ { address = \"backend-1\" } ]\n".into(),
             &[
                 "lb.toml:2: vip \"203.0.113.300:80/tcp\": address \"203.0.113.300\" is not an IP address",
                 "lb.toml:4: vip \"203.0.113.300:80/tcp\": backend address \"backend-1\" is not an IP address",
@@ -135,10 +130,7 @@ fn bad_files_give_exact_messages() {
         (
             "duplicate VIP and name",
             format!("{VIP}\n{VIP}"),
-            &[
-                "lb.toml:7: duplicate vip name \"web\"",
-                "lb.toml:8: vip \"web\": duplicate VIP 203.0.113.10:80/tcp",
-            ],
+            &["lb.toml:7: duplicate vip name \"web\"", "lb.toml:8: vip \"web\": duplicate VIP 203.0.113.10:80/tcp"],
         ),
         (
             "http and tcp VIPs on the same address and port",
@@ -165,9 +157,7 @@ fn bad_files_give_exact_messages() {
         (
             "dsr without encap_source",
             format!("{VIP}forwarding = \"dsr-ipip\"\n"),
-            &[
-                "lb.toml:5: vip \"web\": forwarding \"dsr-ipip\" needs encap_source (the outer source address)",
-            ],
+            &["lb.toml:5: vip \"web\": forwarding \"dsr-ipip\" needs encap_source (the outer source address)"],
         ),
         (
             "encap_source without dsr",
@@ -198,9 +188,7 @@ fn bad_files_give_exact_messages() {
         (
             "udp proxy",
             format!("{VIP}protocol = \"udp\"\nforwarding = \"proxy\"\n"),
-            &[
-                "lb.toml:6: vip \"web\": forwarding \"proxy\" supports protocol \"tcp\" and \"http\", not \"udp\"",
-            ],
+            &["lb.toml:6: vip \"web\": forwarding \"proxy\" supports protocol \"tcp\" and \"http\", not \"udp\""],
         ),
         (
             "proxy table on an XDP VIP",
@@ -210,7 +198,9 @@ fn bad_files_give_exact_messages() {
         (
             "misspelt key inside a [vip.proxy] sub-table",
             format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\" }}\n"),
-            &["lb.toml:7: unknown field `conect`, expected one of `connect`, `client_header`, `backend_header`, `idle`, `request`, `queue`, `body`, `tunnel`, `tcp_keepalive`, `handshake`"],
+            &[
+                "lb.toml:7: unknown field `conect`, expected one of `connect`, `client_header`, `backend_header`, `idle`, `request`, `queue`, `body`, `tunnel`, `tcp_keepalive`, `handshake`",
+            ],
         ),
         (
             "bad health values",
@@ -283,10 +273,7 @@ fn too_many_vips_and_backends() {
         .map(|i| format!("{{ address = \"198.51.100.{}\", port = {} }}", i % 250, 1000 + i))
         .collect();
     let text = format!("{VIP}backends = [ {} ]\n", backends.join(", "));
-    assert_eq!(
-        errors(&text),
-        vec!["lb.toml: too many backends: 4097 over all VIPs (at most 4096)".to_string()]
-    );
+    assert_eq!(errors(&text), vec!["lb.toml: too many backends: 4097 over all VIPs (at most 4096)".to_string()]);
 }
 
 #[test]
@@ -301,7 +288,9 @@ fn a_vip_without_backends_is_valid_with_a_warning() {
     let warnings: Vec<String> = c.warnings.iter().map(|w| w.to_string()).collect();
     assert_eq!(
         warnings,
-        ["lb.toml:3: warning: vip \"empty\" has no backends: its packets are dropped (or refused by the proxy) until one is added"]
+        [
+            "lb.toml:3: warning: vip \"empty\" has no backends: its packets are dropped (or refused by the proxy) until one is added"
+        ]
     );
     let example = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example")).unwrap();
     assert!(example.warnings.is_empty());
@@ -310,7 +299,9 @@ fn a_vip_without_backends_is_valid_with_a_warning() {
 #[test]
 fn impossible_backends_are_mistakes() {
     let vip = |backend: &str| {
-        format!("[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nbackends = [ {{ address = \"{backend}\", port = 8080 }} ]\n")
+        format!(
+            "[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nbackends = [ {{ address = \"{backend}\", port = 8080 }} ]\n"
+        )
     };
     assert_eq!(
         errors(&vip("0.0.0.0")),

@@ -12,9 +12,8 @@ use toml::Spanned;
 use super::raw::{RawBackend, RawDaemon, RawFile, RawHealth, RawVip};
 use super::rules;
 use super::{
-    BackendConfig, CheckKind, Config, ConfigError, DEFAULT_WEIGHT, DaemonSettings, Forwarding, HashMode,
-    HealthKind, HealthSpec, MAX_FLOW_TABLE_SIZE, MAX_RING_SIZE, Problem, Protocol, VipConfig, VipSpec,
-    health_defaults,
+    BackendConfig, CheckKind, Config, ConfigError, DEFAULT_WEIGHT, DaemonSettings, Forwarding, HashMode, HealthKind,
+    HealthSpec, MAX_FLOW_TABLE_SIZE, MAX_RING_SIZE, Problem, Protocol, VipConfig, VipSpec, health_defaults,
 };
 
 /// Parses a duration such as `2s`, `500ms` or `1m 30s`.
@@ -148,10 +147,7 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
         if is_prime(v as u32) {
             out.ring_size = v as u32;
         } else {
-            c.error(
-                s.span(),
-                format!("daemon: ring_size must be a prime number (Maglev), got {v}; e.g. 65537"),
-            );
+            c.error(s.span(), format!("daemon: ring_size must be a prime number (Maglev), got {v}; e.g. 65537"));
         }
     }
     if let Some(s) = &d.flow_table_size
@@ -226,9 +222,7 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
     {
         c.error(
             v.address.span(),
-            format!(
-                "{at}: IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")"
-            ),
+            format!("{at}: IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")"),
         );
     }
     let hash = v.hash.as_ref().map(|h| *h.get_ref()).unwrap_or(HashMode::Ip);
@@ -367,11 +361,7 @@ fn health(c: &mut Checker<'_>, at: &str, layers: &[&Spanned<RawHealth>]) -> Opti
         let span = pick!(timeout).map(|s| s.span()).unwrap_or(at_line.clone());
         c.error(
             span,
-            format!(
-                "{at}: health timeout ({}) must not exceed interval ({})",
-                fmt_duration(t),
-                fmt_duration(i)
-            ),
+            format!("{at}: health timeout ({}) must not exceed interval ({})", fmt_duration(t), fmt_duration(i)),
         );
     }
     let count = |c: &mut Checker<'_>, s: Option<&Spanned<i64>>, what: &str, default: u32| match s {
@@ -395,10 +385,7 @@ fn health(c: &mut Checker<'_>, at: &str, layers: &[&Spanned<RawHealth>]) -> Opti
             if let Some(s) = path
                 && (!p.starts_with('/') || p.chars().any(|ch| ch.is_whitespace() || ch.is_control()))
             {
-                c.error(
-                    s.span(),
-                    format!("{at}: health path must start with '/' and contain no spaces, got {p:?}"),
-                );
+                c.error(s.span(), format!("{at}: health path must start with '/' and contain no spaces, got {p:?}"));
             }
             let st = match status {
                 Some(s) => c.int(s, 100..=599, &format!("{at}: health status")).map(|v| v as u16),
@@ -429,10 +416,7 @@ fn across_vips(c: &mut Checker<'_>, raw: &[Spanned<RawVip>], vips: &[VipConfig])
         let key = (v.address, v.port, v.protocol.ip_proto());
         if !keys.insert(key) {
             let span = line_span(c.text, v.line);
-            c.error(
-                span,
-                format!("vip {:?}: duplicate VIP {}:{}/{}", v.label(), v.address, v.port, wire(v.protocol)),
-            );
+            c.error(span, format!("vip {:?}: duplicate VIP {}:{}/{}", v.label(), v.address, v.port, wire(v.protocol)));
         }
     }
     if raw.len() > MAX_VIPS as usize {

@@ -35,10 +35,7 @@ impl Writer {
             },
         };
         if ip.is_ipv4() != v.address.is_ipv4() {
-            return Err(ApiError::bad_request(format!(
-                "client {ip} and VIP {} are not of the same family",
-                v.address
-            )));
+            return Err(ApiError::bad_request(format!("client {ip} and VIP {} are not of the same family", v.address)));
         }
         let (src, family) = ip_bytes(ip);
         let (dst, _) = ip_bytes(v.address);
@@ -112,8 +109,7 @@ impl Writer {
             view.backend_id = Some(id);
             view.backend = b.map(|b| b.address);
             let name = b.map_or(format!("id {id}"), |b| format!("{} (id {id})", b.address));
-            let mut why =
-                format!("ring slot {slot} of {ring_size} ({what} {hash:#010x}) holds backend {name}");
+            let mut why = format!("ring slot {slot} of {ring_size} ({what} {hash:#010x}) holds backend {name}");
             if crate::state::plan::all_down(v) {
                 why.push_str(&format!(
                     "; no backend is healthy, the VIP fails {}",

@@ -55,9 +55,7 @@ impl DaemonHandle {
     /// Sends `request` to the writer and waits for its answer.
     pub async fn call(&self, request: Request) -> Result<Response, ApiError> {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(Command::Call(request, reply))
-            .map_err(|_| ApiError::internal("the daemon is stopping"))?;
+        self.tx.send(Command::Call(request, reply)).map_err(|_| ApiError::internal("the daemon is stopping"))?;
         answer.await.map_err(|_| ApiError::internal("the daemon is stopping"))?
     }
 }
@@ -67,7 +65,6 @@ impl Service for DaemonHandle {
         DaemonHandle::call(self, request).await
     }
 }
-
 
 /// Settings that do not come from lb.toml.
 #[derive(Clone, Debug, Default)]
@@ -92,11 +89,7 @@ pub struct Daemon {
 impl Daemon {
     /// Builds the state of `config`, writes it to `dataplane`, starts the health checkers and
     /// the writer. Must be called from within a tokio runtime.
-    pub fn start(
-        config: Config,
-        mut dataplane: Box<dyn Dataplane>,
-        options: Options,
-    ) -> Result<Daemon, DaemonError> {
+    pub fn start(config: Config, mut dataplane: Box<dyn Dataplane>, options: Options) -> Result<Daemon, DaemonError> {
         let previous = options.ids_file.as_deref().and_then(load_saved);
         let (skeleton, mut applier) = match &previous {
             Some(saved) => {
@@ -107,7 +100,9 @@ impl Daemon {
                 let applier = if options.maps_reused {
                     Applier::assuming(MapContents::of(&skeleton))
                 } else {
-                    tracing::warn!("saved ids but no pinned maps: writing every map afresh (established flows were lost with the maps)");
+                    tracing::warn!(
+                        "saved ids but no pinned maps: writing every map afresh (established flows were lost with the maps)"
+                    );
                     Applier::default()
                 };
                 (skeleton, applier)

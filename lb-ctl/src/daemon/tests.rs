@@ -43,10 +43,7 @@ async fn reload_applies_the_difference_and_a_bad_file_changes_nothing() {
     // Settings fixed for the life of the maps.
     std::fs::write(d.config_path(), lb_toml("").replace("ring_size = 251", "ring_size = 257")).unwrap();
     let (_, message) = refused(d.client.reload().await);
-    assert!(
-        message.ends_with("daemon.ring_size cannot change without a restart (running 251, file 257)"),
-        "{message}"
-    );
+    assert!(message.ends_with("daemon.ring_size cannot change without a restart (running 251, file 257)"), "{message}");
     assert_eq!((d.fake.snapshot(), d.list().await), before);
     d.stop().await;
 }
@@ -95,8 +92,7 @@ async fn health_transitions_reach_the_ring_through_the_writer() {
 async fn a_restart_keeps_ids_and_api_changes_and_a_reload_undoes_them() {
     let fake = SharedFake::default();
     let d = Daemon::start_on(tempfile::tempdir().unwrap(), fake.clone(), &lb_toml("")).await;
-    let before: Vec<(String, u32)> =
-        d.list().await.into_iter().map(|b| (b.address.to_string(), b.id)).collect();
+    let before: Vec<(String, u32)> = d.list().await.into_iter().map(|b| (b.address.to_string(), b.id)).collect();
     let added = d.client.add_backend(&d.req("web", "198.51.100.9:8080", Some(30))).await.unwrap();
     d.client.drain_backend(&d.req("web", "198.51.100.2:8080", None)).await.unwrap();
     d.client.remove_backend(&d.req("dns", "198.51.100.3:53", None)).await.unwrap();
@@ -120,8 +116,7 @@ async fn a_restart_keeps_ids_and_api_changes_and_a_reload_undoes_them() {
     // A reload makes the file the truth again, and says what it undid.
     let r = d.client.reload().await.unwrap();
     assert!(r.message.contains("undid 3 API changes"), "{}", r.message);
-    let mut after: Vec<(String, u32)> =
-        d.list().await.into_iter().map(|b| (b.address.to_string(), b.id)).collect();
+    let mut after: Vec<(String, u32)> = d.list().await.into_iter().map(|b| (b.address.to_string(), b.id)).collect();
     after.sort();
     let mut before = before;
     before.sort();

@@ -31,8 +31,7 @@ impl Writer {
             .vips
             .iter()
             .map(|v| {
-                let traffic =
-                    if v.forwarding.is_xdp() { self.dp.vip_traffic(v.id)? } else { Default::default() };
+                let traffic = if v.forwarding.is_xdp() { self.dp.vip_traffic(v.id)? } else { Default::default() };
                 Ok(VipView {
                     id: v.id,
                     name: v.name.clone(),
@@ -44,11 +43,7 @@ impl Writer {
                     all_down_policy: v.all_down.as_str().into(),
                     all_down: crate::state::plan::all_down(v),
                     backends: v.backends.len(),
-                    healthy: v
-                        .backends
-                        .iter()
-                        .filter(|b| b.health.is_usable() && b.effective_weight() > 0)
-                        .count(),
+                    healthy: v.backends.iter().filter(|b| b.health.is_usable() && b.effective_weight() > 0).count(),
                     packets: traffic.packets,
                     bytes: traffic.bytes,
                 })
@@ -69,8 +64,7 @@ impl Writer {
             let label = v.label();
             let proxied = proxy_stats.iter().find(|s| s.name == label);
             for b in &v.backends {
-                let traffic =
-                    if v.forwarding.is_xdp() { self.dp.backend_traffic(b.id)? } else { Default::default() };
+                let traffic = if v.forwarding.is_xdp() { self.dp.backend_traffic(b.id)? } else { Default::default() };
                 let by_proxy = proxied.and_then(|s| s.backends.iter().find(|pb| pb.addr == b.address));
                 out.push(BackendView {
                     vip: v.label(),
@@ -96,12 +90,8 @@ impl Writer {
     }
 
     pub(super) fn stats(&self) -> Result<StatsView, ApiError> {
-        let counters = self
-            .dp
-            .counters()?
-            .into_iter()
-            .map(|(c, value)| CounterView { name: c.name().into(), value })
-            .collect();
+        let counters =
+            self.dp.counters()?.into_iter().map(|(c, value)| CounterView { name: c.name().into(), value }).collect();
         let mut vips = Vec::new();
         let mut backends = Vec::new();
         for v in self.state.vips.iter().filter(|v| v.forwarding.is_xdp()) {

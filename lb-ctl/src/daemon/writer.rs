@@ -80,7 +80,8 @@ impl Writer {
             if state.vips.iter().all(|v| v.forwarding.is_xdp()) {
                 return Ok(());
             }
-            let proxy = ProxyRuntime::new(self.runtime.clone()).map_err(|e| ApiError::internal(format!("proxy: {e}")))?;
+            let proxy =
+                ProxyRuntime::new(self.runtime.clone()).map_err(|e| ApiError::internal(format!("proxy: {e}")))?;
             self.proxy = Some(proxy);
         }
         let proxy = self.proxy.as_mut().expect("started above");
@@ -126,9 +127,7 @@ impl Writer {
                 self.change("removed", |s| s.remove_backend(&r.vip, &r.address)).map(Response::Changed)
             }
             Request::Drain(r) => self
-                .change("draining: no new flows, established ones stay", |s| {
-                    s.drain_backend(&r.vip, &r.address)
-                })
+                .change("draining: no new flows, established ones stay", |s| s.drain_backend(&r.vip, &r.address))
                 .map(Response::Changed),
             Request::Stats => self.stats().map(Response::Stats),
             Request::Explain(r) => self.explain(&r).map(Response::Explain),
