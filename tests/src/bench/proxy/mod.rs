@@ -43,6 +43,7 @@ pub struct ProxyRun {
     pub requests_per_sec: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    pub p999_ms: Option<f64>,
     pub errors: u64,
     /// CPU time of the proxy's processes per request, in microseconds (not for `direct`).
     pub cpu_us_per_request: Option<f64>,
@@ -107,9 +108,11 @@ pub fn run() -> Result<Vec<ProxyRun>> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>8} {:>10}",
-        "peer", "test", "requests/s", "p50", "p99", "errors", "CPU/req"
+        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>10} {:>8} {:>10}",
+        "peer", "test", "requests/s", "p50", "p99", "p99.9", "errors", "CPU/req"
     );
+    let p999 = dir.path().join("p999.lua");
+    std::fs::write(&p999, wrk::P999_SCRIPT)?;
     let rounds = rounds();
     let mut results = Vec::new();
     for round in 1..=rounds {
@@ -118,12 +121,12 @@ pub fn run() -> Result<Vec<ProxyRun>> {
         }
         for (test, path, tcp) in TESTS {
             // A direct run gives the backends' own ceiling in the same conditions.
-            let direct = wrk(backend_ports[0], path)?;
+            let direct = wrk(backend_ports[0], path, &p999)?;
             print_row("direct", &format!("{test} (1 backend)"), &direct);
             for &(name, h, t) in &peers {
                 let pid = procs.pid(name);
                 let before = pid.map(super::cpu::tree_seconds);
-                let mut r = wrk(if tcp { t } else { h }, path)?;
+                let mut r = wrk(if tcp { t } else { h }, path, &p999)?;
                 if let (Some(pid), Some(before)) = (pid, before) {
                     let used = super::cpu::tree_seconds(pid) - before;
                     r.cpu_us_per_request = Some(used * 1e6 / r.requests.max(1) as f64);
@@ -169,6 +172,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
             requests_per_sec: r.rps,
             p50_ms: r.p50_ms,
             p99_ms: r.p99_ms,
+            p999_ms: r.p999_ms,
             errors: r.errors,
             cpu_us_per_request: r.cpu_us_per_request,
         })

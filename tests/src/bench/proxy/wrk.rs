@@ -9,6 +9,8 @@ pub struct WrkResult {
     pub rps: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// From wrk's Lua hook (`--latency` stops at the 99th percentile).
+    pub p999_ms: Option<f64>,
     pub errors: u64,
     /// Requests wrk completed in the run.
     pub requests: u64,
@@ -18,8 +20,9 @@ pub struct WrkResult {
 
 pub fn print_row(peer: &str, test: &str, r: &WrkResult) {
     let cpu = r.cpu_us_per_request.map_or("-".to_string(), |us| format!("{us:.1}us"));
+    let p999 = r.p999_ms.map_or("-".to_string(), fmt_ms);
     println!(
-        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {:>8} {cpu:>10}",
+        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {p999:>10} {:>8} {cpu:>10}",
         r.rps,
         fmt_ms(r.p50_ms),
         fmt_ms(r.p99_ms),
@@ -31,8 +34,14 @@ pub fn fmt_ms(ms: f64) -> String {
     if ms < 1.0 { format!("{:.0}us", ms * 1000.0) } else { format!("{ms:.2}ms") }
 }
 
-pub fn wrk(port: u16, path: &str) -> Result<WrkResult> {
+/// wrk's Lua hook that prints the 99.9th latency percentile in `--latency`'s format.
+pub const P999_SCRIPT: &str = "done = function(summary, latency, requests)\n  io.write(string.format(\"99.9%% %.2fus\\n\", latency:percentile(99.9)))\nend\n";
+
+/// Runs wrk against `port`; `script` is [`P999_SCRIPT`] written to a file.
+pub fn wrk(port: u16, path: &str, script: &std::path::Path) -> Result<WrkResult> {
     let out = Command::new("wrk")
+        .arg("-s")
+        .arg(script)
         .args([
             format!("-t{WORKERS}"),
             format!("-c{CONNECTIONS}"),
@@ -53,7 +62,7 @@ pub fn wrk(port: u16, path: &str) -> Result<WrkResult> {
 
 pub fn parse_wrk(text: &str) -> Option<WrkResult> {
     let mut rps = None;
-    let (mut p50, mut p99) = (None, None);
+    let (mut p50, mut p99, mut p999) = (None, None, None);
     let mut errors = 0u64;
     let mut requests = 0u64;
     for line in text.lines() {
@@ -63,6 +72,7 @@ pub fn parse_wrk(text: &str) -> Option<WrkResult> {
             [n, "requests", "in", ..] => requests = n.parse().unwrap_or(0),
             ["50%", v] => p50 = parse_duration_ms(v),
             ["99%", v] => p99 = parse_duration_ms(v),
+            ["99.9%", v] => p999 = parse_duration_ms(v),
             // "Non-2xx or 3xx responses: N" and "Socket errors: connect A, read B, write C, timeout D"
             ["Non-2xx", "or", "3xx", "responses:", n] => errors += n.parse::<u64>().unwrap_or(0),
             ["Socket", "errors:", rest @ ..] => {
@@ -71,7 +81,7 @@ pub fn parse_wrk(text: &str) -> Option<WrkResult> {
             _ => {}
         }
     }
-    Some(WrkResult { rps: rps?, p50_ms: p50?, p99_ms: p99?, errors, requests, cpu_us_per_request: None })
+    Some(WrkResult { rps: rps?, p50_ms: p50?, p99_ms: p99?, p999_ms: p999, errors, requests, cpu_us_per_request: None })
 }
 
 /// wrk prints latencies like `812.00us`, `1.23ms`, `2.01s`.
@@ -101,6 +111,7 @@ mod tests {
      75%    1.10ms
      90%    1.50ms
      99%    3.20ms
+99.9% 5120.00us
   80000 requests in 4.00s, 90.00MB read
   Socket errors: connect 0, read 2, write 0, timeout 1
   Non-2xx or 3xx responses: 5
@@ -111,6 +122,7 @@ Transfer/sec:     22.50MB
         assert_eq!(r.rps, 20000.5);
         assert!((r.p50_ms - 0.812).abs() < 1e-9);
         assert_eq!(r.p99_ms, 3.2);
+        assert_eq!(r.p999_ms, Some(5.12));
         assert_eq!(r.errors, 8);
     }
 }
