@@ -1,5 +1,6 @@
 //! Commands that run the daemon in the foreground: `attach` (XDP, and the proxy VIPs) and
 //! `proxy` (proxy VIPs only, no XDP).
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
@@ -16,7 +17,11 @@ use crate::state::SavedState;
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter =
         tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour codes only for a terminal: journald and log files get plain text.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
