@@ -80,6 +80,19 @@ pub enum Command {
     Decap(DecapCommand),
     /// Run the userspace proxy for the proxy VIPs of a configuration.
     Proxy(ProxyArgs),
+    /// Print the shell completion script for SHELL (e.g. `lb-ctl completions bash >
+    /// /usr/share/bash-completion/completions/lb-ctl`).
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (lb-ctl.1 and lb-ctl-SUBCOMMAND.1) into DIR.
+    #[command(hide = true)]
+    Man {
+        /// Directory to write the pages into (created if missing).
+        dir: PathBuf,
+    },
 }
 
 /// `lb-ctl proxy`: the proxy VIPs of a configuration, without XDP (and without root for
