@@ -21,6 +21,7 @@ pub enum Compression {
     /// For a package to ship.
     Xz,
     /// For the tests, which package a large debug binary.
+    #[cfg_attr(not(test), allow(dead_code))]
     None,
 }
 

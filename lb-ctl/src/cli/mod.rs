@@ -6,5 +6,6 @@ pub mod args;
 pub mod client;
 pub mod docs;
 pub mod local;
+pub mod preconditions;
 pub mod render;
 pub mod start;

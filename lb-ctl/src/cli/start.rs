@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 
 use super::args::{AttachArgs, LogFormat, ProxyArgs};
+use super::preconditions;
 use crate::config::Config;
 use crate::daemon::{self, Listeners};
 use crate::dataplane::Dataplane;
@@ -37,6 +38,10 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
         Err(e) => bail!("{} has mistakes, nothing was attached:\n{e}", args.config.display()),
     };
     let iface = args.iface.clone();
+    if !args.fake_dataplane {
+        preconditions::check_privileges()?;
+    }
+    preconditions::check_forwarding(&config, &iface, args.enable_forwarding)?;
     let paths = AttachPaths::balancer(&iface, args.pin_dir.clone(), args.state_dir.clone());
     check_pinned_ring_size(&paths, &config, &iface)?;
     let socket = config.api_socket(&iface);
