@@ -101,7 +101,8 @@ pub fn install(binary: &Path, layout: &Layout) -> anyhow::Result<Vec<PathBuf>> {
         let text = std::fs::read_to_string(Path::new(CRATE_DIR).join(unit)).with_context(|| format!("reading {unit}"))?;
         let text = text
             .replace(UNIT_BINARY, &bin.display().to_string())
-            .replace(UNIT_CONFIG_DIR, &layout.config.display().to_string());
+            .replace(UNIT_CONFIG_DIR, &layout.config.display().to_string())
+            .replace("/usr/share/doc/lb-ctl", &layout.share().join("doc/lb-ctl").display().to_string());
         created.write(layout, &layout.units.join(unit), text.as_bytes(), 0o644)?;
     }
     let share = layout.share();

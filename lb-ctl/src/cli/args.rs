@@ -234,7 +234,7 @@ pub enum DecapCommand {
 pub fn parse_log_level(text: &str) -> Result<String, String> {
     tracing_subscriber::EnvFilter::try_new(text)
         .map(|_| text.to_string())
-        .map_err(|e| format!("{e}: expected error, warn, info, debug, trace, or per module (lb_ctl=debug)"))
+        .map_err(|e| format!("{e} (a level, or per module: lb_ctl=debug,warn)"))
 }
 
 /// An IPv4 prefix (`198.51.100.0/24`) or a single address (`198.51.100.1`, as /32).
