@@ -133,8 +133,8 @@ pub struct AttachArgs {
     /// Directory of the saved ids (default /run/lb-ctl).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
-    /// Set net.ipv4.ip_forward=1 (net.ipv6.conf.all.forwarding=1 for IPv6) in this network
-    /// namespace if a NAT VIP needs it; without this flag, attach refuses to start with it off.
+    /// Set net.ipv4.ip_forward=1 in this network namespace if it is off (NAT and DSR VIPs need
+    /// it); without this flag, attach refuses to start with it off.
     #[arg(long)]
     pub enable_forwarding: bool,
     /// Test only: keep the maps in memory instead of loading the XDP program.

@@ -1,12 +1,12 @@
 //! What `attach` needs from the host, checked before anything is touched, each failure saying
-//! the fix: the privileges to load XDP, and IP forwarding for NAT VIPs (their packets leave
-//! through the kernel's FIB, which drops them with forwarding off: drop_no_route, no warning).
-use std::net::IpAddr;
+//! the fix: the privileges to load XDP, and IP forwarding for the XDP VIPs (NAT and DSR packets
+//! leave by `bpf_fib_lookup` on the ingress interface, which fails with forwarding off there:
+//! every new flow dropped as drop_no_route, no warning).
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 
-use crate::config::{Config, Forwarding};
+use crate::config::Config;
 
 const CAP_NET_ADMIN: u32 = 12;
 const CAP_SYS_ADMIN: u32 = 21;
@@ -52,30 +52,22 @@ impl Switch {
     }
 }
 
-/// The switches NAT VIPs of `config` need on `iface`: the global one, then the interface's own
-/// (which the FIB lookup reads; the global one sets it when written).
+/// The switches the XDP VIPs of `config` need on `iface` (the data plane routes IPv4): the
+/// global one, then the interface's own, which the FIB lookup reads (writing the global one
+/// sets it).
 fn switches(config: &Config, iface: &str) -> Vec<Switch> {
     // An interface that is not in this namespace has nothing to forward (attach then fails on
     // it; the in-memory test mode runs on made-up names).
     if !PathBuf::from(format!("/proc/sys/net/ipv4/conf/{iface}")).exists() {
         return Vec::new();
     }
-    let nat = |v6: bool| config.vips.iter().any(|v| v.forwarding == Forwarding::Nat && matches!(v.address, IpAddr::V6(_)) == v6);
-    let mut needed = Vec::new();
-    if nat(false) {
-        needed.push(Switch::global("net.ipv4.ip_forward", "ipv4/ip_forward"));
-        needed.push(Switch::interface("ipv4", iface));
+    if !config.vips.iter().any(|v| v.forwarding.is_xdp()) {
+        return Vec::new();
     }
-    if nat(true) {
-        needed.push(Switch::global("net.ipv6.conf.all.forwarding", "ipv6/conf/all/forwarding"));
-        needed.push(Switch::interface("ipv6", iface));
-    }
-    // No file, nothing to check (IPv6 turned off).
-    needed.retain(|s| s.file.exists());
-    needed
+    vec![Switch::global("net.ipv4.ip_forward", "ipv4/ip_forward"), Switch::interface("ipv4", iface)]
 }
 
-/// Fails if a NAT VIP would have its packets dropped for forwarding being off; with `enable`,
+/// Fails if the XDP VIPs would have their packets dropped for forwarding being off; with `enable`,
 /// turns forwarding on instead (in this network namespace).
 pub fn check_forwarding(config: &Config, iface: &str, enable: bool) -> anyhow::Result<()> {
     for switch in switches(config, iface) {
@@ -88,7 +80,7 @@ pub fn check_forwarding(config: &Config, iface: &str, enable: bool) -> anyhow::R
             continue;
         }
         bail!(
-            "{}=0: packets of the NAT VIPs would be dropped (no route). Turn it on with \
+            "{}=0: new flows of the NAT and DSR VIPs would be dropped (no route). Turn it on with \
              `sysctl -w {}=1` (or pass --enable-forwarding), then attach again",
             switch.name,
             switch.name
