@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use lb_ctl::cli::args::{Cli, Command};
-use lb_ctl::cli::{client, local, start};
+use lb_ctl::cli::{client, docs, local, start};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -22,6 +22,8 @@ fn main() -> ExitCode {
             local::detach(&iface, pin_dir, state_dir, socket).map(|()| ExitCode::SUCCESS)
         }
         Command::Decap(command) => local::decap(command).map(|()| ExitCode::SUCCESS),
+        Command::Completions { shell } => docs::completions(shell).map(|()| ExitCode::SUCCESS),
+        Command::Man { dir } => docs::man_pages(&dir).map(|()| ExitCode::SUCCESS),
         command => return client::client_command(cli.socket, cli.daemon_iface, command),
     };
     match result {

@@ -232,3 +232,72 @@ fn non_root_users_are_refused() {
     // Root still gets in.
     d.ok(&["status"]);
 }
+
+/// The subcommands a user sees, for the completion and man page checks.
+const SUBCOMMANDS: &[&str] = &[
+    "attach",
+    "validate",
+    "reload",
+    "detach",
+    "backends",
+    "vips",
+    "status",
+    "stats",
+    "explain",
+    "decap",
+    "proxy",
+    "completions",
+];
+
+#[test]
+fn completions_for_every_shell_name_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(BIN).args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}: {}", String::from_utf8_lossy(&out.stderr));
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(!script.is_empty(), "{shell}: empty script");
+        for sub in SUBCOMMANDS {
+            assert!(script.contains(sub), "{shell} completions do not mention {sub}");
+        }
+    }
+    let out = Command::new(BIN).args(["completions", "tcsh-ish"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "an unknown shell is a usage error");
+}
+
+#[test]
+fn man_pages_are_written_for_every_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN).arg("man").arg(dir.path().join("man1")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut pages = vec!["lb-ctl".to_string()];
+    pages.extend(SUBCOMMANDS.iter().map(|s| format!("lb-ctl-{s}")));
+    pages.extend(
+        [
+            "backends-add",
+            "backends-remove",
+            "backends-drain",
+            "backends-list",
+            "vips-list",
+            "decap-attach",
+            "decap-detach",
+        ]
+        .map(|s| format!("lb-ctl-{s}")),
+    );
+    for page in pages {
+        let path = dir.path().join("man1").join(format!("{page}.1"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}.1 is not a man page");
+    }
+    assert!(!dir.path().join("man1/lb-ctl-man.1").exists(), "the hidden man command has no page");
+}
+
+#[test]
+fn a_bad_log_level_is_refused_before_anything_starts() {
+    let out = Command::new(BIN)
+        .args(["proxy", "--config", "/nonexistent.toml", "--log-level", "lb_ctl=loud"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-level") && err.contains("lb_ctl=debug"), "{err}");
+}

@@ -4,6 +4,8 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod fuzz;
+mod install;
+mod package;
 mod setup;
 mod test;
 mod util;
@@ -39,6 +41,19 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Install lb-ctl (release build), its systemd units, completions, man pages and example
+    /// configuration; or remove exactly what an install put there.
+    Install {
+        /// Install under DIR (units in DIR/lib/systemd/system, configuration in DIR/etc/lb-ctl)
+        /// instead of /usr/local (units in /etc/systemd/system, configuration in /etc/lb-ctl).
+        #[arg(long, value_name = "DIR")]
+        prefix: Option<std::path::PathBuf>,
+        /// Remove what the install with this prefix put there.
+        #[arg(long)]
+        uninstall: bool,
+    },
+    /// Build target/debian/lb-ctl_VERSION_ARCH.deb holding the same files (for /usr).
+    Package,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,5 +63,7 @@ fn main() -> anyhow::Result<()> {
         Task::Demo => demo::run(),
         Task::Fuzz { frames, seed } => fuzz::run(frames, seed),
         Task::Bench { args } => bench::run(&args),
+        Task::Install { prefix, uninstall } => install::run(prefix, uninstall),
+        Task::Package => package::run(),
     }
 }

@@ -10,8 +10,9 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The LLVM major version of the nightly toolchain; bpf-linker must use the same one.
 const LLVM_MAJOR: &str = "22";
 /// Debian packages the suites use: ip/bridge/veth (iproute2), ethtool (offloads off on veths),
-/// ping (neighbour warm-up), sysctl (procps).
-const DEBIAN_PACKAGES: &[&str] = &["iproute2", "ethtool", "iputils-ping", "procps"];
+/// ping (neighbour warm-up), sysctl (procps), systemd-analyze (systemd: the install tests verify
+/// the installed units).
+const DEBIAN_PACKAGES: &[&str] = &["iproute2", "ethtool", "iputils-ping", "procps", "systemd"];
 
 pub fn run() -> anyhow::Result<()> {
     nightly()?;

@@ -26,6 +26,7 @@ pub enum Command {
     Attach(AttachArgs),
     /// Check a configuration file and print its mistakes (file:line), without touching anything.
     Validate {
+        /// Configuration file to check (lb.toml, see lb.toml.example).
         #[arg(long, short = 'c')]
         config: PathBuf,
     },
@@ -36,6 +37,7 @@ pub enum Command {
     /// is stopped or restarting), its pinned maps with the connection table, and the saved
     /// ids. Stop the daemon first.
     Detach {
+        /// Interface the balancer was attached to.
         iface: String,
         /// bpffs directory of the maps (default /sys/fs/bpf/lb-ctl/IFACE).
         #[arg(long)]
@@ -52,11 +54,13 @@ pub enum Command {
     Vips(VipsCommand),
     /// The daemon's state at a glance.
     Status {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Counters of the data plane, per VIP and per backend.
     Stats {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -67,6 +71,7 @@ pub enum Command {
         /// ADDR, or ADDR:PORT (the port is needed to check the connection table and for
         /// hash = "flow" VIPs).
         client: String,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -75,6 +80,19 @@ pub enum Command {
     Decap(DecapCommand),
     /// Run the userspace proxy for the proxy VIPs of a configuration.
     Proxy(ProxyArgs),
+    /// Print the shell completion script for SHELL (e.g. `lb-ctl completions bash >
+    /// /usr/share/bash-completion/completions/lb-ctl`).
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (lb-ctl.1 and lb-ctl-SUBCOMMAND.1) into DIR.
+    #[command(hide = true)]
+    Man {
+        /// Directory to write the pages into (created if missing).
+        dir: PathBuf,
+    },
 }
 
 /// `lb-ctl proxy`: the proxy VIPs of a configuration, without XDP (and without root for
@@ -85,9 +103,11 @@ pub struct ProxyArgs {
     /// forwarding "proxy").
     #[arg(long, short = 'c')]
     pub config: PathBuf,
+    /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    #[arg(long, default_value = "info")]
+    /// A tracing filter: error, warn, info, debug, trace, or per module (lb_ctl=debug).
+    #[arg(long, default_value = "info", value_parser = parse_log_level)]
     pub log_level: String,
 }
 
@@ -101,10 +121,11 @@ pub struct AttachArgs {
     /// native (driver), skb (generic), or auto: native, else skb with a warning saying why.
     #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
     pub xdp_mode: XdpMode,
+    /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// A tracing filter: error, warn, info, debug, trace, or per module (lb_ctl=debug).
-    #[arg(long, default_value = "info")]
+    #[arg(long, default_value = "info", value_parser = parse_log_level)]
     pub log_level: String,
     /// bpffs directory to pin the maps in (default /sys/fs/bpf/lb-ctl/IFACE).
     #[arg(long)]
@@ -112,6 +133,10 @@ pub struct AttachArgs {
     /// Directory of the saved ids (default /run/lb-ctl).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Set net.ipv4.ip_forward=1 in this network namespace if it is off (NAT and DSR VIPs need
+    /// it); without this flag, attach refuses to start with it off.
+    #[arg(long)]
+    pub enable_forwarding: bool,
     /// Test only: keep the maps in memory instead of loading the XDP program.
     #[arg(long, hide = true)]
     pub fake_dataplane: bool,
@@ -129,7 +154,9 @@ pub enum XdpMode {
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object a line (for journald and log shippers).
     Json,
 }
 
@@ -137,6 +164,7 @@ pub enum LogFormat {
 pub enum BackendsCommand {
     /// Add a backend (it takes traffic once healthy).
     Add {
+        /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
         vip: String,
         /// ADDR:PORT, or ADDR for the VIP's port.
         address: String,
@@ -145,12 +173,24 @@ pub enum BackendsCommand {
         weight: Option<u64>,
     },
     /// Remove a backend: its flows move to other backends.
-    Remove { vip: String, address: String },
+    Remove {
+        /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
+        vip: String,
+        /// The backend: ADDR:PORT, or ADDR for the VIP's port.
+        address: String,
+    },
     /// Drain a backend: no new flows, established ones stay.
-    Drain { vip: String, address: String },
+    Drain {
+        /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
+        vip: String,
+        /// The backend: ADDR:PORT, or ADDR for the VIP's port.
+        address: String,
+    },
     /// Backends with weight, health, state, traffic and active flows.
     List {
+        /// Only this VIP's backends (name, ADDR:PORT[/PROTOCOL] or ADDR).
         vip: Option<String>,
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -160,6 +200,7 @@ pub enum BackendsCommand {
 pub enum VipsCommand {
     /// The VIPs with their forwarding, health summary and traffic.
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -170,17 +211,30 @@ pub enum DecapCommand {
     /// Attach the IPIP decapsulator to IFACE (on a DSR backend). It stays attached after this
     /// command exits (pinned under /sys/fs/bpf/lb-ctl/decap-IFACE).
     Attach {
+        /// Interface of the DSR backend that receives the IPIP traffic.
         iface: String,
         /// Outer sources to accept IPIP from: the balancers' `encap_source` addresses, as
         /// ADDR or PREFIX/LEN; repeat for more (0.0.0.0/0 accepts any source). IPIP from
         /// elsewhere is left to the stack, unopened.
         #[arg(long = "from", required = true, value_name = "PREFIX", value_parser = parse_prefix)]
         from: Vec<Ipv4Net>,
+        /// native (driver), skb (generic), or auto: native, else skb with a warning.
         #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
         xdp_mode: XdpMode,
     },
     /// Detach it.
-    Detach { iface: String },
+    Detach {
+        /// Interface the decapsulator is attached to.
+        iface: String,
+    },
+}
+
+/// A `--log-level` checked when the command line is read: a filter tracing cannot parse is a
+/// usage error (exit 2), not a daemon that starts and then fails.
+pub fn parse_log_level(text: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(|_| text.to_string())
+        .map_err(|e| format!("{e} (a level, or per module: lb_ctl=debug,warn)"))
 }
 
 /// An IPv4 prefix (`198.51.100.0/24`) or a single address (`198.51.100.1`, as /32).
@@ -197,5 +251,49 @@ impl From<XdpMode> for AttachMode {
             XdpMode::Skb => AttachMode::Skb,
             XdpMode::Auto => AttachMode::Auto,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    /// Every subcommand and every argument says what it is for in `--help`.
+    #[test]
+    fn every_subcommand_and_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "lb-ctl", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_bad_log_level_is_a_usage_error() {
+        let err = Cli::try_parse_from(["lb-ctl", "proxy", "-c", "x.toml", "--log-level", "lb_ctl=loud"])
+            .err()
+            .expect("a bad level must not parse");
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("--log-level"), "{err}");
+        assert!(Cli::try_parse_from(["lb-ctl", "proxy", "-c", "x.toml", "--log-level", "lb_ctl=debug,warn"]).is_ok());
     }
 }

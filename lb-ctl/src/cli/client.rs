@@ -108,6 +108,8 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         | Command::Validate { .. }
         | Command::Detach { .. }
         | Command::Decap(_)
-        | Command::Proxy { .. } => unreachable!("handled without the daemon"),
+        | Command::Proxy { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => unreachable!("handled without the daemon"),
     })
 }

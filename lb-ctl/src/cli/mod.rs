@@ -1,8 +1,11 @@
 //! The command line: `args` defines it, `start` runs the daemon (`attach`, `proxy`), `local`
 //! runs the commands that need no daemon, `client` the ones that ask a running daemon, and
+//! `docs` prints completions and man pages, and
 //! `render` prints the daemon's answers (kept apart so it can be tested).
 pub mod args;
 pub mod client;
+pub mod docs;
 pub mod local;
+pub mod preconditions;
 pub mod render;
 pub mod start;

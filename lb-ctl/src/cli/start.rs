@@ -1,10 +1,12 @@
 //! Commands that run the daemon in the foreground: `attach` (XDP, and the proxy VIPs) and
 //! `proxy` (proxy VIPs only, no XDP).
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 
 use super::args::{AttachArgs, LogFormat, ProxyArgs};
+use super::preconditions;
 use crate::config::Config;
 use crate::daemon::{self, Listeners};
 use crate::dataplane::Dataplane;
@@ -15,7 +17,11 @@ use crate::state::SavedState;
 
 fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour codes only for a terminal: journald and log files get plain text.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -31,6 +37,10 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
         Err(e) => bail!("{} has mistakes, nothing was attached:\n{e}", args.config.display()),
     };
     let iface = args.iface.clone();
+    if !args.fake_dataplane {
+        preconditions::check_privileges()?;
+    }
+    preconditions::check_forwarding(&config, &iface, args.enable_forwarding)?;
     let paths = AttachPaths::balancer(&iface, args.pin_dir.clone(), args.state_dir.clone());
     check_pinned_ring_size(&paths, &config, &iface)?;
     let socket = config.api_socket(&iface);

@@ -64,7 +64,7 @@ fn maglev() {
 /// A daemon on `lo` of namespace `ns` (skb mode: no traffic is involved) with `vips_toml`;
 /// returns it and how long it took to answer. Stopped and detached on drop.
 fn start_daemon(ns: &Netns, tag: &str, vips_toml: &str) -> (Daemon, Duration) {
-    let mut d = Daemon::new(ns, "lo", tag, &["--xdp-mode", "skb", "--log-level", "warn"]);
+    let mut d = Daemon::new(ns, "lo", tag, &["--xdp-mode", "skb", "--log-level", "warn", "--enable-forwarding"]);
     d.write_config_text(&format!(
         "[daemon]\napi_socket = \"{}\"\nring_size = {RING}\nflow_table_size = 65536\nnexthop_ttl = \"0s\"\n\n{vips_toml}",
         d.socket().display()
