@@ -22,6 +22,8 @@ pub enum Request {
     Stats,
     Explain(ExplainRequest),
     Reload,
+    /// Every metric, in the OpenMetrics text format.
+    Metrics,
 }
 
 /// The daemon's answer to a [`Request`].
@@ -34,6 +36,8 @@ pub enum Response {
     Stats(StatsView),
     Explain(ExplainView),
     Reloaded(ReloadView),
+    /// OpenMetrics text.
+    Metrics(String),
 }
 
 impl Response {
@@ -47,6 +51,7 @@ impl Response {
             Response::Stats(v) => serde_json::to_value(v),
             Response::Explain(v) => serde_json::to_value(v),
             Response::Reloaded(v) => serde_json::to_value(v),
+            Response::Metrics(text) => Ok(serde_json::Value::String(text.clone())),
         };
         value.expect("API views serialize to JSON")
     }

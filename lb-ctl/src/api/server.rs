@@ -24,7 +24,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 
 use super::types::{BackendsQuery, PREFIX};
-use super::{ApiError, Request, Service};
+use super::{ApiError, Request, Response, Service};
 use crate::paths;
 
 /// Largest request body accepted.
@@ -97,6 +97,7 @@ pub fn router<S: Service>(service: S) -> Router {
         .route("/vips", only("GET", get(|State(s): State<S>| call(s, Request::Vips))))
         .route("/stats", only("GET", get(|State(s): State<S>| call(s, Request::Stats))))
         .route("/reload", only("POST", post(|State(s): State<S>| call(s, Request::Reload))))
+        .route("/metrics", only("GET", get(metrics::<S>)))
         .route(
             "/backends",
             only("POST", get(backends::<S>).post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Add))),
@@ -141,6 +142,19 @@ async fn call<S: Service>(service: S, request: Request) -> Answer {
 /// A request whose parameters are the JSON body.
 async fn with_body<S: Service, T: DeserializeOwned>(service: S, body: Bytes, request: fn(T) -> Request) -> Answer {
     call(service, request(json_body(&body)?)).await
+}
+
+/// The metrics, as Prometheus scrapes them.
+async fn metrics<S: Service>(State(service): State<S>) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse as _;
+    match service.call(Request::Metrics).await? {
+        Response::Metrics(text) => Ok((
+            [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            text,
+        )
+            .into_response()),
+        _ => Err(ApiError::internal("unexpected answer to a metrics request")),
+    }
 }
 
 async fn backends<S: Service>(

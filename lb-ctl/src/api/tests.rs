@@ -286,3 +286,41 @@ async fn half_sent_requests_time_out_and_connections_are_capped() {
     stop.send(()).unwrap();
     server.await.unwrap();
 }
+
+/// `/v1/metrics` is OpenMetrics text a Prometheus server can scrape: every sample line is
+/// `name{labels} value`, it ends with `# EOF`, and the figures are those of `backends list`
+/// and `stats`.
+#[tokio::test]
+async fn metrics_are_openmetrics_and_agree_with_the_list() {
+    let d = Daemon::start(&lb_toml("")).await;
+    let first = d.list().await[0].clone();
+    d.fake.lock().fake.backend_traffic.insert(first.id, lb_common::stats::Traffic { packets: 42, bytes: 4200 });
+    let (status, body) = d.client.raw::<()>(Method::GET, "/v1/metrics", None).await.unwrap();
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let mut samples = std::collections::HashMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {line:?}"));
+        let name_ok = series.split('{').next().unwrap().chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        assert!(name_ok && series.starts_with("lb_"), "metric name: {line:?}");
+        assert!(!series.contains('{') || series.ends_with('}'), "labels: {line:?}");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value: {line:?}"));
+        samples.insert(series.to_string(), value);
+    }
+    let backend = |name: &str, b: &BackendView| format!("{name}{{vip=\"{}\",backend=\"{}\"}}", b.vip, b.address);
+    assert_eq!(samples[&backend("lb_backend_packets_total", &first)], 42.0);
+    assert_eq!(samples[&backend("lb_backend_bytes_total", &first)], 4200.0);
+    for b in d.list().await {
+        let up = matches!(b.health, Health::Up | Health::Unchecked);
+        assert_eq!(samples[&backend("lb_backend_up", &b)], f64::from(u8::from(up)), "{b:?}");
+        assert_eq!(samples[&backend("lb_backend_in_ring", &b)], f64::from(u8::from(b.in_ring)));
+    }
+    for c in d.client.stats().await.unwrap().counters {
+        let series = format!("lb_dataplane_packets_total{{verdict=\"{}\"}}", c.name);
+        assert_eq!(samples.get(&series), Some(&(c.value as f64)), "{series}");
+    }
+    assert!(samples.contains_key("lb_daemon_uptime_seconds"));
+    assert_eq!(samples["lb_daemon_reloads_total{result=\"ok\"}"], 0.0);
+    d.stop().await;
+}

@@ -6,6 +6,7 @@
 //! only send messages. Every change is made on a copy of the state, applied as a map
 //! difference, and kept only if the data plane accepted it.
 mod explain;
+mod metrics;
 mod serve;
 mod views;
 mod writer;

@@ -42,6 +42,8 @@ pub(super) struct Writer {
     pub(super) options: Options,
     pub(super) started: Instant,
     pub(super) last_reload: Option<ReloadView>,
+    /// Reloads done and refused, for metrics.
+    pub(super) reloads: (u64, u64),
     saved: Option<SavedState>,
     /// The userspace proxy for proxy VIPs, started with the first of them.
     pub(super) proxy: Option<ProxyRuntime>,
@@ -66,6 +68,7 @@ impl Writer {
             options,
             started: Instant::now(),
             last_reload: None,
+            reloads: (0, 0),
             saved: None,
             proxy: None,
             runtime: tokio::runtime::Handle::current(),
@@ -130,6 +133,7 @@ impl Writer {
                 .change("draining: no new flows, established ones stay", |s| s.drain_backend(&r.vip, &r.address))
                 .map(Response::Changed),
             Request::Stats => self.stats().map(Response::Stats),
+            Request::Metrics => self.metrics().map(Response::Metrics),
             Request::Explain(r) => self.explain(&r).map(Response::Explain),
             Request::Reload => {
                 let view = self.reload();
@@ -222,6 +226,11 @@ impl Writer {
                 }
             }
         };
+        if view.ok {
+            self.reloads.0 += 1;
+        } else {
+            self.reloads.1 += 1;
+        }
         self.last_reload = Some(view.clone());
         view
     }

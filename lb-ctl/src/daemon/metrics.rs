@@ -1,0 +1,92 @@
+//! `/v1/metrics`: the daemon's state and the data plane's counters for Prometheus, in the
+//! OpenMetrics text format (which Prometheus scrapes natively), built from the same reads as
+//! `backends list`, `vips list` and `stats`.
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::writer::Writer;
+use crate::api::ApiError;
+use crate::state::Health;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// A family of counters or gauges, registered under `name`.
+fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
+where
+    M: prometheus_client::metrics::TypedMetric
+        + prometheus_client::encoding::EncodeMetric
+        + std::fmt::Debug
+        + Default
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    let family = Family::<Labels, M>::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+impl Writer {
+    pub(super) fn metrics(&self) -> Result<String, ApiError> {
+        let mut registry = Registry::with_prefix("lb");
+        let uptime: Gauge = Gauge::default();
+        registry.register("daemon_uptime_seconds", "Seconds since the daemon started", uptime.clone());
+        uptime.set(self.started.elapsed().as_secs() as i64);
+        let reloads = family::<Counter>(&mut registry, "daemon_reloads", "Reloads, by result (ok, refused)");
+        reloads.get_or_create(&vec![("result", "ok".into())]).inc_by(self.reloads.0);
+        reloads.get_or_create(&vec![("result", "refused".into())]).inc_by(self.reloads.1);
+
+        let verdicts =
+            family::<Counter>(&mut registry, "dataplane_packets", "Packets the XDP program handled, by verdict");
+        for (counter, value) in self.dp.counters()? {
+            verdicts.get_or_create(&vec![("verdict", counter.name().to_string())]).inc_by(value);
+        }
+
+        let vip_packets = family::<Counter>(&mut registry, "vip_packets", "Packets to the VIP (XDP VIPs)");
+        let vip_bytes = family::<Counter>(&mut registry, "vip_bytes", "Bytes to the VIP (XDP VIPs)");
+        let vip_healthy = family::<Gauge>(&mut registry, "vip_healthy_backends", "Backends that may take new flows");
+        for v in self.vips()? {
+            let labels = vec![("vip", v.name.unwrap_or_else(|| format!("{}:{}", v.address, v.port)))];
+            vip_packets.get_or_create(&labels).inc_by(v.packets);
+            vip_bytes.get_or_create(&labels).inc_by(v.bytes);
+            vip_healthy.get_or_create(&labels).set(v.healthy as i64);
+        }
+
+        let packets = family::<Counter>(&mut registry, "backend_packets", "Packets sent to the backend (XDP VIPs)");
+        let bytes = family::<Counter>(&mut registry, "backend_bytes", "Bytes sent to the backend (XDP VIPs)");
+        let flows = family::<Gauge>(
+            &mut registry,
+            "backend_flows",
+            "Connection-table entries (XDP) or requests in progress (proxy)",
+        );
+        let up = family::<Gauge>(
+            &mut registry,
+            "backend_up",
+            "1 when the backend's health allows new flows (up or unchecked)",
+        );
+        let in_ring = family::<Gauge>(&mut registry, "backend_in_ring", "1 when the backend takes new flows");
+        let requests = family::<Counter>(&mut registry, "proxy_requests", "Requests the proxy sent to the backend");
+        let errors = family::<Counter>(&mut registry, "proxy_errors", "Failed requests to the backend (proxy VIPs)");
+        for b in self.backends(None)? {
+            let labels = vec![("vip", b.vip.clone()), ("backend", b.address.to_string())];
+            packets.get_or_create(&labels).inc_by(b.packets);
+            bytes.get_or_create(&labels).inc_by(b.bytes);
+            flows.get_or_create(&labels).set(b.active_flows as i64);
+            up.get_or_create(&labels).set(i64::from(matches!(b.health, Health::Up | Health::Unchecked)));
+            in_ring.get_or_create(&labels).set(i64::from(b.in_ring));
+            if let Some(n) = b.requests {
+                requests.get_or_create(&labels).inc_by(n);
+            }
+            if let Some(n) = b.errors {
+                errors.get_or_create(&labels).inc_by(n);
+            }
+        }
+        let mut out = String::new();
+        encode(&mut out, &registry).map_err(|e| ApiError::internal(format!("encoding metrics: {e}")))?;
+        Ok(out)
+    }
+}
