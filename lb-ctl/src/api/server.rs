@@ -114,6 +114,11 @@ pub fn router<S: Service>(service: S) -> Router {
     Router::new().nest(PREFIX, routes).fallback(no_such_endpoint).with_state(service)
 }
 
+/// The metrics port's routes: `GET /metrics` only (read-only, no control API).
+pub fn metrics_router<S: Service>(service: S) -> Router {
+    Router::new().route("/metrics", only("GET", get(metrics::<S>))).fallback(no_such_endpoint).with_state(service)
+}
+
 /// Answers a method the route does not take.
 fn only<S: Service>(takes: &'static str, route: MethodRouter<S>) -> MethodRouter<S> {
     route.fallback(move |method: Method, OriginalUri(uri): OriginalUri| async move {

@@ -324,3 +324,35 @@ async fn metrics_are_openmetrics_and_agree_with_the_list() {
     assert_eq!(samples["lb_daemon_reloads_total{result=\"ok\"}"], 0.0);
     d.stop().await;
 }
+
+/// The metrics port serves `/metrics` and nothing of the control API.
+#[tokio::test]
+async fn the_metrics_port_serves_metrics_only() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let d = Daemon::start(&lb_toml("")).await;
+    let get = |path: &'static str| async move {
+        let mut s = tokio::net::TcpStream::connect(d.metrics).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    let metrics = get("/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains("lb_backend_up{") && metrics.ends_with("# EOF\n"), "{metrics}");
+    for path in ["/v1/status", "/v1/backends", "/v1/metrics"] {
+        let answer = get(path).await;
+        assert!(answer.starts_with("HTTP/1.1 404"), "{path}: {answer}");
+    }
+    let post = {
+        let mut s = tokio::net::TcpStream::connect(d.metrics).await.unwrap();
+        s.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    d.stop().await;
+}

@@ -120,6 +120,12 @@ fn run(
                 .with_context(|| format!("binding the admin TCP port {addr}"))?;
             listeners.tcp = Some(tcp);
         }
+        if let Some(addr) = config.daemon.metrics {
+            let tcp = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the metrics port {addr}"))?;
+            listeners.metrics = Some(tcp);
+        }
         let opened = match open(&config) {
             Ok(opened) => opened,
             Err(e) => {

@@ -46,6 +46,8 @@ pub struct DaemonSettings {
     /// Optional TCP admin listener (same API, no authentication): loopback unless
     /// `api_tcp_allow_remote = true`.
     pub api_tcp: Option<SocketAddr>,
+    /// Optional TCP listener serving only `/metrics` (read-only, for Prometheus).
+    pub metrics: Option<SocketAddr>,
     /// Maglev slots per VIP (a prime). Fixed for the life of the maps: a reload cannot change it.
     pub ring_size: u32,
     /// Connection-table entries. Fixed for the life of the maps.
@@ -64,6 +66,7 @@ impl Default for DaemonSettings {
         DaemonSettings {
             api_socket: None,
             api_tcp: None,
+            metrics: None,
             ring_size: lb_common::limits::DEFAULT_RING_SIZE,
             flow_table_size: lb_common::limits::DEFAULT_FLOWS,
             hash_seed: 0,

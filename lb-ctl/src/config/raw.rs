@@ -19,6 +19,7 @@ pub(super) struct RawDaemon {
     pub api_socket: Option<Spanned<String>>,
     pub api_tcp: Option<Spanned<String>>,
     pub api_tcp_allow_remote: Option<Spanned<bool>>,
+    pub metrics: Option<Spanned<String>>,
     pub ring_size: Option<Spanned<i64>>,
     pub flow_table_size: Option<Spanned<i64>>,
     pub hash_seed: Option<Spanned<i64>>,

@@ -316,3 +316,13 @@ fn impossible_backends_are_mistakes() {
         ["lb.toml:5: vip \"web\": backend 203.0.113.10:8080: the VIP itself: its traffic would loop"]
     );
 }
+
+#[test]
+fn the_metrics_port_is_an_address() {
+    let c = parse("[daemon]\nmetrics = \"127.0.0.1:9721\"\n").unwrap();
+    assert_eq!(c.daemon.metrics, Some("127.0.0.1:9721".parse().unwrap()));
+    assert_eq!(
+        errors("[daemon]\nmetrics = \"9721\"\n"),
+        ["lb.toml:2: daemon: metrics must be ADDR:PORT, got \"9721\""]
+    );
+}

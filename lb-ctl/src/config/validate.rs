@@ -141,6 +141,12 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
             Err(_) => c.error(s.span(), format!("daemon: api_tcp must be PORT or ADDR:PORT, got {text:?}")),
         }
     }
+    if let Some(s) = &d.metrics {
+        match s.get_ref().parse::<SocketAddr>() {
+            Ok(addr) => out.metrics = Some(addr),
+            Err(_) => c.error(s.span(), format!("daemon: metrics must be ADDR:PORT, got {:?}", s.get_ref())),
+        }
+    }
     if let Some(s) = &d.ring_size
         && let Some(v) = c.int(s, 2..=MAX_RING_SIZE as i64, "daemon: ring_size")
     {

@@ -16,12 +16,14 @@ pub struct Listeners {
     pub unix: ControlSocket,
     /// The optional admin TCP port (`[daemon] api_tcp`).
     pub tcp: Option<TcpListener>,
+    /// The optional metrics port (`[daemon] metrics`): `/metrics` only.
+    pub metrics: Option<TcpListener>,
     pub limits: api::server::Limits,
 }
 
 impl Listeners {
     pub fn unix(unix: ControlSocket) -> Listeners {
-        Listeners { unix, tcp: None, limits: api::server::Limits::default() }
+        Listeners { unix, tcp: None, metrics: None, limits: api::server::Limits::default() }
     }
 }
 
@@ -53,9 +55,20 @@ pub async fn serve(
             let _ = handle.call(Request::Reload).await;
         }
     });
+    let metrics = listeners.metrics.map(|listener| {
+        let router = api::server::metrics_router(daemon.handle());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::warn!(error = %e, "metrics port: serving failed");
+            }
+        })
+    });
     // The socket's lock stays held (in `listeners.unix`) until this function returns.
     api::server::serve(daemon.handle(), listeners.unix.listener, listeners.tcp, listeners.limits, shutdown).await;
     reloads.abort();
+    if let Some(task) = metrics {
+        task.abort();
+    }
     let dataplane = daemon.stop().await;
     tracing::info!(interface = %interface, "stopped; an attached balancer keeps forwarding (`lb-ctl detach` removes it)");
     Ok(dataplane)

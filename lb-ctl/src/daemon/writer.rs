@@ -243,6 +243,7 @@ impl Writer {
             ("flow_table_size", old.flow_table_size.to_string(), new.flow_table_size.to_string()),
             ("api_socket", format!("{:?}", old.api_socket), format!("{:?}", new.api_socket)),
             ("api_tcp", format!("{:?}", old.api_tcp), format!("{:?}", new.api_tcp)),
+            ("metrics", format!("{:?}", old.metrics), format!("{:?}", new.metrics)),
         ];
         let changed: Vec<String> = fixed
             .iter()

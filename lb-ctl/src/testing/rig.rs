@@ -42,6 +42,8 @@ pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub client: Client,
     pub fake: SharedFake,
+    /// The metrics port (`[daemon] metrics`), on 127.0.0.1 port 0.
+    pub metrics: std::net::SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Box<dyn Dataplane>>>,
 }
@@ -73,14 +75,18 @@ impl Daemon {
             maps_reused,
         };
         let dp: Box<dyn Dataplane> = Box::new(fake.clone());
+        let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let metrics = metrics_listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
-            daemon::serve(config, daemon::Listeners::unix(listener), dp, options, async {
+            let mut listeners = daemon::Listeners::unix(listener);
+            listeners.metrics = Some(metrics_listener);
+            daemon::serve(config, listeners, dp, options, async {
                 let _ = stopped.await;
             })
             .await
             .unwrap()
         });
-        let d = Daemon { client: Client::new(socket), dir, fake, stop: Some(stop), task: Some(task) };
+        let d = Daemon { client: Client::new(socket), dir, fake, metrics, stop: Some(stop), task: Some(task) };
         // Answers once the initial maps are written.
         d.client.status().await.unwrap();
         d
