@@ -51,7 +51,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
             .with_context(|| format!("creating {}", paths.state_dir.display()))?;
         if memory {
             tracing::warn!("test mode: in-memory maps, no XDP program");
-            return Ok(Opened::memory());
+            return Ok(DaemonDataplane::memory());
         }
         let options = OpenOptions {
             mode: args.xdp_mode.into(),
@@ -61,7 +61,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
         };
         let opened = attach::open(&iface, &options).with_context(|| format!("attaching the balancer to {iface}"))?;
         let xdp_mode = Some(opened.mode_name().to_string());
-        Ok(Opened { maps_reused: opened.reused_maps, xdp_mode, dataplane: Box::new(opened.dataplane) })
+        Ok(DaemonDataplane { maps_reused: opened.reused_maps, xdp_mode, dataplane: Box::new(opened.dataplane) })
     })
 }
 
@@ -83,20 +83,20 @@ pub fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let socket = config.daemon.api_socket.clone().unwrap_or_else(paths::proxy_socket);
     let options = daemon::Options { interface: "proxy".into(), ..Default::default() };
     // No XDP: the map writer writes to memory, which only `stats` and `explain` read.
-    run(config, socket, options, |_| Ok(Opened::memory()))
+    run(config, socket, options, |_| Ok(DaemonDataplane::memory()))
 }
 
 /// The data plane a command runs the daemon with.
-struct Opened {
+struct DaemonDataplane {
     dataplane: Box<dyn Dataplane>,
     /// The attach mode, for XDP.
     xdp_mode: Option<String>,
     maps_reused: bool,
 }
 
-impl Opened {
-    fn memory() -> Opened {
-        Opened { dataplane: Box::new(MemoryDataplane::default()), xdp_mode: None, maps_reused: false }
+impl DaemonDataplane {
+    fn memory() -> DaemonDataplane {
+        DaemonDataplane { dataplane: Box::new(MemoryDataplane::default()), xdp_mode: None, maps_reused: false }
     }
 }
 
@@ -106,7 +106,7 @@ fn run(
     config: Config,
     socket: PathBuf,
     mut options: daemon::Options,
-    open: impl FnOnce(&Config) -> anyhow::Result<Opened>,
+    open: impl FnOnce(&Config) -> anyhow::Result<DaemonDataplane>,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async move {
