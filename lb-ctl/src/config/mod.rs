@@ -3,6 +3,7 @@
 //! [`Config::load`] reads and checks the whole file before anything uses it: every mistake is
 //! reported as `FILE:LINE: what is wrong`, all of them at once, and a file with any mistake
 //! yields no [`Config`]. Every key is documented in `lb-ctl/lb.toml.example`.
+mod health;
 mod raw;
 pub mod rules;
 mod validate;
@@ -54,6 +55,8 @@ pub struct DaemonSettings {
     pub flow_table_size: u32,
     /// Seed of the flow hash. Changing it re-places every flow that is not in the connection table.
     pub hash_seed: u32,
+    /// New flows each CPU records a second; past it new flows are placed unrecorded. 0 = no limit.
+    pub new_flow_budget: u32,
     /// How long the data plane reuses a next-hop (route + neighbour) lookup, in ms; 0 looks
     /// up every packet.
     pub nexthop_ttl_ms: u32,
@@ -70,6 +73,7 @@ impl Default for DaemonSettings {
             ring_size: lb_common::limits::DEFAULT_RING_SIZE,
             flow_table_size: lb_common::limits::DEFAULT_FLOWS,
             hash_seed: 0,
+            new_flow_budget: lb_common::limits::DEFAULT_NEW_FLOW_BUDGET,
             nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
             all_down: AllDownPolicy::Forward,
         }
@@ -148,6 +152,10 @@ pub struct BackendConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct HealthSpec {
     pub check: CheckKind,
+    /// Where the check connects when not the backend's own address (HAProxy's `addr`/`port`):
+    /// e.g. a separate health port, or a backend reached through a tunnel.
+    #[serde(default)]
+    pub address: Option<SocketAddr>,
     pub interval: Duration,
     pub timeout: Duration,
     /// Successes in a row that bring a backend up.

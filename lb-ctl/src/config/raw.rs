@@ -23,6 +23,7 @@ pub(super) struct RawDaemon {
     pub ring_size: Option<Spanned<i64>>,
     pub flow_table_size: Option<Spanned<i64>>,
     pub hash_seed: Option<Spanned<i64>>,
+    pub new_flow_budget: Option<Spanned<i64>>,
     pub nexthop_ttl: Option<Spanned<String>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,
 }
@@ -57,6 +58,7 @@ pub(super) struct RawBackend {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHealth {
     pub kind: Option<Spanned<HealthKind>>,
+    pub address: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub status: Option<Spanned<i64>>,
     pub interval: Option<Spanned<String>>,

@@ -67,6 +67,7 @@ backends = [ { address = "198.51.100.1" }, { address = "198.51.100.2", health = 
             check: CheckKind::Tcp,
             interval: Duration::from_millis(500),
             timeout: Duration::from_millis(500),
+            address: None,
             rise: 2,
             fall: 3
         }
@@ -312,6 +313,12 @@ fn impossible_backends_are_mistakes() {
         ["lb.toml:5: vip \"web\": backend 255.255.255.255:8080: a broadcast or multicast address is not one host"]
     );
     assert_eq!(
+        errors(&vip("127.0.0.1")),
+        [
+            "lb.toml:5: vip \"web\": backend 127.0.0.1:8080: a loopback address is this host, which the XDP data plane cannot forward to (use forwarding = \"proxy\")"
+        ]
+    );
+    assert_eq!(
         errors(&vip("203.0.113.10")),
         ["lb.toml:5: vip \"web\": backend 203.0.113.10:8080: the VIP itself: its traffic would loop"]
     );
@@ -324,5 +331,28 @@ fn the_metrics_port_is_an_address() {
     assert_eq!(
         errors("[daemon]\nmetrics = \"9721\"\n"),
         ["lb.toml:2: daemon: metrics must be ADDR:PORT, got \"9721\""]
+    );
+}
+
+#[test]
+fn a_check_may_connect_elsewhere_than_the_backend() {
+    let c = parse(&format!(
+        "{VIP}health = {{ kind = \"tcp\" }}\nbackends = [ {{ address = \"198.51.100.1\", health = {{ address = \"127.0.0.1:9000\" }} }} ]\n"
+    ))
+    .unwrap();
+    let h = c.vips[0].backends[0].health.as_ref().unwrap();
+    assert_eq!((h.check.clone(), h.address), (CheckKind::Tcp, Some("127.0.0.1:9000".parse().unwrap())));
+    assert_eq!(
+        errors(&format!("{VIP}backends = [ {{ address = \"198.51.100.1\", health = {{ address = \"9000\" }} }} ]\n")),
+        ["lb.toml:5: vip \"web\": health address must be ADDR:PORT, got \"9000\""]
+    );
+}
+
+#[test]
+fn the_new_flow_budget_is_a_daemon_setting() {
+    assert_eq!(parse("[daemon]\nnew_flow_budget = 0\n").unwrap().daemon.new_flow_budget, 0);
+    assert_eq!(
+        errors("[daemon]\nnew_flow_budget = -1\n"),
+        ["lb.toml:2: daemon: new_flow_budget must be 0-4294967295, got -1"]
     );
 }

@@ -9,11 +9,12 @@ use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
 use lb_common::maglev::is_prime;
 use toml::Spanned;
 
+use super::health::health;
 use super::raw::{RawBackend, RawDaemon, RawFile, RawHealth, RawVip};
 use super::rules;
 use super::{
-    BackendConfig, CheckKind, Config, ConfigError, DEFAULT_WEIGHT, DaemonSettings, Forwarding, HashMode, HealthKind,
-    HealthSpec, MAX_FLOW_TABLE_SIZE, MAX_RING_SIZE, Problem, Protocol, VipConfig, VipSpec, health_defaults,
+    BackendConfig, Config, ConfigError, DEFAULT_WEIGHT, DaemonSettings, Forwarding, HashMode, MAX_FLOW_TABLE_SIZE,
+    MAX_RING_SIZE, Problem, Protocol, VipConfig, VipSpec,
 };
 
 /// Parses a duration such as `2s`, `500ms` or `1m 30s`.
@@ -21,25 +22,25 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. \"2s\" or \"500ms\")"))
 }
 
-struct Checker<'a> {
+pub(super) struct Checker<'a> {
     file: String,
     text: &'a str,
-    problems: Vec<Problem>,
+    pub(super) problems: Vec<Problem>,
 }
 
 impl Checker<'_> {
-    fn line_of(&self, span: Range<usize>) -> usize {
+    pub(super) fn line_of(&self, span: Range<usize>) -> usize {
         let end = span.start.min(self.text.len());
         self.text[..end].bytes().filter(|b| *b == b'\n').count() + 1
     }
 
-    fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
+    pub(super) fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
         let line = Some(self.line_of(span));
         self.problems.push(Problem { file: self.file.clone(), line, message: message.into() });
     }
 
     /// An integer in `range`, or a problem saying `what` must be in it.
-    fn int(&mut self, value: &Spanned<i64>, range: std::ops::RangeInclusive<i64>, what: &str) -> Option<i64> {
+    pub(super) fn int(&mut self, value: &Spanned<i64>, range: std::ops::RangeInclusive<i64>, what: &str) -> Option<i64> {
         let v = *value.get_ref();
         if range.contains(&v) {
             Some(v)
@@ -49,7 +50,7 @@ impl Checker<'_> {
         }
     }
 
-    fn ip(&mut self, value: &Spanned<String>, what: &str) -> Option<IpAddr> {
+    pub(super) fn ip(&mut self, value: &Spanned<String>, what: &str) -> Option<IpAddr> {
         match value.get_ref().parse::<IpAddr>() {
             Ok(ip) => Some(ip),
             Err(_) => {
@@ -165,6 +166,11 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
         && let Some(v) = c.int(s, 0..=u32::MAX as i64, "daemon: hash_seed")
     {
         out.hash_seed = v as u32;
+    }
+    if let Some(s) = &d.new_flow_budget
+        && let Some(v) = c.int(s, 0..=u32::MAX as i64, "daemon: new_flow_budget")
+    {
+        out.new_flow_budget = v as u32;
     }
     if let Some(s) = &d.nexthop_ttl {
         match parse_duration(s.get_ref()) {
@@ -328,83 +334,6 @@ fn backend(
         return None;
     }
     Some(BackendConfig { address: SocketAddr::new(ip?, port?), weight: weight?, health })
-}
-
-/// The check made of `layers` (the VIP's table, then the backend's overrides), key by key.
-fn health(c: &mut Checker<'_>, at: &str, layers: &[&Spanned<RawHealth>]) -> Option<HealthSpec> {
-    if layers.is_empty() {
-        return None;
-    }
-    // The last layer that sets a key wins.
-    macro_rules! pick {
-        ($field:ident) => {
-            layers.iter().rev().find_map(|l| l.get_ref().$field.as_ref())
-        };
-    }
-    let kind = pick!(kind).map(|k| *k.get_ref()).unwrap_or(HealthKind::Tcp);
-    let at_line = layers.last().map(|l| l.span()).unwrap_or(0..0);
-    let duration = |c: &mut Checker<'_>, s: Option<&Spanned<String>>, what: &str, default: Duration| match s {
-        None => Some(default),
-        Some(s) => match parse_duration(s.get_ref()) {
-            Ok(d) if d.is_zero() => {
-                c.error(s.span(), format!("{at}: health {what} must be more than zero"));
-                None
-            }
-            Ok(d) => Some(d),
-            Err(e) => {
-                c.error(s.span(), format!("{at}: health {what} {:?}: {e}", s.get_ref()));
-                None
-            }
-        },
-    };
-    let interval = duration(c, pick!(interval), "interval", health_defaults::INTERVAL);
-    // An unset timeout is the default one, or the interval if that is shorter.
-    let default_timeout = interval.map_or(health_defaults::TIMEOUT, |i| i.min(health_defaults::TIMEOUT));
-    let timeout = duration(c, pick!(timeout), "timeout", default_timeout);
-    if let (Some(i), Some(t)) = (interval, timeout)
-        && t > i
-    {
-        let span = pick!(timeout).map(|s| s.span()).unwrap_or(at_line.clone());
-        c.error(
-            span,
-            format!("{at}: health timeout ({}) must not exceed interval ({})", fmt_duration(t), fmt_duration(i)),
-        );
-    }
-    let count = |c: &mut Checker<'_>, s: Option<&Spanned<i64>>, what: &str, default: u32| match s {
-        None => Some(default),
-        Some(s) => c.int(s, 1..=100, &format!("{at}: health {what}")).map(|v| v as u32),
-    };
-    let rise = count(c, pick!(rise), "rise", health_defaults::RISE);
-    let fall = count(c, pick!(fall), "fall", health_defaults::FALL);
-    let path = pick!(path);
-    let status = pick!(status);
-    let check = match kind {
-        HealthKind::None => return None,
-        HealthKind::Tcp => {
-            for s in [path.map(|p| p.span()), status.map(|s| s.span())].into_iter().flatten() {
-                c.error(s, format!("{at}: health path and status only apply to kind = \"http\""));
-            }
-            CheckKind::Tcp
-        }
-        HealthKind::Http => {
-            let p = path.map(|p| p.get_ref().clone()).unwrap_or_else(|| health_defaults::HTTP_PATH.into());
-            if let Some(s) = path
-                && (!p.starts_with('/') || p.chars().any(|ch| ch.is_whitespace() || ch.is_control()))
-            {
-                c.error(s.span(), format!("{at}: health path must start with '/' and contain no spaces, got {p:?}"));
-            }
-            let st = match status {
-                Some(s) => c.int(s, 100..=599, &format!("{at}: health status")).map(|v| v as u16),
-                None => Some(health_defaults::HTTP_STATUS),
-            };
-            CheckKind::Http { path: p, status: st.unwrap_or(health_defaults::HTTP_STATUS) }
-        }
-    };
-    Some(HealthSpec { check, interval: interval?, timeout: timeout?, rise: rise?, fall: fall? })
-}
-
-fn fmt_duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
 }
 
 /// Checks that need every VIP: duplicates and limits.

@@ -60,7 +60,7 @@ async fn health_transitions_reach_the_ring_through_the_writer() {
     let text = format!(
         "[daemon]\nring_size = {RING}\n[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\n\
          health = {{ kind = \"tcp\", interval = \"50ms\", rise = 2, fall = 3 }}\n\
-         backends = [ {{ address = \"127.0.0.1\", port = {port} }}, {{ address = \"127.0.0.2\", port = {port}, health = {{ kind = \"none\" }} }} ]\n"
+         backends = [ {{ address = \"198.51.100.1\", health = {{ address = \"127.0.0.1:{port}\" }} }}, {{ address = \"198.51.100.2\", health = {{ kind = \"none\" }} }} ]\n"
     );
     let d = Daemon::start(&text).await;
     let web = d.client.vips().await.unwrap()[0].id;
@@ -143,7 +143,7 @@ async fn a_restart_starts_from_the_last_known_health() {
         format!(
             "[daemon]\nring_size = {RING}\n[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\n\
              health = {{ kind = \"tcp\", interval = \"{interval}\", rise = 1, fall = 1 }}\n\
-             backends = [ {{ address = \"127.0.0.1\", port = {live} }}, {{ address = \"127.0.0.1\", port = {dead} }} ]\n"
+             backends = [ {{ address = \"198.51.100.1\", health = {{ address = \"127.0.0.1:{live}\" }} }}, {{ address = \"198.51.100.2\", health = {{ address = \"127.0.0.1:{dead}\" }} }} ]\n"
         )
     };
     let fake = SharedFake::default();
@@ -179,5 +179,18 @@ async fn saved_ids_with_fresh_maps_write_everything() {
     let d = Daemon::start_with(dir, fresh.clone(), &lb_toml(""), false).await;
     assert_eq!(fresh.snapshot(), written, "the fresh maps hold the whole state");
     assert_ne!(fresh.lock().fake.config.ring_size, 0, "CONFIG written");
+    d.stop().await;
+}
+
+/// `daemon.new_flow_budget` reaches the data plane's CONFIG at start and on reload.
+#[tokio::test]
+async fn the_new_flow_budget_follows_the_file() {
+    let d = Daemon::start(&lb_toml("")).await;
+    assert_eq!(d.fake.snapshot().0.new_flow_budget, lb_common::limits::DEFAULT_NEW_FLOW_BUDGET);
+    std::fs::write(d.config_path(), lb_toml("").replace("hash_seed = 7", "hash_seed = 7\nnew_flow_budget = 1000"))
+        .unwrap();
+    let r = d.client.reload().await.unwrap();
+    assert_eq!((r.ok, r.message.as_str()), (true, "1 config"));
+    assert_eq!(d.fake.snapshot().0.new_flow_budget, 1000);
     d.stop().await;
 }

@@ -114,7 +114,7 @@ pub async fn run_checker(target: Target, token: u64, initial: Health, sink: Sink
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let outcome = check_once(target.address, spec).await;
+        let outcome = check_once(spec.address.unwrap_or(target.address), spec).await;
         let before = machine.health;
         if let Some(health) = machine.observe(&outcome) {
             let reason = match &outcome {

@@ -89,7 +89,7 @@ async fn closed_port() -> SocketAddr {
 }
 
 fn spec(check: CheckKind, ms: u64, rise: u32, fall: u32) -> HealthSpec {
-    HealthSpec { check, interval: Duration::from_millis(ms), timeout: Duration::from_millis(ms), rise, fall }
+    HealthSpec { check, address: None, interval: Duration::from_millis(ms), timeout: Duration::from_millis(ms), rise, fall }
 }
 
 fn http(path: &str) -> CheckKind {
@@ -169,9 +169,7 @@ async fn checkers_follow_the_state_and_drop_stale_events() {
     let up = http_server(200).await;
     let text = format!(
         "[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nhealth = {{ kind = \"tcp\", interval = \"20ms\", rise = 1 }}\n\
-         backends = [ {{ address = \"{}\", port = {} }}, {{ address = \"127.0.0.1\", port = 1, health = {{ kind = \"none\" }} }} ]\n",
-        up.ip(),
-        up.port()
+         backends = [ {{ address = \"198.51.100.1\", health = {{ address = \"{up}\" }} }}, {{ address = \"198.51.100.2\", health = {{ kind = \"none\" }} }} ]\n"
     );
     let config = Config::parse(&text, std::path::Path::new("lb.toml")).unwrap();
     let mut state = State::from_config(&config, &State::default()).unwrap();
@@ -188,7 +186,7 @@ async fn checkers_follow_the_state_and_drop_stale_events() {
     assert!(!checkers.is_current(&e));
     assert_eq!(checkers.len(), 1);
     // Removing the backend stops its checker.
-    state.remove_backend("web", &up.to_string()).unwrap();
+    state.remove_backend("web", "198.51.100.1:80").unwrap();
     checkers.sync(&state);
     assert!(checkers.is_empty());
 }

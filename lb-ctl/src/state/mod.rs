@@ -139,6 +139,7 @@ impl VipState {
 pub struct State {
     pub ring_size: u32,
     pub hash_seed: u32,
+    pub new_flow_budget: u32,
     pub nexthop_ttl_ms: u32,
     pub vips: Vec<VipState>,
     vip_ids: IdAllocator,
@@ -153,6 +154,7 @@ impl Default for State {
         State {
             ring_size: lb_common::limits::DEFAULT_RING_SIZE,
             hash_seed: 0,
+            new_flow_budget: lb_common::limits::DEFAULT_NEW_FLOW_BUDGET,
             nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
             vips: Vec::new(),
             vip_ids: IdAllocator::new(MAX_VIPS),
@@ -218,6 +220,7 @@ impl State {
         Ok(State {
             ring_size: config.daemon.ring_size,
             hash_seed: config.daemon.hash_seed,
+            new_flow_budget: config.daemon.new_flow_budget,
             nexthop_ttl_ms: config.daemon.nexthop_ttl_ms,
             vips,
             vip_ids,

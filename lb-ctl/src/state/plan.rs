@@ -75,7 +75,7 @@ impl MapContents {
                 // The map writer fills in the size and seed of the tables it loaded.
                 flow_sets: 0,
                 table_seed: 0,
-                new_flow_budget: lb_common::limits::DEFAULT_NEW_FLOW_BUDGET,
+                new_flow_budget: state.new_flow_budget,
             },
             ..MapContents::default()
         };
