@@ -4,6 +4,7 @@
 pub mod balancer;
 pub mod bench;
 pub mod fixture;
+pub mod flood;
 pub mod fuzz;
 pub mod golden;
 pub mod lab;

@@ -18,6 +18,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let packages = match what {
         "proxy" => PROXY_PACKAGES,
         "lab" | "all" => LAB_PACKAGES,
+        "flood" => &["nftables"],
         _ => &[],
     };
     let help = matches!(what, "help" | "-h" | "--help") || args.iter().any(|a| a == "-h" || a == "--help");

@@ -3,6 +3,7 @@
 pub mod control;
 pub mod cpu;
 pub mod dataplane;
+pub mod flood;
 pub mod flows;
 pub mod lab;
 pub mod proxy;

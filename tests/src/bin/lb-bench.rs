@@ -17,6 +17,13 @@ enum Bench {
     Flows,
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
     Proxy,
+    /// Established connections kept and broken under a spoofed-SYN flood with a backend added
+    /// mid-flood: lb-ctl with 1 Ki and 256 Ki connection tables, and nftables DNAT (root).
+    Flood {
+        /// One short pass: 4 s runs, unpaced flood only.
+        #[arg(long)]
+        quick: bool,
+    },
     /// `backends remove` to the map change, Maglev ring build, daemon RSS (root).
     Control,
     /// Packets and connections through lb-ctl, nftables DNAT, HAProxy and nginx in the
@@ -61,6 +68,10 @@ fn main() -> anyhow::Result<()> {
         Bench::Flows => bench::flows::run().map(drop),
         Bench::Proxy => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
+        Bench::Flood { quick } => {
+            let options = if quick { bench::flood::Options::quick() } else { bench::flood::Options::default() };
+            bench::flood::run(options).map(drop)
+        }
         Bench::Lab { quick, repetitions, seconds, balancer_queues, json } => {
             let mut options = if quick {
                 bench::lab::Options::quick()

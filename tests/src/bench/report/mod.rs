@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use super::dataplane::PathCost;
+use super::flood::Row as FloodRow;
 use super::flows::FlowsCost;
 use super::lab::peers::{PEERS, Peer};
 use super::lab::report::paired_ratio;
@@ -36,6 +37,7 @@ struct Everything<'a> {
     flows: &'a [FlowsCost],
     control: &'a str,
     proxy: &'a [ProxyRun],
+    flood: &'a [FloodRow],
     lab: &'a Results,
 }
 
@@ -50,6 +52,8 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
     let control = control_text()?;
     println!("==> bench proxy");
     let proxy = super::proxy::run()?;
+    println!("==> bench flood");
+    let flood = super::flood::run(super::flood::Options::quick())?;
     println!("==> bench lab");
     let lab = super::lab::run(lab_options)?;
     let all = Everything {
@@ -58,6 +62,7 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
         flows: &flows,
         control: &control,
         proxy: &proxy,
+        flood: &flood,
         lab: &lab,
     };
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&all)?)?;
@@ -235,6 +240,20 @@ fn html(all: &Everything) -> String {
             .collect();
         body.push_str(&bars(&format!("{test}: latency p50 (bars) and p99"), "ms", &pbars, Some("p99")));
     }
+    if !all.flood.is_empty() {
+        body.push_str(
+            "<h2>Established connections under a SYN flood</h2>\n<p>Keep-alive connections kept and broken while \
+             spoofed SYNs flood the balancer and a backend joins halfway; leaked: replies reaching the client with a \
+             backend's own address.</p>\n<pre>",
+        );
+        for r in all.flood {
+            body.push_str(&escape(&format!(
+                "{:<28} {:<8} sent {:>8.0} pps  kept {:>2}  broken {:>2}  leaked {}  {}\n",
+                r.balancer, r.offered, r.sent_pps, r.kept, r.broken, r.leaked, r.notes
+            )));
+        }
+        body.push_str("</pre>\n");
+    }
     body.push_str(&format!("<h2>Control plane</h2>\n<pre>{}</pre>\n", escape(all.control)));
     format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>lb-ctl benchmarks</title>\n<style>body{{font-family:sans-serif;\
@@ -275,10 +294,20 @@ mod tests {
             flows: &[],
             control: "control <text>",
             proxy: &[],
+            flood: &[FloodRow {
+                balancer: "lb-ctl <NAT>".into(),
+                offered: "max".into(),
+                sent_pps: 1.0,
+                kept: 10,
+                broken: 0,
+                leaked: 0,
+                notes: String::new(),
+            }],
             lab: &lab,
         };
         let page = html(&all);
         assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>\n"));
+        assert!(page.contains("lb-ctl &lt;NAT&gt;"), "flood rows are escaped and shown");
         assert!(page.contains("cpu &lt;x&gt;") && page.contains("control &lt;text&gt;"), "text is escaped");
         assert!(page.contains("lb-ctl XDP NAT / peer") && page.contains("IPVS: skipped"));
         assert_eq!(page.matches("<svg").count(), 3, "dataplane, and UDP's figures and ratios (no other workload ran)");
