@@ -67,6 +67,12 @@ pub struct FlowEntry {
     pub reply_hash: u32,
 }
 
+/// `ReverseEntry::vip_id` of a connection opened straight to a NAT backend (not through a
+/// VIP) across the balancer: its replies pass untouched. Written by the connection's SYN over
+/// any reply entry an earlier VIP connection on the same 4-tuple left behind (the backend
+/// cannot hold both connections at once, so that entry is stale).
+pub const REVERSE_DIRECT: u32 = u32::MAX;
+
 /// REVERSE_FLOWS value: the VIP a NAT reply must appear to come from.
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -106,6 +106,9 @@ counters! {
     IcmpToBackend = "icmp_to_backend",
     /// Next hop looked up in the kernel's FIB: the per-CPU cache had no current answer.
     NexthopLookup = "nexthop_lookup",
+    /// A TCP connection opened straight to a NAT backend's address and port (not through a
+    /// VIP) across the balancer: its replies are marked to pass untouched.
+    DirectToBackend = "direct_to_backend",
 }
 
 /// Counters of the decapsulation program (DECAP_COUNTERS).

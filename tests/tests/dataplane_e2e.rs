@@ -304,3 +304,84 @@ fn pinned_balancer_survives_a_reload_and_detaches() {
     assert!(refused.is_err(), "after detach the VIP is no longer served");
     println!("reload kept the connection (flow hits {hits}); detach removed the balancer");
 }
+
+/// GET / from `src` (a fixed port, reused) to `dst` on a keep-alive connection the client
+/// closes first (so the backend holds no TIME_WAIT on the 4-tuple); returns the body.
+fn get_from_port(src: SocketAddrV4, dst: SocketAddrV4) -> std::io::Result<String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&SocketAddr::V4(src).into())?;
+    socket.set_read_timeout(Some(Duration::from_secs(5)))?;
+    socket.connect_timeout(&SocketAddr::V4(dst).into(), Duration::from_secs(5))?;
+    let mut stream: std::net::TcpStream = socket.into();
+    stream.write_all(format!("GET / HTTP/1.1\r\nHost: {dst}\r\n\r\n").as_bytes())?;
+    let mut reader = BufReader::new(stream);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        if let Some(n) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = n.trim().parse().unwrap_or(0);
+        }
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok(String::from_utf8_lossy(&body).trim().to_string())
+}
+
+/// A client that reaches a NAT backend both through the VIP and straight across the balancer
+/// (its router), from the same port: the direct connection's replies are not the VIP's. They
+/// used to be rewritten with the VIP's address by the reply entry the VIP connection left (or,
+/// without one, as its backend's one VIP's replies), so the direct connection never opened.
+#[test]
+fn a_direct_connection_to_a_nat_backend_is_left_alone() {
+    if !require_root("a_direct_connection_to_a_nat_backend_is_left_alone") {
+        return;
+    }
+    let backend_bin = env!("CARGO_BIN_EXE_lb-test-backend");
+    let mut lab = Lab::new("dr", 1, 1);
+    let ns = lab.backends[0].name.clone();
+    lab.spawn(&ns, &[backend_bin, "0.0.0.0:8080", "backend-0"]);
+    lab.pass_on_switch_port(LB_PORT);
+    lab.client.exec(&["ip", "route", "add", "198.51.100.0/24", "via", lb_tests::lab::LB_CLIENT_SIDE]);
+    let mut dp = {
+        let _in = lab.lb.enter();
+        let mut ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 1024 }).unwrap();
+        attach(&mut ebpf, program_names::INGRESS, "eth0", AttachMode::Native).unwrap();
+        AyaDataplane::new(ebpf, RING)
+    };
+    configure(
+        &mut dp,
+        RING,
+        &[VipSpec {
+            id: 0,
+            addr: NAT_VIP,
+            port: 80,
+            protocol: ip_proto::TCP,
+            forwarding: forwarding::NAT,
+            hash: hash_mode::FLOW,
+            encap_source: Ipv4Addr::new(198, 51, 100, 1),
+            backends: vec![(0, backend_addr(0), 8080, 100)],
+        }],
+    );
+    lab.resolve_backends();
+    let backend = SocketAddrV4::new(backend_addr(0), 8080);
+    {
+        let _in = lab.backends[0].enter();
+        wait_for_listener(SocketAddr::V4(backend), Duration::from_secs(10));
+    }
+    let _in = lab.client.enter();
+    // Straight to the backend first (no reply entry yet: the backend's one-VIP fallback),
+    // then through the VIP, then straight again from the VIP connection's port.
+    let (first, vip_port) = (SocketAddrV4::new(client_addr(0), 40555), SocketAddrV4::new(client_addr(0), 40556));
+    assert_eq!(get_from_port(first, backend).expect("direct, before any VIP connection"), "backend-0");
+    assert_eq!(get_from_port(vip_port, SocketAddrV4::new(NAT_VIP, 80)).expect("through the VIP"), "backend-0");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(get_from_port(vip_port, backend).expect("direct, on the VIP connection's port"), "backend-0");
+    assert_eq!(counter(&dp, Counter::DirectToBackend), 2);
+    assert!(counter(&dp, Counter::NatReply) > 0, "the VIP connection's replies were rewritten");
+}

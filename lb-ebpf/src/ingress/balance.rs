@@ -5,6 +5,7 @@ use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::programs::XdpContext;
 use lb_common::config::port_flags;
 use lb_common::family;
+use lb_common::flow::REVERSE_DIRECT;
 use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipKey, forwarding};
@@ -37,7 +38,8 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
         (port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP)
     };
 
-    if maps::port_flags(u16::from_be(dst_port)) & vip_bit != 0 {
+    let dst_flags = maps::port_flags(u16::from_be(dst_port));
+    if dst_flags & vip_bit != 0 {
         let (src, dst) = addresses();
         let vip_key = VipKey { addr: lb_common::ipv4_bytes(dst), port: dst_port, protocol, family: family::IPV4 };
         let key = flow_key(src, dst, src_port, dst_port, protocol);
@@ -61,12 +63,25 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
             };
         }
     }
+    // A connection opened straight to a NAT backend's port (not through a VIP): its replies
+    // must pass untouched, whatever reply entry an earlier VIP connection left on its 4-tuple.
+    if dst_flags & port_flags::NAT_BACKEND_TCP != 0
+        && protocol == ip_proto::TCP
+        && pkt.opens_connection()
+        && let Some(t) = maps::tables()
+    {
+        let (src, dst) = addresses();
+        nat::note_direct_connection(&flow_key(dst, src, dst_port, src_port, protocol), &t);
+    }
     if maps::port_flags(u16::from_be(src_port)) & backend_bit != 0
         && let Some(t) = maps::tables()
     {
         let (src, dst) = addresses();
         let key = flow_key(src, dst, src_port, dst_port, protocol);
         if let Some(reverse) = maps::reverse_flow(&key, t.hash(&key), &t) {
+            if reverse.vip_id == REVERSE_DIRECT {
+                return (XDP_PASS, Counter::PassNotVip);
+            }
             return nat::reply_to_client(ctx, &pkt, &reverse);
         }
         return nat::reply_without_entry(ctx, &pkt, &key);

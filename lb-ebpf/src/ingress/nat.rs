@@ -5,7 +5,7 @@ use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::backend::{NAT_BACKEND_SHARED, NatBackendKey};
 use lb_common::csum::{replace16, replace32, udp_fixup};
-use lb_common::flow::{FlowKey, ReverseEntry};
+use lb_common::flow::{FlowKey, REVERSE_DIRECT, ReverseEntry};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 use lb_common::{ip_proto, ipv4_octets};
@@ -14,6 +14,7 @@ use lb_ebpf::packet::packet_len;
 use crate::flow::Flow;
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::HopCache;
+use crate::table::Tables;
 use crate::parse::Ipv4Packet;
 use crate::verdict::Verdict;
 use crate::{icmp, maps, select};
@@ -79,6 +80,22 @@ pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntr
         HopCache::Address,
         NO_ROUTE,
     )
+}
+
+/// A TCP SYN to a NAT backend's address and port that is not a VIP's: a connection opened
+/// straight to the backend. Its reply key (`reply`: backend → client) is marked direct, so the
+/// backend's answers pass untouched instead of being taken for a VIP's replies (an earlier VIP
+/// connection's entry on the same 4-tuple, or NAT_BACKENDS). A first packet, so it takes only
+/// a free or unproven way (or the way of its own key).
+#[inline(always)]
+pub fn note_direct_connection(reply: &FlowKey, t: &Tables) {
+    let backend = NatBackendKey { addr: reply.src, port: reply.src_port, protocol: reply.protocol, family: reply.family };
+    if maps::nat_backend(&backend).is_none() {
+        return;
+    }
+    let direct = ReverseEntry { vip_addr: [0; 16], vip_port: 0, family: reply.family, _pad: 0, vip_id: REVERSE_DIRECT };
+    maps::record_reverse_flow(reply, t.hash(reply), &direct, false, t);
+    maps::count(Counter::DirectToBackend);
 }
 
 /// A packet from a NAT backend's port that no reply entry names (its entry was evicted, or

@@ -124,8 +124,9 @@ fn record_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: 
 #[inline(always)]
 fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, t: &Tables) {
     match maps::reverse_way(&reply_key(key, backend), entry.reply_hash, t) {
-        Some(way) => table::prove(way),
-        None => {
+        // SAFETY: a valid map value pointer; the check has vouched for the value.
+        Some(way) if unsafe { (*way).value.vip_id } == vip.id => table::prove(way),
+        _ => {
             record_reply_entry(vip, key, entry, backend, true, t);
             maps::count(Counter::ReverseRestored);
         }

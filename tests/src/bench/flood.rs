@@ -105,7 +105,7 @@ pub fn run(options: Options) -> Result<Vec<Row>> {
 
 fn print_row(r: &Row) {
     println!(
-        "{:<26} {:<10} sent {:>8.0} pps  kept {:>2}  broken {:>2}  leaked {}  {}",
+        "{:<30} {:<10} sent {:>8.0} pps  kept {:>2}  broken {:>2}  leaked {}  {}",
         r.balancer, r.offered, r.sent_pps, r.kept, r.broken, r.leaked, r.notes
     );
 }
