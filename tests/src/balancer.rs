@@ -8,6 +8,19 @@ use lb_common::maglev::{RingMember, build_ring};
 use lb_common::vip::{VipInfo, VipKey};
 use lb_common::{family, ip_proto, ipv4_bytes};
 use lb_ctl::dataplane::Dataplane;
+use lb_ctl::dataplane::aya::AyaDataplane;
+use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_ingress};
+
+use crate::netns::Netns;
+
+/// lb_ingress loaded (unpinned: it goes when the returned data plane is dropped) and attached
+/// in native mode to `eth0` of `host`, the lab's balancer.
+pub fn attach_ingress(host: &Netns, ring_size: u32, flow_table_size: u32) -> anyhow::Result<AyaDataplane> {
+    let _in = host.enter();
+    let mut ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size, flow_table_size })?;
+    attach(&mut ebpf, lb_common::program_names::INGRESS, "eth0", AttachMode::Native)?;
+    Ok(AyaDataplane::new(ebpf, ring_size))
+}
 
 pub struct VipSpec {
     pub id: u32,

@@ -64,7 +64,11 @@ impl KeepAlive {
     pub fn stop(self) -> Vec<String> {
         self.stop.store(true, Relaxed);
         let results: Vec<Result<(), String>> = self.threads.into_iter().map(|t| t.join().unwrap()).collect();
-        results.iter().enumerate().filter_map(|(i, r)| r.as_ref().err().map(|e| format!("connection {i}: {e}"))).collect()
+        results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.as_ref().err().map(|e| format!("connection {i}: {e}")))
+            .collect()
     }
 }
 
@@ -78,7 +82,9 @@ fn keep_alive(
     let _in = enter_named(client_ns);
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).map_err(|e| e.to_string())?;
     socket.bind(&SocketAddr::from((client_addr(i), 0)).into()).map_err(|e| e.to_string())?;
-    socket.connect_timeout(&SocketAddr::V4(target).into(), Duration::from_secs(5)).map_err(|e| format!("connect: {e}"))?;
+    socket
+        .connect_timeout(&SocketAddr::V4(target).into(), Duration::from_secs(5))
+        .map_err(|e| format!("connect: {e}"))?;
     let stream: TcpStream = socket.into();
     // Long enough for TCP's retransmissions to get through once the flood is over: a
     // connection the flood only starves (two cores run the flood, the balancer and the

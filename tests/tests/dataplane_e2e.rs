@@ -6,13 +6,12 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use lb_common::ip_proto;
-use lb_common::program_names;
 use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::{forwarding, hash_mode};
 use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
-use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_ingress};
-use lb_tests::balancer::{VipSpec, configure};
+use lb_ctl::dataplane::load::AttachMode;
+use lb_tests::balancer::{VipSpec, attach_ingress, configure};
 use lb_tests::lab::{LB_PORT, Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, wait_for_listener};
 use lb_tests::privileges::require_root;
 
@@ -111,12 +110,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     // The switch port facing the balancer needs an XDP program for native XDP_TX to deliver.
     lab.pass_on_switch_port(LB_PORT);
 
-    let mut dp = {
-        let _in = lab.lb.enter();
-        let mut ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 65536 }).unwrap();
-        attach(&mut ebpf, program_names::INGRESS, "eth0", AttachMode::Native).unwrap();
-        AyaDataplane::new(ebpf, RING)
-    };
+    let mut dp = attach_ingress(&lab.lb, RING, 65536).unwrap();
     let backends =
         |port| (0..2).map(|i| (i as u32 + if port == 80 { 2 } else { 0 }, backend_addr(i), port, 100)).collect();
     configure(
@@ -348,12 +342,7 @@ fn a_direct_connection_to_a_nat_backend_is_left_alone() {
     lab.spawn(&ns, &[backend_bin, "0.0.0.0:8080", "backend-0"]);
     lab.pass_on_switch_port(LB_PORT);
     lab.client.exec(&["ip", "route", "add", "198.51.100.0/24", "via", lb_tests::lab::LB_CLIENT_SIDE]);
-    let mut dp = {
-        let _in = lab.lb.enter();
-        let mut ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: 1024 }).unwrap();
-        attach(&mut ebpf, program_names::INGRESS, "eth0", AttachMode::Native).unwrap();
-        AyaDataplane::new(ebpf, RING)
-    };
+    let mut dp = attach_ingress(&lab.lb, RING, 1024).unwrap();
     configure(
         &mut dp,
         RING,

@@ -10,8 +10,8 @@ use lb_common::stats::Counter;
 use lb_common::vip::{forwarding, hash_mode};
 use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
-use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_decap, load_ingress};
-use lb_tests::balancer::{VipSpec, configure};
+use lb_ctl::dataplane::load::{AttachMode, attach, load_decap};
+use lb_tests::balancer::{VipSpec, attach_ingress, configure};
 use lb_tests::flood::{Flood, FloodSpec, KeepAlive, LeakWatcher, mac_bytes};
 use lb_tests::lab::{Lab, backend_addr, mac_of, wait_for_listener};
 use lb_tests::privileges::require_root;
@@ -44,12 +44,7 @@ fn established_connections_survive_a_syn_flood_and_a_ring_change() {
         let _in = lab.switch.enter();
         attach(&mut pass, program_names::PASS, "p-lb", AttachMode::Native).unwrap();
     }
-    let mut dp = {
-        let _in = lab.lb.enter();
-        let mut ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: FLOWS }).unwrap();
-        attach(&mut ebpf, program_names::INGRESS, "eth0", AttachMode::Native).unwrap();
-        AyaDataplane::new(ebpf, RING)
-    };
+    let mut dp = attach_ingress(&lab.lb, RING, FLOWS).unwrap();
     let spec = |backends: usize| VipSpec {
         id: 0,
         addr: VIP,

@@ -239,7 +239,13 @@ fn golden_packets_through_lb_ingress() {
     run(&mut dp, c);
     run(
         &mut dp,
-        case("a new VIP SYN on the 4-tuple again", vip_syn.bytes(), XDP_REDIRECT, Some(to_far), Counter::ForwardRedirect),
+        case(
+            "a new VIP SYN on the 4-tuple again",
+            vip_syn.bytes(),
+            XDP_REDIRECT,
+            Some(to_far),
+            Counter::ForwardRedirect,
+        ),
     );
     let mut c = case("whose reply is the VIP's again", far_reply.bytes(), XDP_TX, Some(as_vip), Counter::ForwardTx);
     c.events = vec![Counter::NatReply];

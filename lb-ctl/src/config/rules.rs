@@ -41,7 +41,9 @@ pub fn address(forwarding: Forwarding, vip: SocketAddr, backend: SocketAddr) -> 
         return unusable("a broadcast or multicast address is not one host");
     }
     if xdp && ip.is_loopback() {
-        return unusable("a loopback address is this host, which the XDP data plane cannot forward to (use forwarding = \"proxy\")");
+        return unusable(
+            "a loopback address is this host, which the XDP data plane cannot forward to (use forwarding = \"proxy\")",
+        );
     }
     if ip == vip.ip() && (xdp || backend.port() == vip.port()) {
         return unusable("the VIP itself: its traffic would loop");
@@ -75,7 +77,9 @@ mod tests {
         let vip = sa("203.0.113.10:80");
         let nat = |backend| address(Forwarding::Nat, vip, backend);
         let proxy = |backend| address(Forwarding::Proxy, vip, backend);
-        for bad in ["0.0.0.0:80", "255.255.255.255:80", "224.0.0.1:80", "203.0.113.10:8080", "127.0.0.1:80", "127.1.2.3:80"] {
+        for bad in
+            ["0.0.0.0:80", "255.255.255.255:80", "224.0.0.1:80", "203.0.113.10:8080", "127.0.0.1:80", "127.1.2.3:80"]
+        {
             assert!(matches!(nat(sa(bad)), Err(BackendRule::Unusable(..))), "{bad} behind NAT");
         }
         assert!(matches!(nat(sa("[2001:db8::1]:80")), Err(BackendRule::UnsupportedFamily(_))));

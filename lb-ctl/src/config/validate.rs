@@ -40,7 +40,12 @@ impl Checker<'_> {
     }
 
     /// An integer in `range`, or a problem saying `what` must be in it.
-    pub(super) fn int(&mut self, value: &Spanned<i64>, range: std::ops::RangeInclusive<i64>, what: &str) -> Option<i64> {
+    pub(super) fn int(
+        &mut self,
+        value: &Spanned<i64>,
+        range: std::ops::RangeInclusive<i64>,
+        what: &str,
+    ) -> Option<i64> {
         let v = *value.get_ref();
         if range.contains(&v) {
             Some(v)

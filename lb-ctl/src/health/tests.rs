@@ -89,7 +89,14 @@ async fn closed_port() -> SocketAddr {
 }
 
 fn spec(check: CheckKind, ms: u64, rise: u32, fall: u32) -> HealthSpec {
-    HealthSpec { check, address: None, interval: Duration::from_millis(ms), timeout: Duration::from_millis(ms), rise, fall }
+    HealthSpec {
+        check,
+        address: None,
+        interval: Duration::from_millis(ms),
+        timeout: Duration::from_millis(ms),
+        rise,
+        fall,
+    }
 }
 
 fn http(path: &str) -> CheckKind {

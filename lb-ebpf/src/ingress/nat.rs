@@ -14,8 +14,8 @@ use lb_ebpf::packet::packet_len;
 use crate::flow::Flow;
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::maps::HopCache;
-use crate::table::Tables;
 use crate::parse::Ipv4Packet;
+use crate::table::Tables;
 use crate::verdict::Verdict;
 use crate::{icmp, maps, select};
 
@@ -89,7 +89,8 @@ pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntr
 /// a free or unproven way (or the way of its own key).
 #[inline(always)]
 pub fn note_direct_connection(reply: &FlowKey, t: &Tables) {
-    let backend = NatBackendKey { addr: reply.src, port: reply.src_port, protocol: reply.protocol, family: reply.family };
+    let backend =
+        NatBackendKey { addr: reply.src, port: reply.src_port, protocol: reply.protocol, family: reply.family };
     if maps::nat_backend(&backend).is_none() {
         return;
     }

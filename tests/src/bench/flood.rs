@@ -6,14 +6,12 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::{forwarding, hash_mode};
-use lb_common::{ip_proto, program_names};
 use lb_ctl::dataplane::Dataplane;
-use lb_ctl::dataplane::aya::AyaDataplane;
-use lb_ctl::dataplane::load::{AttachMode, LoadOptions, attach, load_ingress};
 
-use crate::balancer::{VipSpec, configure};
+use crate::balancer::{VipSpec, attach_ingress, configure};
 use crate::flood::{Flood, FloodSent, FloodSpec, KeepAlive, LeakWatcher, mac_bytes};
 use crate::lab::{self, Lab, backend_addr, mac_of, sibling_bin, wait_for_listener};
 
@@ -159,12 +157,7 @@ fn row(balancer: String, rate: Option<u64>, o: Outcome, notes: String) -> Row {
 }
 
 fn through_lb_ctl(lab: &Lab, table: u32, rate: Option<u64>, seconds: u64) -> Result<Row> {
-    let mut dp = {
-        let _in = lab.lb.enter();
-        let mut ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: table })?;
-        attach(&mut ebpf, program_names::INGRESS, "eth0", AttachMode::Native)?;
-        AyaDataplane::new(ebpf, RING)
-    };
+    let mut dp = attach_ingress(&lab.lb, RING, table)?;
     let spec = |backends: usize| VipSpec {
         id: 0,
         addr: LB_VIP,
@@ -176,9 +169,8 @@ fn through_lb_ctl(lab: &Lab, table: u32, rate: Option<u64>, seconds: u64) -> Res
         backends: (0..backends).map(|i| (i as u32, backend_addr(i), LB_PORT, 100)).collect(),
     };
     configure(&mut dp, RING, &[spec(BACKENDS - 1)]);
-    let outcome = flood_run(lab, SocketAddrV4::new(LB_VIP, 80), rate, seconds, || {
-        configure(&mut dp, RING, &[spec(BACKENDS)])
-    });
+    let outcome =
+        flood_run(lab, SocketAddrV4::new(LB_VIP, 80), rate, seconds, || configure(&mut dp, RING, &[spec(BACKENDS)]));
     let counters = dp.counters()?;
     let count = |c: Counter| counters.iter().find(|(k, _)| *k == c).map_or(0, |(_, v)| *v);
     let notes = format!(
