@@ -101,8 +101,9 @@ fn a_nat_flow_keeps_its_reply_entry() {
         _pad: [0; 2],
     };
     evict_reply_entry(&mut dp, &reply_key);
-    // The check runs on a flow's first packet of each kernel tick: 25 ms is several ticks.
-    let tick = || std::thread::sleep(std::time::Duration::from_millis(25));
+    // The check runs on a flow's first packet of each reply-check period (64 kernel ticks:
+    // 640 ms at HZ=100, less at higher HZ): 700 ms reaches the next one.
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(700));
     tick();
     let mut c = case(
         "client packet after its reply entry was evicted: entry written again",

@@ -48,7 +48,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
         // An established flow costs no hash-map lookup: the connection table names its VIP by
         // id, and VIP_INFO (an array) confirms that VIP still exists. Otherwise look the VIP up.
         let found = tables.and_then(|t| maps::flow(&key, hash, &t));
-        let (flow, new_tick) = (found.map(|(slot, _)| slot), found.is_some_and(|(_, new_tick)| new_tick));
+        let (flow, new_period) = (found.map(|(slot, _)| slot), found.is_some_and(|(_, new_period)| new_period));
         // SAFETY: a valid map value pointer.
         let by_flow = flow.and_then(|slot| maps::vip_info(unsafe { (*slot).value.vip_id }));
         let vip = match by_flow {
@@ -56,7 +56,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
             _ => maps::vip(&vip_key),
         };
         if let Some(vip) = vip {
-            let flow = Flow { key: &key, hash, slot: flow, new_tick, tables };
+            let flow = Flow { key: &key, hash, slot: flow, new_period, tables };
             return match vip.forwarding {
                 forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, &flow),
                 _ => nat::balance_nat(ctx, &pkt, vip, &flow),

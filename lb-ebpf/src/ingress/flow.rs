@@ -10,8 +10,9 @@ pub struct Flow<'a> {
     pub key: &'a FlowKey,
     pub hash: u32,
     pub slot: Option<*mut FlowSlot<FlowEntry>>,
-    /// This packet is the flow's first of the current kernel tick (its way's stamp changed).
-    pub new_tick: bool,
+    /// This packet is the flow's first of the current reply-check period
+    /// (`table::REPLY_CHECK_SHIFT`).
+    pub new_period: bool,
     pub tables: Option<Tables>,
 }
 

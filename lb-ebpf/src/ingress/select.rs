@@ -47,11 +47,12 @@ pub fn choose(vip: &VipInfo, flow: &Flow, pkt: &Ipv4Packet) -> Result<Choice, Ve
             && backend.is_active()
             && backend.generation == entry.generation
         {
-            table::prove(slot);
-            // Once per tick and flow: a flow sending faster pays for the check only on its
-            // first packet of each tick (a reply entry evicted meanwhile is written again
-            // within a tick; its replies find their VIP through NAT_BACKENDS until then).
-            if nat && flow.new_tick {
+            let newly_proven = table::prove(slot);
+            // When the flow proves itself (so its reply entry is proven with it), then once per
+            // reply-check period: a flow pays for the check on its first packet of each period
+            // (a reply entry evicted meanwhile is written again within a period; its replies
+            // find their VIP through NAT_BACKENDS until then, or are dropped, never leaked).
+            if nat && (newly_proven || flow.new_period) {
                 keep_reply_entry(vip, flow.key, &entry, backend, &t);
             }
             maps::count(Counter::FlowHit);
@@ -125,7 +126,9 @@ fn record_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: 
 fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, t: &Tables) {
     match maps::reverse_way(&reply_key(key, backend), entry.reply_hash, t) {
         // SAFETY: a valid map value pointer; the check has vouched for the value.
-        Some(way) if unsafe { (*way).value.vip_id } == vip.id => table::prove(way),
+        Some(way) if unsafe { (*way).value.vip_id } == vip.id => {
+            table::prove(way);
+        }
         _ => {
             record_reply_entry(vip, key, entry, backend, true, t);
             maps::count(Counter::ReverseRestored);

@@ -79,8 +79,12 @@ pub fn find<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t
     find_stamped(table, key, hash, t).map(|(slot, _)| slot)
 }
 
-/// As [`find`], and whether this packet is the flow's first of the current tick (its stamp
-/// changed).
+/// Kernel ticks in a reply-check period, as a power of two: 64 ticks, 256 ms at HZ=250 (64 ms
+/// at 1000, 640 ms at 100). An established NAT flow checks its reply entry once a period.
+pub const REPLY_CHECK_SHIFT: u32 = 6;
+
+/// As [`find`], and whether this packet is the flow's first of the current reply-check period
+/// (its stamp, when last written, was in an earlier one).
 #[inline(always)]
 pub fn find_stamped<V: FlowValue>(
     table: &Array<FlowSet<V>>,
@@ -96,27 +100,29 @@ pub fn find_stamped<V: FlowValue>(
             if (*slot).holds(key, hash) {
                 let used = (*slot).used;
                 // Only when it changed: most packets then leave the line clean.
-                let new_tick = used & !PROVEN != t.now;
-                if new_tick {
+                if used & !PROVEN != t.now {
                     (*slot).used = t.now | (used & PROVEN);
                 }
-                return Some((slot, new_tick));
+                return Some((slot, used >> REPLY_CHECK_SHIFT != t.now >> REPLY_CHECK_SHIFT));
             }
         }
     }
     None
 }
 
-/// Marks a found way's flow as proven (it sent more than its first packet).
+/// Marks a found way's flow as proven (it sent more than its first packet); true when it was
+/// not yet.
 #[inline(always)]
-pub fn prove<V>(slot: *mut FlowSlot<V>) {
+pub fn prove<V>(slot: *mut FlowSlot<V>) -> bool {
     // SAFETY: `slot` points into a map value.
     unsafe {
         let used = (*slot).used;
         if used & PROVEN == 0 {
             (*slot).used = used | PROVEN;
+            return true;
         }
     }
+    false
 }
 
 /// Records `key → value` in a free way of its set, else in place of the least recently used
