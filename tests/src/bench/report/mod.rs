@@ -39,6 +39,8 @@ struct Everything<'a> {
     proxy: &'a [ProxyRun],
     flood: &'a [FloodRow],
     lab: &'a Results,
+    /// The same lab with the balancer's veth at one queue (`lab` has two).
+    lab_one_queue: Option<&'a Results>,
 }
 
 pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
@@ -56,6 +58,8 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
     let flood = super::flood::run(super::flood::Options::quick())?;
     println!("==> bench lab");
     let lab = super::lab::run(lab_options)?;
+    println!("==> bench lab --balancer-queues 1");
+    let lab_one_queue = super::lab::run(Options { balancer_queues: 1, ..lab_options })?;
     let all = Everything {
         machine: &machine,
         dataplane: &dataplane,
@@ -64,10 +68,22 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
         proxy: &proxy,
         flood: &flood,
         lab: &lab,
+        lab_one_queue: Some(&lab_one_queue),
     };
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&all)?)?;
-    std::fs::write(dir.join("report.html"), html(&all))?;
-    println!("report: {} (raw results: {})", dir.join("report.html").display(), dir.join("results.json").display());
+    let page = html(&all);
+    std::fs::write(dir.join("report.html"), &page.body)?;
+    let charts = dir.join("charts");
+    std::fs::create_dir_all(&charts)?;
+    for (file, svg) in &page.charts {
+        std::fs::write(charts.join(file), svg)?;
+    }
+    println!(
+        "report: {} (raw results: {}; each chart as SVG in {})",
+        dir.join("report.html").display(),
+        dir.join("results.json").display(),
+        charts.display()
+    );
     Ok(())
 }
 
@@ -113,9 +129,39 @@ fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-fn html(all: &Everything) -> String {
+/// The report page as it is built: the HTML body, and each chart also on its own (SVG), to be
+/// written next to the page for the README and other documents to show.
+#[derive(Default)]
+struct Page {
+    body: String,
+    charts: Vec<(String, String)>,
+}
+
+impl Page {
+    fn push_str(&mut self, text: &str) {
+        self.body.push_str(text);
+    }
+
+    /// Adds a chart to the page, kept also as `<slug of title>.svg`.
+    fn chart(&mut self, title: &str, unit: &str, data: &[Bar], marker_name: Option<&str>) {
+        let svg = bars(title, unit, data, marker_name);
+        self.body.push_str(&svg);
+        let slug: String = title
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+            .collect::<String>()
+            .split('-')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join("-");
+        self.charts.push((format!("{slug}.svg"), svg));
+    }
+}
+
+fn html(all: &Everything) -> Page {
     let m = all.machine;
-    let mut body = format!(
+    let mut body = Page::default();
+    body.push_str(&format!(
         "<h1>lb-ctl benchmarks</h1>\n<p>Commit {}; {} ({} cores), kernel {}; network: {}. Benchmarks print figures and \
          assert nothing; peers and floors are measured in the same run.</p>\n",
         escape(&m.commit),
@@ -123,7 +169,7 @@ fn html(all: &Everything) -> String {
         m.cores,
         escape(&m.kernel),
         escape(&m.nic)
-    );
+    ));
 
     body.push_str("<h2>Data plane: extra ns per packet over a bare XDP_PASS</h2>\n");
     let dp: Vec<Bar> = all
@@ -131,12 +177,12 @@ fn html(all: &Everything) -> String {
         .iter()
         .map(|p| Bar { label: p.path.clone(), value: p.extra_ns, spread: None, marker: p.katran_ns })
         .collect();
-    body.push_str(&bars(
+    body.chart(
         "lb_ingress per path (BPF_PROG_TEST_RUN, medians)",
         "ns / packet",
         &dp,
         Some("Katran (separate measurement)"),
-    ));
+    );
     body.push_str("<p>Katran's markers are figures from a separate measurement (the same method on the same machine kind), not run by this benchmark.</p>\n");
 
     if !all.flows.is_empty() {
@@ -146,12 +192,7 @@ fn html(all: &Everything) -> String {
             .iter()
             .map(|f| Bar { label: format!("{} flows", f.flows), value: f.extra_ns, spread: None, marker: None })
             .collect();
-        body.push_str(&bars(
-            "established UDP (NAT), flows taken in scattered order",
-            "extra ns / packet",
-            &fbars,
-            None,
-        ));
+        body.chart("established UDP (NAT), flows taken in scattered order", "extra ns / packet", &fbars, None);
     }
 
     body.push_str("<h2>Lab: through a running balancer, next to its peers</h2>\n");
@@ -178,7 +219,7 @@ fn html(all: &Everything) -> String {
         if wbars.is_empty() {
             continue;
         }
-        body.push_str(&bars(workload.name(), workload.unit(), &wbars, None));
+        body.chart(workload.name(), workload.unit(), &wbars, None);
         // Ratios paired within each repetition (lb-ctl NAT's figure over the peer's), median.
         let rbars: Vec<Bar> = PEERS
             .iter()
@@ -189,13 +230,16 @@ fn html(all: &Everything) -> String {
             })
             .collect();
         if !rbars.is_empty() {
-            body.push_str(&bars(
+            body.chart(
                 &format!("{}: lb-ctl XDP NAT / peer", workload.name()),
                 "ratio (paired, median)",
                 &rbars,
                 Some("1.0 (even)"),
-            ));
+            );
         }
+    }
+    if let Some(one) = all.lab_one_queue {
+        queues_section(&mut body, one, lab);
     }
     for (what, why) in &lab.skipped {
         body.push_str(&format!("<p>{}: skipped: {}</p>\n", escape(what), escape(why)));
@@ -238,7 +282,7 @@ fn html(all: &Everything) -> String {
                 }
             })
             .collect();
-        body.push_str(&bars(&format!("{test}: latency p50 (bars) and p99"), "ms", &pbars, Some("p99")));
+        body.chart(&format!("{test}: latency p50 (bars) and p99"), "ms", &pbars, Some("p99"));
     }
     if !all.flood.is_empty() {
         body.push_str(
@@ -255,11 +299,40 @@ fn html(all: &Everything) -> String {
         body.push_str("</pre>\n");
     }
     body.push_str(&format!("<h2>Control plane</h2>\n<pre>{}</pre>\n", escape(all.control)));
-    format!(
+    body.body = format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>lb-ctl benchmarks</title>\n<style>body{{font-family:sans-serif;\
          max-width:1100px;margin:2em auto}} pre{{background:#f4f4f4;padding:.6em;overflow-x:auto;font-size:12px}} \
-         svg{{display:block;margin:1em 0}}</style></head><body>\n{body}</body></html>\n"
-    )
+         svg{{display:block;margin:1em 0}}</style></head><body>\n{}</body></html>\n",
+        body.body
+    );
+    body
+}
+
+/// Each balancer's medians with its veth at one queue and at two, per workload: what a second
+/// queue (a second CPU taking the balancer's softirq work) is worth in this lab.
+fn queues_section(page: &mut Page, one: &Results, two: &Results) {
+    page.push_str(&format!(
+        "<h3>One receive queue against {}</h3>\n<p>The same runs with the balancer's veth at one queue.</p>\n",
+        two.options.balancer_queues
+    ));
+    let median_of = |results: &Results, workload, peer| {
+        let v: Vec<f64> =
+            results.runs.iter().filter(|r| r.workload == workload && r.peer == peer).map(|r| r.value).collect();
+        (!v.is_empty()).then(|| median(v.into_iter()))
+    };
+    for workload in WORKLOADS {
+        let mut data = Vec::new();
+        for peer in PEERS {
+            for (results, queues) in [(one, one.options.balancer_queues), (two, two.options.balancer_queues)] {
+                if let Some(value) = median_of(results, workload, peer) {
+                    data.push(Bar { label: format!("{}, {queues} q", peer.name()), value, spread: None, marker: None });
+                }
+            }
+        }
+        if !data.is_empty() {
+            page.chart(&format!("{}: 1 against 2 queues", workload.name()), workload.unit(), &data, None);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -304,12 +377,23 @@ mod tests {
                 notes: String::new(),
             }],
             lab: &lab,
+            lab_one_queue: Some(&lab),
         };
-        let page = html(&all);
+        let Page { body: page, charts } = html(&all);
+        assert_eq!(charts.len(), 4, "dataplane, UDP's figures, ratios and queues");
+        assert!(
+            charts.iter().any(|(file, _)| file == "lb-ingress-per-path-bpf-prog-test-run-medians.svg"),
+            "{:?}",
+            charts.iter().map(|c| &c.0).collect::<Vec<_>>()
+        );
         assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>\n"));
         assert!(page.contains("lb-ctl &lt;NAT&gt;"), "flood rows are escaped and shown");
         assert!(page.contains("cpu &lt;x&gt;") && page.contains("control &lt;text&gt;"), "text is escaped");
         assert!(page.contains("lb-ctl XDP NAT / peer") && page.contains("IPVS: skipped"));
-        assert_eq!(page.matches("<svg").count(), 3, "dataplane, and UDP's figures and ratios (no other workload ran)");
+        assert_eq!(
+            page.matches("<svg").count(),
+            4,
+            "dataplane, and UDP's figures, ratios and queues (no other workload ran)"
+        );
     }
 }
