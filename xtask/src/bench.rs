@@ -10,7 +10,8 @@ use crate::util::{cmd, is_root, target_dir};
 const PROXY_PACKAGES: &[&str] = &["wrk", "nginx", "libnginx-mod-stream", "haproxy"];
 /// Debian packages of the lab benchmark (and so of `all`): generators (trafgen, wrk, iperf3),
 /// nftables (the DNAT peer and the backends' counters) and the proxy peers.
-const LAB_PACKAGES: &[&str] = &["netsniff-ng", "wrk", "iperf3", "nftables", "haproxy", "nginx", "libnginx-mod-stream"];
+const LAB_PACKAGES: &[&str] =
+    &["netsniff-ng", "wrk", "iperf3", "nftables", "haproxy", "nginx", "libnginx-mod-stream", "linux-perf"];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     crate::setup::run()?;

@@ -41,6 +41,9 @@ enum Bench {
         /// RX/TX queues of the balancer's veth and its switch port (1 or 2).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=2))]
         balancer_queues: u16,
+        /// Then profile one run of each workload through lb-ctl (perf, cpu-clock, all CPUs).
+        #[arg(long)]
+        profile: bool,
         /// Also write every run as JSON to this file.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
@@ -72,7 +75,7 @@ fn main() -> anyhow::Result<()> {
             let options = if quick { bench::flood::Options::quick() } else { bench::flood::Options::default() };
             bench::flood::run(options).map(drop)
         }
-        Bench::Lab { quick, repetitions, seconds, balancer_queues, json } => {
+        Bench::Lab { quick, repetitions, seconds, balancer_queues, profile, json } => {
             let mut options = if quick {
                 bench::lab::Options::quick()
             } else {
@@ -80,9 +83,11 @@ fn main() -> anyhow::Result<()> {
                     repetitions: repetitions.max(1),
                     seconds: seconds.clamp(1, 60),
                     balancer_queues: 2,
+                    profile,
                 }
             };
             options.balancer_queues = balancer_queues.into();
+            options.profile = profile;
             let results = bench::lab::run(options)?;
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_string_pretty(&results)?)?;
@@ -92,9 +97,9 @@ fn main() -> anyhow::Result<()> {
         }
         Bench::All { report, quick } => {
             let options = if quick {
-                bench::lab::Options::quick()
+                bench::lab::Options { profile: true, ..bench::lab::Options::quick() }
             } else {
-                bench::lab::Options { repetitions: 3, seconds: 3, balancer_queues: 2 }
+                bench::lab::Options { repetitions: 3, seconds: 3, balancer_queues: 2, profile: true }
             };
             bench::report::run_all(&report, options)
         }

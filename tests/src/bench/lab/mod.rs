@@ -11,6 +11,7 @@ use crate::lab;
 
 mod observe;
 pub mod peers;
+pub mod profile;
 pub mod report;
 mod rig;
 pub mod workloads;
@@ -26,11 +27,14 @@ pub struct Options {
     pub seconds: u64,
     /// RX and TX queues of the balancer's veth (and its switch port): 1 or 2.
     pub balancer_queues: usize,
+    /// After the measured runs, one more run of each workload through lb-ctl (NAT) under a
+    /// system-wide CPU profile.
+    pub profile: bool,
 }
 
 impl Options {
     pub fn quick() -> Options {
-        Options { repetitions: 1, seconds: 2, balancer_queues: 2 }
+        Options { repetitions: 1, seconds: 2, balancer_queues: 2, profile: false }
     }
 }
 
@@ -55,6 +59,7 @@ pub struct Results {
     pub configs: Vec<(String, String)>,
     pub skipped: Vec<(String, String)>,
     pub runs: Vec<Run>,
+    pub profiles: Vec<profile::Profile>,
 }
 
 pub fn run(options: Options) -> Result<Results> {
@@ -107,7 +112,17 @@ pub fn run(options: Options) -> Result<Results> {
             }
         }
     }
-    let results = Results { options, configs: rig.configs.clone(), skipped, runs };
+    let mut profiles = Vec::new();
+    for workload in WORKLOADS.into_iter().filter(|_| options.profile) {
+        let what = format!("{} through {}", workload.name(), Peer::LbNat.name());
+        let (run, profile) =
+            profile::profile(&what, options.seconds, || rig.measure(0, workload, Peer::LbNat, options.seconds))?;
+        run.with_context(|| format!("{what} (profiled)"))?;
+        profile.print();
+        profiles.push(profile);
+        workloads::settle();
+    }
+    let results = Results { options, configs: rig.configs.clone(), skipped, runs, profiles };
     report::print_summary(&results);
     drop(rig);
     Ok(results)
