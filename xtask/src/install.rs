@@ -129,6 +129,11 @@ pub fn install(binary: &Path, layout: &Layout) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::remove_dir_all(&pages)?;
     let example = Path::new(CRATE_DIR).join("lb.toml.example");
     created.copy(layout, &example, &share.join("doc/lb-ctl/lb.toml.example"), 0o644)?;
+    // The Grafana dashboard and the Prometheus alert rules, for the monitoring stack to pick up.
+    for file in ["grafana-dashboard.json", "alerts.yml"] {
+        let from = Path::new(CRATE_DIR).join("monitoring").join(file);
+        created.copy(layout, &from, &share.join("doc/lb-ctl/monitoring").join(file), 0o644)?;
+    }
     // The operator's configuration directory: an existing file there is never overwritten.
     let config_example = layout.config.join("lb.toml.example");
     if layout.staged(&config_example).exists() {

@@ -11,8 +11,10 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_MAJOR: &str = "22";
 /// Debian packages the suites use: ip/bridge/veth (iproute2), ethtool (offloads off on veths),
 /// ping (neighbour warm-up), sysctl (procps), systemd-analyze (systemd: the install tests verify
-/// the installed units).
-const DEBIAN_PACKAGES: &[&str] = &["iproute2", "ethtool", "iputils-ping", "procps", "systemd"];
+/// the installed units), promtool (prometheus: the shipped alert rules are checked with it) and
+/// headless chromium (the status page is tested in a browser).
+const DEBIAN_PACKAGES: &[&str] =
+    &["iproute2", "ethtool", "iputils-ping", "procps", "systemd", "prometheus", "chromium"];
 
 pub fn run() -> anyhow::Result<()> {
     nightly()?;

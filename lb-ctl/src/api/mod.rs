@@ -82,4 +82,6 @@ impl From<crate::dataplane::DataplaneError> for ApiError {
 }
 
 #[cfg(test)]
+mod monitoring_tests;
+#[cfg(test)]
 mod tests;

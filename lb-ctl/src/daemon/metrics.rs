@@ -7,6 +7,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use lb_common::flow::FLOW_WAYS;
+
 use super::writer::Writer;
 use crate::api::ApiError;
 use crate::state::Health;
@@ -55,6 +57,14 @@ impl Writer {
             vip_bytes.get_or_create(&labels).inc_by(v.bytes);
             vip_healthy.get_or_create(&labels).set(v.healthy as i64);
         }
+
+        let ways = lb_common::flow::flow_sets(self.config.daemon.flow_table_size) as i64 * FLOW_WAYS as i64;
+        let capacity: Gauge = Gauge::default();
+        registry.register("flow_table_capacity", "Connection-table ways (flows it can hold)", capacity.clone());
+        capacity.set(ways);
+        let entries: Gauge = Gauge::default();
+        registry.register("flow_table_entries", "Connection-table ways holding a current flow", entries.clone());
+        entries.set(self.dp.flows_per_backend()?.values().sum::<u64>() as i64);
 
         let packets = family::<Counter>(&mut registry, "backend_packets", "Packets sent to the backend (XDP VIPs)");
         let bytes = family::<Counter>(&mut registry, "backend_bytes", "Bytes sent to the backend (XDP VIPs)");

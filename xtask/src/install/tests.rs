@@ -55,6 +55,8 @@ fn install_runs_from_the_prefix_and_uninstall_leaves_it_empty() {
         "share/man/man1/lb-ctl-attach.1",
         "share/man/man1/lb-ctl-backends-add.1",
         "share/doc/lb-ctl/lb.toml.example",
+        "share/doc/lb-ctl/monitoring/grafana-dashboard.json",
+        "share/doc/lb-ctl/monitoring/alerts.yml",
     ] {
         assert!(prefix.path().join(path).is_file(), "{path} not installed");
     }
@@ -106,6 +108,7 @@ fn the_deb_holds_the_binary_units_completions_and_man_pages() {
         "./usr/share/man/man1/lb-ctl.1",
         "./usr/share/man/man1/lb-ctl-proxy.1",
         "./etc/lb-ctl/lb.toml.example",
+        "./usr/share/doc/lb-ctl/monitoring/alerts.yml",
     ] {
         assert!(listing.lines().any(|l| l.ends_with(path)), "{path} not in the .deb:\n{listing}");
     }

@@ -1,0 +1,104 @@
+//! The shipped monitoring files (`monitoring/`: Grafana dashboard, Prometheus alert rules) name
+//! only metrics the daemon exports, and the rules are valid for Prometheus (`promtool`).
+use std::collections::HashSet;
+use std::path::Path;
+
+use axum::http::Method;
+
+use crate::testing::rig::{Daemon, lb_toml};
+
+/// The metric names in `text` (`lb_…` words).
+fn metric_names(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("lb_") {
+        let before_ok = at == 0 || !rest.as_bytes()[at - 1].is_ascii_alphanumeric() && rest.as_bytes()[at - 1] != b'_';
+        let word: String =
+            rest[at..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+        if before_ok {
+            out.push(word.clone());
+        }
+        rest = &rest[at + word.len().max(1)..];
+    }
+    out
+}
+
+fn monitoring_file(name: &str) -> (std::path::PathBuf, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("monitoring").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (path, text)
+}
+
+/// Every PromQL expression of the dashboard.
+fn dashboard_exprs(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                    _ => dashboard_exprs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| dashboard_exprs(v, out)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn dashboard_and_alerts_use_only_exported_metrics() {
+    // A proxy VIP too: the proxy's metrics exist only with one.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let proxy_vip = format!(
+        "[[vip]]\nname = \"app\"\naddress = \"127.0.0.1\"\nport = {port}\nforwarding = \"proxy\"\n\
+         backends = [ {{ address = \"127.0.0.1\", port = 9 }} ]\n"
+    );
+    let d = Daemon::start(&lb_toml(&proxy_vip)).await;
+    let (_, body) = d.client.raw::<()>(Method::GET, "/v1/metrics", None).await.unwrap();
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    let exported: HashSet<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next().map(Into::into))
+        .collect();
+    d.stop().await;
+    assert!(exported.contains("lb_flow_table_capacity") && exported.contains("lb_flow_table_entries"));
+
+    let (_, dashboard) = monitoring_file("grafana-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    let mut exprs = Vec::new();
+    dashboard_exprs(&dashboard, &mut exprs);
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    for p in panels {
+        assert!(p["targets"].as_array().is_some_and(|t| !t.is_empty()), "panel without a query: {}", p["title"]);
+    }
+    let (_, alerts) = monitoring_file("alerts.yml");
+    let alert_exprs: Vec<String> =
+        alerts.lines().filter(|l| l.trim_start().starts_with("expr:")).map(Into::into).collect();
+    assert!(alert_exprs.len() >= 5, "{alert_exprs:?}");
+    for expr in exprs.iter().chain(&alert_exprs) {
+        for name in metric_names(expr) {
+            assert!(exported.contains(&name), "{name} (in {expr:?}) is not exported; exported: {exported:?}");
+        }
+    }
+}
+
+#[test]
+fn alert_rules_pass_promtool() {
+    let (path, _) = monitoring_file("alerts.yml");
+    let out = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&path)
+        .output()
+        .expect("promtool (Debian package prometheus; `cargo xtask setup` installs it)");
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn metric_names_are_found_in_expressions() {
+    assert_eq!(
+        metric_names("sum by (vip) (rate(lb_vip_packets_total{x=\"lb_no\"}[1m])) / lb_flow_table_capacity"),
+        ["lb_vip_packets_total", "lb_no", "lb_flow_table_capacity"]
+    );
+}
