@@ -20,6 +20,7 @@
 pub mod client;
 pub mod request;
 pub mod server;
+mod status_page;
 pub mod types;
 
 pub use request::{Request, Response, Service};

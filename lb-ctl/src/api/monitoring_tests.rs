@@ -102,3 +102,34 @@ fn metric_names_are_found_in_expressions() {
         ["lb_vip_packets_total", "lb_no", "lb_flow_table_capacity"]
     );
 }
+
+/// The status page on the metrics port shows every backend `backends list` has, with its
+/// health, and `/status.json` carries the same list.
+#[tokio::test]
+async fn the_status_page_shows_the_backends_list() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let d = Daemon::start(&lb_toml("")).await;
+    let get = |path: &'static str| async move {
+        let mut s = tokio::net::TcpStream::connect(d.metrics).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    let page = get("/").await;
+    assert!(page.starts_with("HTTP/1.1 200") && page.contains("text/html"), "{page}");
+    assert!(!page.contains("src=\"http") && !page.contains("href=\"http"), "no external assets");
+    let list = d.list().await;
+    assert!(!list.is_empty());
+    for b in &list {
+        let row = format!("data-backend-id=\"{}\" data-vip=\"{}\" data-backend=\"{}\"", b.id, b.vip, b.address);
+        assert!(page.contains(&row), "{row} missing:\n{page}");
+    }
+    assert_eq!(page.matches("<tr data-backend-id=").count(), list.len());
+    let json = get("/status.json").await;
+    let body = &json[json.find("\r\n\r\n").unwrap() + 4..];
+    let snapshot: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let backends: Vec<crate::api::types::BackendView> = serde_json::from_value(snapshot["backends"].clone()).unwrap();
+    assert_eq!(backends, list);
+    d.stop().await;
+}

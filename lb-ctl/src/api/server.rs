@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 
+use super::status_page;
 use super::types::{BackendsQuery, PREFIX};
 use super::{ApiError, Request, Response, Service};
 use crate::paths;
@@ -114,9 +115,15 @@ pub fn router<S: Service>(service: S) -> Router {
     Router::new().nest(PREFIX, routes).fallback(no_such_endpoint).with_state(service)
 }
 
-/// The metrics port's routes: `GET /metrics` only (read-only, no control API).
+/// The metrics port's routes, all read-only (no control API): `GET /metrics`, and the status
+/// page (`GET /`, with its data as `GET /status.json`).
 pub fn metrics_router<S: Service>(service: S) -> Router {
-    Router::new().route("/metrics", only("GET", get(metrics::<S>))).fallback(no_such_endpoint).with_state(service)
+    Router::new()
+        .route("/metrics", only("GET", get(metrics::<S>)))
+        .route("/", only("GET", get(status_page::page::<S>)))
+        .route("/status.json", only("GET", get(status_page::json::<S>)))
+        .fallback(no_such_endpoint)
+        .with_state(service)
 }
 
 /// Answers a method the route does not take.

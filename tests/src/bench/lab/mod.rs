@@ -91,9 +91,24 @@ pub fn run(options: Options) -> Result<Results> {
                 if lab::interrupted() {
                     bail!("interrupted (Ctrl-C)");
                 }
-                let run = rig.measure(repetition, workload, peer, options.seconds).with_context(|| {
-                    format!("{} through {} (repetition {repetition})", workload.name(), peer.name())
-                })?;
+                // A run whose generator fails (trafgen's TX ring can refuse a flush while the
+                // lab settles) is tried once more, then reported as failed; the others go on.
+                let what = format!("{} through {} (repetition {repetition})", workload.name(), peer.name());
+                let run = match rig.measure(repetition, workload, peer, options.seconds) {
+                    Ok(run) => run,
+                    Err(first) => {
+                        println!("{what}: {first:#}; trying once more");
+                        workloads::settle();
+                        match rig.measure(repetition, workload, peer, options.seconds) {
+                            Ok(run) => run,
+                            Err(e) => {
+                                println!("{what}: failed again: {e:#}");
+                                skipped.push((what, format!("failed twice: {e:#}")));
+                                continue;
+                            }
+                        }
+                    }
+                };
                 println!(
                     "rep {repetition} {:<26} {:<16} {:>12} {}  sent {:.0} delivered {:.0}  {}",
                     workload.name(),
