@@ -225,3 +225,30 @@ fn c_port(got: &[u8], kind: ProxyProtocol) -> u16 {
         _ => u16::from_be_bytes([got[24], got[25]]),
     }
 }
+
+/// `close_after_response`: two pipelined requests on one connection get one response, with
+/// `Connection: close`, and the connection is closed; without it both are answered.
+#[tokio::test]
+async fn close_after_response_answers_once_and_closes() {
+    let b = backends(1).await;
+    let two = b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut spec = http_spec(&b);
+    spec.options.close_after_response = true;
+    let closing = proxy(spec).await;
+    let out = raw(closing.addr, two).await;
+    assert_eq!(statuses(&out), vec![200], "{out}");
+    assert!(out.to_ascii_lowercase().contains("connection: close"), "{out}");
+    let keeping = proxy(http_spec(&b)).await;
+    let mut s = tokio::net::TcpStream::connect(keeping.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut s, two).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while statuses(&String::from_utf8_lossy(&got)).len() < 2 {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut s, &mut buf))
+            .await
+            .expect("both responses in time")
+            .unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+}

@@ -66,6 +66,10 @@ pub struct ProxyOptions {
     pub backend_tls: Option<BackendTls>,
     /// TLS passthrough routed by the ClientHello's server name (TCP VIPs).
     pub sni: Option<SniRouting>,
+    /// HTTP/1 clients: answer every response with `Connection: close` and close the connection
+    /// after it, instead of keeping it alive for the next request (HAProxy's `httpclose`).
+    /// HTTP/2 connections are not affected.
+    pub close_after_response: bool,
 }
 
 /// What the VIP speaks.

@@ -103,7 +103,7 @@ where
         let shared = shared.expect("HTTP/1 connections have shared state");
         let mut b = http1::Builder::new();
         b.timer(TokioTimer::new())
-            .keep_alive(true)
+            .keep_alive(!opts.close_after_response)
             // Off: `ClientIo` keeps the idle and header deadlines (and answers 408).
             .header_read_timeout(None)
             .max_headers(opts.limits.max_headers)
