@@ -244,10 +244,11 @@ async fn close_after_response_answers_once_and_closes() {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while statuses(&String::from_utf8_lossy(&got)).len() < 2 {
-        let n = tokio::time::timeout(std::time::Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut s, &mut buf))
-            .await
-            .expect("both responses in time")
-            .unwrap();
+        let n =
+            tokio::time::timeout(std::time::Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut s, &mut buf))
+                .await
+                .expect("both responses in time")
+                .unwrap();
         assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
         got.extend_from_slice(&buf[..n]);
     }

@@ -39,6 +39,9 @@ pub struct Config {
     pub warnings: Vec<Problem>,
 }
 
+/// Default of `daemon.shutdown_grace`.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// `[daemon]`: settings of the whole balancer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DaemonSettings {
@@ -60,6 +63,8 @@ pub struct DaemonSettings {
     /// How long the data plane reuses a next-hop (route + neighbour) lookup, in ms; 0 looks
     /// up every packet.
     pub nexthop_ttl_ms: u32,
+    /// How long a stopping daemon lets proxy VIPs' requests and relays in progress finish.
+    pub shutdown_grace: Duration,
     /// What a VIP does when none of its backends is healthy (a VIP may override it).
     pub all_down: AllDownPolicy,
 }
@@ -75,6 +80,7 @@ impl Default for DaemonSettings {
             hash_seed: 0,
             new_flow_budget: lb_common::limits::DEFAULT_NEW_FLOW_BUDGET,
             nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             all_down: AllDownPolicy::Forward,
         }
     }

@@ -356,3 +356,13 @@ fn the_new_flow_budget_is_a_daemon_setting() {
         ["lb.toml:2: daemon: new_flow_budget must be 0-4294967295, got -1"]
     );
 }
+
+#[test]
+fn the_shutdown_grace_is_a_duration() {
+    assert_eq!(parse("").unwrap().daemon.shutdown_grace, Duration::from_secs(5));
+    assert_eq!(parse("[daemon]\nshutdown_grace = \"30s\"\n").unwrap().daemon.shutdown_grace, Duration::from_secs(30));
+    assert_eq!(
+        errors("[daemon]\nshutdown_grace = \"1h\"\n"),
+        ["lb.toml:2: daemon: shutdown_grace must be at most 10m"]
+    );
+}

@@ -184,6 +184,13 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
             Err(e) => c.error(s.span(), format!("daemon: nexthop_ttl {:?}: {e}", s.get_ref())),
         }
     }
+    if let Some(s) = &d.shutdown_grace {
+        match parse_duration(s.get_ref()) {
+            Ok(grace) if grace <= Duration::from_secs(600) => out.shutdown_grace = grace,
+            Ok(_) => c.error(s.span(), "daemon: shutdown_grace must be at most 10m"),
+            Err(e) => c.error(s.span(), format!("daemon: shutdown_grace {:?}: {e}", s.get_ref())),
+        }
+    }
     if let Some(s) = &d.all_down {
         out.all_down = *s.get_ref();
     }

@@ -194,3 +194,48 @@ async fn the_new_flow_budget_follows_the_file() {
     assert_eq!(d.fake.snapshot().0.new_flow_budget, 1000);
     d.stop().await;
 }
+
+/// `daemon.shutdown_grace`: a stopping daemon lets a proxy VIP's request in progress finish
+/// within the grace, and cuts it past the grace.
+#[tokio::test]
+async fn a_stopping_daemon_gives_requests_in_progress_the_shutdown_grace() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    for (grace, finishes) in [("3s", true), ("100ms", false)] {
+        // A backend that answers a second after the request.
+        let backend = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let backend_port = backend.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = backend.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 2048];
+                    let _ = s.read(&mut buf).await;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nslow").await;
+                });
+            }
+        });
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let proxy_vip = format!(
+            "[[vip]]\nname = \"app\"\naddress = \"127.0.0.1\"\nport = {port}\nforwarding = \"proxy\"\n\
+             backends = [ {{ address = \"127.0.0.1\", port = {backend_port} }} ]\n"
+        );
+        let text =
+            lb_toml(&proxy_vip).replace("hash_seed = 7", &format!("hash_seed = 7\nshutdown_grace = \"{grace}\""));
+        let d = Daemon::start(&text).await;
+        let request = tokio::spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: app\r\n\r\n").await.unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out).await;
+            out
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        d.stop().await;
+        let answer = request.await.unwrap();
+        assert_eq!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("slow"),
+            finishes,
+            "grace {grace}: {answer:?}"
+        );
+    }
+}

@@ -113,7 +113,7 @@ impl Writer {
         }
         self.checkers.stop();
         if let Some(proxy) = &self.proxy {
-            proxy.shutdown(std::time::Duration::from_secs(5));
+            proxy.shutdown(self.config.daemon.shutdown_grace);
         }
         self.dp
     }
