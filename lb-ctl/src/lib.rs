@@ -6,6 +6,7 @@ pub mod config;
 pub mod daemon;
 pub mod dataplane;
 pub mod health;
+pub mod logging;
 pub mod paths;
 pub mod proxy;
 pub mod state;

@@ -108,13 +108,26 @@ impl ProxyDaemon {
 }
 
 fn start(config: &str, dir: tempfile::TempDir, socket: PathBuf, vip: SocketAddr) -> ProxyDaemon {
+    start_with(config, dir, socket, vip, &["--log-level", "warn"], Stdio::inherit())
+}
+
+fn start_with(
+    config: &str,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+    vip: SocketAddr,
+    args: &[&str],
+    stderr: Stdio,
+) -> ProxyDaemon {
     let path = dir.path().join("lb.toml");
     std::fs::write(&path, config).unwrap();
     let child = Command::new(BIN)
-        .args(["proxy", "--log-level", "warn", "--config"])
+        .arg("proxy")
+        .args(args)
+        .arg("--config")
         .arg(&path)
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let d = ProxyDaemon { child, socket, _dir: dir };
@@ -222,4 +235,40 @@ fn proxy_refuses_xdp_vips() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is forwarded by XDP") && err.contains("proxy VIPs only"), "{err}");
+}
+
+/// `[daemon] log_level` sets the daemon's log filter when `--log-level` does not, and a reload
+/// applies a changed one.
+#[test]
+fn the_log_level_follows_the_file_and_its_reloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let log = dir.path().join("daemon.log");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = |level: &str| {
+        format!(
+            "[daemon]\napi_socket = \"{}\"\nlog_level = \"{level}\"\n\n[[vip]]\nname = \"api\"\naddress = \"127.0.0.1\"\n\
+             port = {}\nprotocol = \"http\"\nbackends = [ {{ address = \"127.0.0.1\", port = 9 }} ]\n",
+            socket.display(),
+            vip.port()
+        )
+    };
+    let config_path = dir.path().join("lb.toml");
+    let stderr = std::fs::File::create(&log).unwrap();
+    let d = start_with(&config("warn"), dir, socket.clone(), vip, &[], stderr.into());
+    let text = || std::fs::read_to_string(&log).unwrap();
+    // At warn, the start and a reload log nothing at info.
+    assert!(d.cli(&["reload"]).status.success());
+    assert!(!text().contains("INFO"), "info lines at warn:\n{}", text());
+    std::fs::write(&config_path, config("info")).unwrap();
+    let reload = d.cli(&["reload"]);
+    let said = String::from_utf8_lossy(&reload.stdout).into_owned();
+    assert!(reload.status.success() && said.contains("log level \"info\""), "{said}");
+    // The next reload is logged at info.
+    assert!(d.cli(&["reload"]).status.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !text().contains("INFO") {
+        assert!(Instant::now() < deadline, "no info line after the level changed:\n{}", text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -107,8 +107,9 @@ pub struct ProxyArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// A tracing filter: error, warn, info, debug, trace, or per module (lb_ctl=debug).
-    #[arg(long, default_value = "info", value_parser = parse_log_level)]
-    pub log_level: String,
+    /// Overrides `[daemon] log_level` (default info) for the process's life.
+    #[arg(long, value_parser = parse_log_level)]
+    pub log_level: Option<String>,
 }
 
 #[derive(Args)]
@@ -125,8 +126,9 @@ pub struct AttachArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// A tracing filter: error, warn, info, debug, trace, or per module (lb_ctl=debug).
-    #[arg(long, default_value = "info", value_parser = parse_log_level)]
-    pub log_level: String,
+    /// Overrides `[daemon] log_level` (default info) for the process's life.
+    #[arg(long, value_parser = parse_log_level)]
+    pub log_level: Option<String>,
     /// bpffs directory to pin the maps in (default /sys/fs/bpf/lb-ctl/IFACE).
     #[arg(long)]
     pub pin_dir: Option<PathBuf>,

@@ -1,6 +1,5 @@
 //! Commands that run the daemon in the foreground: `attach` (XDP, and the proxy VIPs) and
 //! `proxy` (proxy VIPs only, no XDP).
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
@@ -12,30 +11,26 @@ use crate::daemon::{self, Listeners};
 use crate::dataplane::Dataplane;
 use crate::dataplane::attach::{self, OpenOptions};
 use crate::dataplane::memory::MemoryDataplane;
+use crate::logging;
 use crate::paths::{self, AttachPaths};
 use crate::state::SavedState;
 
-fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("--log-level {level:?}"))?;
-    // Colour codes only for a terminal: journald and log files get plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-    Ok(())
+/// Logging at `--log-level`, else at the file's `[daemon] log_level`.
+fn init_logging(format: LogFormat, cli_level: Option<&str>, config: &Config) -> anyhow::Result<()> {
+    let level = match cli_level {
+        Some(level) => logging::Level::CommandLine(level),
+        None => logging::Level::File(&config.daemon.log_level),
+    };
+    logging::init(matches!(format, LogFormat::Json), level)
 }
 
 pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format, &args.log_level)?;
     // The whole file is checked before anything is touched.
     let config = match Config::load(&args.config) {
         Ok(c) => c,
         Err(e) => bail!("{} has mistakes, nothing was attached:\n{e}", args.config.display()),
     };
+    init_logging(args.log_format, args.log_level.as_deref(), &config)?;
     let iface = args.iface.clone();
     if !args.fake_dataplane {
         preconditions::check_privileges()?;
@@ -66,11 +61,11 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
 }
 
 pub fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format, &args.log_level)?;
     let config = match Config::load(&args.config) {
         Ok(c) => c,
         Err(e) => bail!("{} has mistakes, nothing was started:\n{e}", args.config.display()),
     };
+    init_logging(args.log_format, args.log_level.as_deref(), &config)?;
     if let Some(v) = config.vips.iter().find(|v| v.forwarding.is_xdp()) {
         bail!(
             "{}: VIP {} is forwarded by XDP (forwarding = \"{}\"); `lb-ctl proxy` serves proxy VIPs only \

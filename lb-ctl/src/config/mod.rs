@@ -65,6 +65,8 @@ pub struct DaemonSettings {
     pub nexthop_ttl_ms: u32,
     /// How long a stopping daemon lets proxy VIPs' requests and relays in progress finish.
     pub shutdown_grace: Duration,
+    /// The daemon's log filter (a tracing filter) when `--log-level` does not set one.
+    pub log_level: String,
     /// What a VIP does when none of its backends is healthy (a VIP may override it).
     pub all_down: AllDownPolicy,
 }
@@ -81,6 +83,7 @@ impl Default for DaemonSettings {
             new_flow_budget: lb_common::limits::DEFAULT_NEW_FLOW_BUDGET,
             nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            log_level: "info".into(),
             all_down: AllDownPolicy::Forward,
         }
     }

@@ -26,6 +26,7 @@ pub(super) struct RawDaemon {
     pub new_flow_budget: Option<Spanned<i64>>,
     pub nexthop_ttl: Option<Spanned<String>>,
     pub shutdown_grace: Option<Spanned<String>>,
+    pub log_level: Option<Spanned<String>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,
 }
 

@@ -366,3 +366,12 @@ fn the_shutdown_grace_is_a_duration() {
         ["lb.toml:2: daemon: shutdown_grace must be at most 10m"]
     );
 }
+
+#[test]
+fn the_log_level_is_a_checked_filter() {
+    assert_eq!(parse("").unwrap().daemon.log_level, "info");
+    assert_eq!(parse("[daemon]\nlog_level = \"warn,lb_ctl=debug\"\n").unwrap().daemon.log_level, "warn,lb_ctl=debug");
+    let e = errors("[daemon]\nlog_level = \"lb_ctl=loud\"\n");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("lb.toml:2: daemon: log_level \"lb_ctl=loud\": "), "{e:?}");
+}

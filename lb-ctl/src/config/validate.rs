@@ -191,6 +191,15 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
             Err(e) => c.error(s.span(), format!("daemon: shutdown_grace {:?}: {e}", s.get_ref())),
         }
     }
+    if let Some(s) = &d.log_level {
+        match tracing_subscriber::EnvFilter::try_new(s.get_ref()) {
+            Ok(_) => out.log_level = s.get_ref().clone(),
+            Err(e) => c.error(
+                s.span(),
+                format!("daemon: log_level {:?}: {e} (a level, or per module: lb_ctl=debug,warn)", s.get_ref()),
+            ),
+        }
+    }
     if let Some(s) = &d.all_down {
         out.all_down = *s.get_ref();
     }

@@ -261,6 +261,8 @@ impl Writer {
         let undone = self.state.api_changes().len();
         let next = State::from_config(&config, &self.state)?;
         let report = self.commit(next)?;
+        let new_level =
+            (config.daemon.log_level != self.config.daemon.log_level).then(|| config.daemon.log_level.clone());
         self.config = config;
         // Proxy VIPs are not in the maps: their changes are reported by the proxy runtime.
         let proxy_changes = self.proxy.as_ref().map(|p| p.last_changes().join(", ")).unwrap_or_default();
@@ -271,6 +273,12 @@ impl Writer {
         };
         if undone > 0 {
             message.push_str(&format!("; undid {undone} API changes (the file is the truth after a reload)"));
+        }
+        if let Some(level) = new_level {
+            match crate::logging::follow_file(&level) {
+                true => message.push_str(&format!("; log level {level:?}")),
+                false => message.push_str(&format!("; log level {level:?} not applied (--log-level is in force)")),
+            }
         }
         Ok(message)
     }
