@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Attach(args) => start::attach(args).map(|()| ExitCode::SUCCESS),
-        Command::Proxy(args) => start::proxy(args).map(|()| ExitCode::SUCCESS),
+        Command::Proxy(args) => start::proxy(args, cli.socket).map(|()| ExitCode::SUCCESS),
         Command::Validate { config } => local::validate(&config),
         Command::Detach { iface, pin_dir, state_dir } => {
             let socket = cli.socket.or_else(|| std::env::var_os("LB_CTL_SOCKET").map(PathBuf::from));

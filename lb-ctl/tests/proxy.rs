@@ -272,3 +272,61 @@ fn the_log_level_follows_the_file_and_its_reloads() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The quick start: `lb-ctl proxy --listen … --backend … --backends-file …` serves one proxy
+/// VIP without a configuration file, and follows the backends file as it changes (a file with
+/// mistakes changes nothing).
+#[test]
+fn quick_start_serves_flags_and_follows_the_backends_file() {
+    let one = Backend::start("one");
+    let two = Backend::start("two");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("quick.sock");
+    let file = dir.path().join("backends.txt");
+    std::fs::write(&file, format!("# the second backend\n{}\n", two.addr)).unwrap();
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut child = Command::new(BIN)
+        .arg("--socket")
+        .arg(&socket)
+        .args(["proxy", "--log-level", "warn", "--listen", &vip.to_string(), "--backend", &one.addr.to_string()])
+        .arg("--backends-file")
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _kill = Kill(&mut child);
+    let until = |what: &str, pred: &dyn Fn(&[String]) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let seen: Vec<String> = (0..6).filter_map(|_| get(vip).ok()).collect();
+            if seen.len() == 6 && pred(&seen) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {seen:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    until("both backends answer", &|s| s.iter().any(|n| n == "one") && s.iter().any(|n| n == "two"));
+    let list = Command::new(BIN).arg("--socket").arg(&socket).args(["backends", "list", "quick"]).output().unwrap();
+    let table = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success() && table.contains(&two.addr.to_string()), "{table}");
+
+    // The file loses the second backend: only the first answers.
+    std::fs::write(&file, "# emptied\n").unwrap();
+    until("the removed backend is gone", &|s| s.iter().all(|n| n == "one"));
+    // A file with a mistake changes nothing.
+    std::fs::write(&file, format!("{} extra words\n", two.addr)).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    until("a bad file changes nothing", &|s| s.iter().all(|n| n == "one"));
+    // And back.
+    std::fs::write(&file, format!("{}\n", two.addr)).unwrap();
+    until("the backend is back", &|s| s.iter().any(|n| n == "two"));
+}

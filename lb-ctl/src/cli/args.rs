@@ -100,9 +100,11 @@ pub enum Command {
 #[derive(Args)]
 pub struct ProxyArgs {
     /// Configuration file; every VIP in it must be a proxy VIP (protocol "http" or
-    /// forwarding "proxy").
-    #[arg(long, short = 'c')]
-    pub config: PathBuf,
+    /// forwarding "proxy"). Or, without a file, the quick-start flags (--listen, --backend).
+    #[arg(long, short = 'c', required_unless_present = "listen", conflicts_with = "listen")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub quick: QuickStart,
     /// Log line format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -110,6 +112,45 @@ pub struct ProxyArgs {
     /// Overrides `[daemon] log_level` (default info) for the process's life.
     #[arg(long, value_parser = parse_log_level)]
     pub log_level: Option<String>,
+}
+
+/// `lb-ctl proxy` without a file: one proxy VIP from flags.
+#[derive(Args, Clone, Debug)]
+#[command(group(clap::ArgGroup::new("backend_source").args(["backend", "backends_file"]).multiple(true)))]
+pub struct QuickStart {
+    /// Serve one proxy VIP on ADDR:PORT (HTTP; with --tcp, TCP), without a configuration file.
+    #[arg(long, value_name = "ADDR:PORT", requires = "backend_source")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// A backend, HOST:PORT (repeatable); a name is resolved at start, each address a backend.
+    #[arg(long, value_name = "HOST:PORT", requires = "listen")]
+    pub backend: Vec<String>,
+    /// A file of backends, one HOST:PORT a line (# comments); re-read when it changes.
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub backends_file: Option<PathBuf>,
+    /// How requests are spread over the backends.
+    #[arg(long, value_enum, default_value_t = QuickBalance::RoundRobin, requires = "listen")]
+    pub balance: QuickBalance,
+    /// Relay TCP connections instead of serving HTTP.
+    #[arg(long, requires = "listen")]
+    pub tcp: bool,
+    /// Serve Prometheus metrics (and the status page) on ADDR:PORT.
+    #[arg(long, value_name = "ADDR:PORT", requires = "listen")]
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
+/// `--balance` of the quick start.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum QuickBalance {
+    /// Smooth weighted round robin (even shares).
+    RoundRobin,
+    /// Round robin by weight (all weights are equal here; kept for the familiar name).
+    WeightedRoundRobin,
+    /// The backend with the fewest requests in progress.
+    LeastConnections,
+    /// The less busy of two backends picked at random.
+    PowerOfTwo,
+    /// Consistent hashing on the client address (Maglev): a client sticks to a backend.
+    IpHash,
 }
 
 #[derive(Args)]

@@ -7,5 +7,6 @@ pub mod client;
 pub mod docs;
 pub mod local;
 pub mod preconditions;
+mod quick;
 pub mod render;
 pub mod start;

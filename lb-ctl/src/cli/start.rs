@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 
 use super::args::{AttachArgs, LogFormat, ProxyArgs};
-use super::preconditions;
+use super::{preconditions, quick};
 use crate::config::Config;
 use crate::daemon::{self, Listeners};
 use crate::dataplane::Dataplane;
@@ -60,25 +60,44 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
     })
 }
 
-pub fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
-    let config = match Config::load(&args.config) {
+/// `lb-ctl proxy`; `socket` (the global `--socket`) places the quick start's control socket.
+pub fn proxy(args: ProxyArgs, socket: Option<PathBuf>) -> anyhow::Result<()> {
+    let path = match &args.config {
+        Some(path) => path.clone(),
+        None => quick_start_config(&args.quick, socket.unwrap_or_else(paths::proxy_socket))?,
+    };
+    let config = match Config::load(&path) {
         Ok(c) => c,
-        Err(e) => bail!("{} has mistakes, nothing was started:\n{e}", args.config.display()),
+        Err(e) => bail!("{} has mistakes, nothing was started:\n{e}", path.display()),
     };
     init_logging(args.log_format, args.log_level.as_deref(), &config)?;
     if let Some(v) = config.vips.iter().find(|v| v.forwarding.is_xdp()) {
         bail!(
             "{}: VIP {} is forwarded by XDP (forwarding = \"{}\"); `lb-ctl proxy` serves proxy VIPs only \
              (use `lb-ctl attach IFACE` for XDP VIPs: it runs the proxy VIPs too)",
-            args.config.display(),
+            path.display(),
             v.label(),
             v.forwarding.as_str()
         );
     }
     let socket = config.daemon.api_socket.clone().unwrap_or_else(paths::proxy_socket);
     let options = daemon::Options { interface: "proxy".into(), ..Default::default() };
+    if args.config.is_none() {
+        quick::follow_backends_file(args.quick.clone(), socket.clone());
+    }
     // No XDP: the map writer writes to memory, which only `stats` and `explain` read.
     run(config, socket, options, |_| Ok(DaemonDataplane::memory()))
+}
+
+/// Writes the lb.toml of the quick-start flags beside the control socket `socket`; returns its
+/// path.
+fn quick_start_config(q: &super::args::QuickStart, socket: PathBuf) -> anyhow::Result<PathBuf> {
+    let dir = socket.parent().context("the control socket's directory")?;
+    paths::create_private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let text = quick::config_text(q, &socket)?;
+    let path = quick::config_path(&socket);
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 /// The data plane a command runs the daemon with.

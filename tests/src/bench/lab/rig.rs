@@ -49,6 +49,8 @@ impl Rig {
     pub fn build(balancer_queues: usize) -> Result<Rig> {
         let mut lab = Lab::new("", BACKENDS, CLIENTS);
         lab.tune_for_load();
+        // The UDP generator goes through this qdisc (see `workloads::udp`).
+        lab.client.exec(&["tc", "qdisc", "replace", "dev", "eth0", "root", "pfifo", "limit", "10000"]);
         if balancer_queues != 2 {
             // Both ends of the balancer's link, before any XDP program is attached to them.
             let queues = balancer_queues.to_string();

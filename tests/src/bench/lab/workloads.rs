@@ -68,11 +68,14 @@ pub fn trafgen_conf(src_mac: &str, lb_mac: &str, dst: Ipv4Addr, clients: usize) 
 }
 
 /// Runs trafgen in namespace `ns` for `secs` on one CPU (the other runs the balancer); the
-/// sent and delivered counts are read by the observer.
+/// sent and delivered counts are read by the observer. Through the qdisc (the rig gives the
+/// client's eth0 a pfifo): sent straight to the driver, a veth whose peer's ring is full makes
+/// trafgen fail ("Flushing TX_RING failed") instead of queueing; the qdisc queues or drops, and
+/// the drop columns say so.
 pub fn udp(ns: &str, conf: &Path, secs: u64) -> Result<Generated> {
     let out = Command::new("ip")
         .args(["netns", "exec", ns, "timeout", "-s", "INT", &format!("{secs}s")])
-        .args(["trafgen", "--dev", "eth0", "--cpus", "1", "--num", "0", "--conf"])
+        .args(["trafgen", "--dev", "eth0", "--cpus", "1", "--num", "0", "--qdisc-path", "--conf"])
         .arg(conf)
         .output()
         .context("running trafgen")?;

@@ -1,0 +1,185 @@
+//! `lb-ctl proxy --listen ADDR:PORT --backend HOST:PORT …`: one proxy VIP without a file, the
+//! way the small balancers lb-ctl replaces are started. The flags become an lb.toml, written
+//! next to the control socket and checked like any other, so the daemon, its API, its metrics
+//! and reloads are exactly those of `lb-ctl proxy --config`. `--backends-file FILE` (one
+//! `HOST:PORT` a line, `#` comments) is read at start and again whenever it changes; a file
+//! with mistakes is refused with FILE:LINE and the running backends stay.
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, bail};
+
+use super::args::{QuickBalance, QuickStart};
+
+/// Every address `spec` (`HOST:PORT`, `IP:PORT`, `[IPv6]:PORT`) stands for, in the resolver's
+/// order without duplicates: a name with several addresses gives several backends.
+pub fn resolve(spec: &str) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut out: Vec<SocketAddr> = Vec::new();
+    let found = spec.to_socket_addrs().with_context(|| format!("backend {spec:?}: not HOST:PORT, or not resolved"))?;
+    for addr in found {
+        if !out.contains(&addr) {
+            out.push(addr);
+        }
+    }
+    if out.is_empty() {
+        bail!("backend {spec:?}: the name has no address");
+    }
+    Ok(out)
+}
+
+/// The backend specs of a backends file: one `HOST:PORT` a line; blank lines and `#` comments
+/// are skipped. Mistakes name the file and line.
+pub fn read_backends_file(path: &Path) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line.split_whitespace().count() != 1 || !line.contains(':') {
+            bail!("{}:{}: expected one HOST:PORT, got {line:?}", path.display(), i + 1);
+        }
+        out.push(line.to_string());
+    }
+    Ok(out)
+}
+
+/// Every backend of the quick start: the `--backend` flags and the backends file, resolved.
+fn backends(q: &QuickStart) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut specs = q.backend.clone();
+    if let Some(file) = &q.backends_file {
+        specs.extend(read_backends_file(file)?);
+    }
+    let mut out = Vec::new();
+    for spec in &specs {
+        for addr in resolve(spec)? {
+            if !out.contains(&addr) {
+                out.push(addr);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_string()).to_string()
+}
+
+/// The lb.toml the flags stand for.
+pub fn config_text(q: &QuickStart, socket: &Path) -> anyhow::Result<String> {
+    let listen = q.listen.context("--listen")?;
+    let backends = backends(q)?;
+    let mut text = format!("[daemon]\napi_socket = {}\n", toml_string(&socket.display().to_string()));
+    if let Some(metrics) = q.metrics {
+        text.push_str(&format!("metrics = {}\n", toml_string(&metrics.to_string())));
+    }
+    let (protocol, forwarding) = if q.tcp { ("tcp", "\nforwarding = \"proxy\"") } else { ("http", "") };
+    text.push_str(&format!(
+        "\n[[vip]]\nname = \"quick\"\naddress = {}\nport = {}\nprotocol = \"{protocol}\"{forwarding}\n",
+        toml_string(&listen.ip().to_string()),
+        listen.port()
+    ));
+    let list: Vec<String> = backends
+        .iter()
+        .map(|b| format!("  {{ address = {}, port = {} }},", toml_string(&b.ip().to_string()), b.port()))
+        .collect();
+    // A TCP check, as HAProxy's `check`: a backend that refuses connections leaves at once.
+    text.push_str("health = { kind = \"tcp\", interval = \"2s\", rise = 1 }\n");
+    text.push_str(&format!("backends = [\n{}\n]\n", list.join("\n")));
+    let balance = match q.balance {
+        QuickBalance::RoundRobin => "\"round_robin\"",
+        QuickBalance::WeightedRoundRobin => "\"weighted_round_robin\"",
+        QuickBalance::LeastConnections => "\"least_connections\"",
+        QuickBalance::PowerOfTwo => "\"power_of_two\"",
+        QuickBalance::IpHash => "{ consistent_hash = { key = \"client_ip\" } }",
+    };
+    text.push_str(&format!("[vip.proxy]\nbalance = {balance}\n"));
+    Ok(text)
+}
+
+/// Where the quick start's lb.toml lives: beside its control socket.
+pub fn config_path(socket: &Path) -> PathBuf {
+    socket.with_file_name("proxy-quick.toml")
+}
+
+/// Follows the backends file: when it changes, writes the new lb.toml and asks the daemon to
+/// reload it (a file with mistakes, or a name that no longer resolves, is logged and changes
+/// nothing). Runs until the process ends.
+pub fn follow_backends_file(q: QuickStart, socket: PathBuf) {
+    let Some(file) = q.backends_file.clone() else { return };
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut last: Option<SystemTime> = modified(&file);
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = modified(&file);
+            if now == last {
+                continue;
+            }
+            last = now;
+            let text = match config_text(&q, &socket) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!("{e:#}; the running backends stay");
+                    continue;
+                }
+            };
+            if let Err(e) = std::fs::write(config_path(&socket), text) {
+                tracing::error!(error = %e, "cannot write the quick start's lb.toml");
+                continue;
+            }
+            tracing::info!(file = %file.display(), "backends file changed: reloading");
+            // SAFETY: kill(2) on our own pid; SIGHUP makes the daemon reload its file.
+            unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::args::{Cli, Command};
+    use crate::config::Config;
+
+    fn quick(args: &[&str]) -> QuickStart {
+        let cli = Cli::try_parse_from([&["lb-ctl", "proxy"], args].concat()).unwrap();
+        match cli.command {
+            Command::Proxy(p) => p.quick,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_flags_make_a_valid_file() {
+        let q = quick(&["--listen", "127.0.0.1:7777", "--backend", "127.0.0.1:8080", "--backend", "[::1]:9000"]);
+        let text = config_text(&q, Path::new("/tmp/x/proxy.sock")).unwrap();
+        let config = Config::parse(&text, Path::new("quick.toml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let vip = &config.vips[0];
+        assert_eq!((vip.address.to_string(), vip.port), ("127.0.0.1".into(), 7777));
+        let addrs: Vec<String> = vip.backends.iter().map(|b| b.address.to_string()).collect();
+        assert_eq!(addrs, ["127.0.0.1:8080", "[::1]:9000"]);
+        let tcp =
+            quick(&["--listen", "127.0.0.1:7777", "--backend", "127.0.0.1:8080", "--tcp", "--balance", "ip-hash"]);
+        let config = Config::parse(&config_text(&tcp, Path::new("/s")).unwrap(), Path::new("q.toml")).unwrap();
+        assert_eq!(config.vips[0].forwarding.as_str(), "proxy");
+    }
+
+    #[test]
+    fn quick_start_mistakes_are_clear() {
+        let usage = |args: &[&str]| Cli::try_parse_from([&["lb-ctl", "proxy"], args].concat()).err().map(|e| e.kind());
+        assert!(usage(&["--listen", "127.0.0.1:7777"]).is_some(), "a listener without backends");
+        assert!(usage(&["--backend", "127.0.0.1:1"]).is_some(), "backends without a listener");
+        assert!(usage(&["-c", "x.toml", "--listen", "127.0.0.1:7777", "--backend", "127.0.0.1:1"]).is_some());
+        assert!(usage(&[]).is_some(), "neither a file nor a listener");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("backends");
+        std::fs::write(&file, "127.0.0.1:80\n\n# c\n127.0.0.1 80\n").unwrap();
+        let e = read_backends_file(&file).unwrap_err().to_string();
+        assert_eq!(e, format!("{}:4: expected one HOST:PORT, got \"127.0.0.1 80\"", file.display()));
+        assert!(resolve("no-such-host.invalid:80").is_err());
+    }
+}
