@@ -3,6 +3,7 @@
 //! [`Config::load`] reads and checks the whole file before anything uses it: every mistake is
 //! reported as `FILE:LINE: what is wrong`, all of them at once, and a file with any mistake
 //! yields no [`Config`]. Every key is documented in `lb-ctl/lb.toml.example`.
+mod defaults;
 mod health;
 mod raw;
 pub mod rules;

@@ -9,6 +9,7 @@ use super::{AllDownPolicy, Forwarding, HashMode, HealthKind, Protocol};
 #[serde(deny_unknown_fields)]
 pub(super) struct RawFile {
     pub daemon: Option<Spanned<RawDaemon>>,
+    pub defaults: Option<Spanned<RawDefaults>>,
     #[serde(default)]
     pub vip: Vec<Spanned<RawVip>>,
 }
@@ -28,6 +29,17 @@ pub(super) struct RawDaemon {
     pub shutdown_grace: Option<Spanned<String>>,
     pub log_level: Option<Spanned<String>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,
+}
+
+/// `[defaults]`: what VIPs inherit (see `defaults.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDefaults {
+    pub health: Option<Spanned<RawHealth>>,
+    /// Deserialized only to be checked here, with its lines; `defaults.rs` merges the table
+    /// as written into each proxy VIP's options.
+    #[allow(dead_code)]
+    pub proxy: Option<Spanned<lb_proxy::ProxyOptions>>,
 }
 
 #[derive(Debug, Deserialize)]

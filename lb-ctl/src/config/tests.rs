@@ -90,7 +90,7 @@ fn bad_files_give_exact_messages() {
         (
             "unknown top-level key",
             "listen = 1\n".into(),
-            &["lb.toml:1: unknown field `listen`, expected `daemon` or `vip`"],
+            &["lb.toml:1: unknown field `listen`, expected one of `daemon`, `defaults`, `vip`"],
         ),
         (
             "unknown enum value",
@@ -374,4 +374,52 @@ fn the_log_level_is_a_checked_filter() {
     let e = errors("[daemon]\nlog_level = \"lb_ctl=loud\"\n");
     assert_eq!(e.len(), 1);
     assert!(e[0].starts_with("lb.toml:2: daemon: log_level \"lb_ctl=loud\": "), "{e:?}");
+}
+
+#[test]
+fn vips_inherit_defaults_key_by_key() {
+    let c = parse(
+        r#"
+[defaults]
+health = { kind = "http", path = "/health", interval = "500ms" }
+proxy = { timeouts = { connect = "250ms", idle = "7s" }, retries = { max = 1 } }
+
+[[vip]]
+name = "web"
+address = "203.0.113.10"
+port = 80
+health = { interval = "1s" }
+backends = [ { address = "198.51.100.1" }, { address = "198.51.100.2", health = { kind = "none" } } ]
+
+[[vip]]
+name = "api"
+address = "127.0.0.1"
+port = 8000
+protocol = "http"
+backends = [ { address = "127.0.0.1", port = 8080 } ]
+[vip.proxy]
+timeouts = { connect = "1s" }
+"#,
+    )
+    .unwrap();
+    let web = &c.vips[0];
+    let h = web.backends[0].health.clone().unwrap();
+    assert_eq!(
+        (h.check, h.interval),
+        (CheckKind::Http { path: "/health".into(), status: 200 }, Duration::from_secs(1))
+    );
+    assert!(web.backends[1].health.is_none(), "a backend may still switch the check off");
+    assert_eq!(web.health.as_ref().map(|h| h.interval), Some(Duration::from_secs(1)), "API-added backends too");
+    let api = &c.vips[1];
+    let proxy = api.proxy.as_ref().unwrap();
+    assert_eq!(proxy.timeouts.connect, Duration::from_secs(1), "the VIP's own key wins");
+    assert_eq!(proxy.timeouts.idle, Duration::from_secs(7), "keys it does not set come from [defaults.proxy]");
+    assert_eq!(proxy.retries.max, 1);
+    assert_eq!(api.backends[0].health.as_ref().map(|h| h.interval), Some(Duration::from_millis(500)));
+    assert_eq!(
+        errors("[defaults]\nhealth = { interval = \"0s\" }\n"),
+        ["lb.toml:2: defaults: health interval must be more than zero"]
+    );
+    assert_eq!(errors("[defaults]\nproxy = { timeouts = { conect = \"1s\" } }\n").len(), 1);
+    assert_eq!(errors("[defaults]\nlog = 1\n").len(), 1, "unknown keys are mistakes");
 }

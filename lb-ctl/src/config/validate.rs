@@ -9,6 +9,7 @@ use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
 use lb_common::maglev::is_prime;
 use toml::Spanned;
 
+use super::defaults::Defaults;
 use super::health::health;
 use super::raw::{RawBackend, RawDaemon, RawFile, RawHealth, RawVip};
 use super::rules;
@@ -85,9 +86,14 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         Some(d) => daemon(&mut c, d.get_ref()),
         None => DaemonSettings::default(),
     };
+    let defaults = Defaults::of(&raw, text);
+    if let Some(h) = defaults.health {
+        // Checked where it is written, once (VIPs and backends add their layers to it).
+        let _ = health(&mut c, "defaults", &[h]);
+    }
     let mut vips = Vec::new();
-    for v in &raw.vip {
-        if let Some(vip) = vip(&mut c, v, &daemon) {
+    for (index, v) in raw.vip.iter().enumerate() {
+        if let Some(vip) = vip(&mut c, v, &daemon, &defaults, index) {
             vips.push(vip);
         }
     }
@@ -206,7 +212,13 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
     out
 }
 
-fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) -> Option<VipConfig> {
+fn vip<'a>(
+    c: &mut Checker<'_>,
+    spanned: &'a Spanned<RawVip>,
+    daemon: &DaemonSettings,
+    defaults: &Defaults<'a>,
+    index: usize,
+) -> Option<VipConfig> {
     let v = spanned.get_ref();
     let before = c.problems.len();
     let line = c.line_of(v.address.span());
@@ -287,13 +299,13 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
         c.error(p.span(), format!("{at}: [vip.proxy] only applies to forwarding = \"proxy\" VIPs"));
     }
     let all_down = v.all_down.as_ref().map(|a| *a.get_ref()).unwrap_or(daemon.all_down);
-    let vip_health = v.health.as_ref();
+    let vip_health = defaults.health_layers(v.health.as_ref());
 
     let mut backends = Vec::new();
     let mut seen = HashSet::new();
     for b in &v.backends {
         let vip_addr = address.zip(port).map(|(a, p)| SocketAddr::new(a, p));
-        let Some(backend) = backend(c, &at, b.get_ref(), vip_addr, forwarding, vip_health) else {
+        let Some(backend) = backend(c, &at, b.get_ref(), vip_addr, forwarding, &vip_health) else {
             continue;
         };
         if !seen.insert(backend.address) {
@@ -306,7 +318,7 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
         c.error(v.address.span(), format!("{at}: {rule}"));
     }
     // The VIP's own check (its mistakes are reported once: problems are deduplicated).
-    let own_health = vip_health.and_then(|h| health(c, &at, &[h]));
+    let own_health = health(c, &at, &vip_health);
 
     if c.problems.len() > before {
         return None;
@@ -321,7 +333,7 @@ fn vip(c: &mut Checker<'_>, spanned: &Spanned<RawVip>, daemon: &DaemonSettings) 
         encap_source,
         all_down,
         health: own_health,
-        proxy: v.proxy.as_ref().map(|p| p.get_ref().clone()),
+        proxy: if forwarding.is_xdp() { None } else { defaults.proxy_options(index) },
     };
     Some(VipConfig { spec, backends, line })
 }
@@ -332,7 +344,7 @@ fn backend(
     b: &RawBackend,
     vip: Option<SocketAddr>,
     forwarding: Forwarding,
-    vip_health: Option<&Spanned<RawHealth>>,
+    vip_health: &[&Spanned<RawHealth>],
 ) -> Option<BackendConfig> {
     let before = c.problems.len();
     let ip = c.ip(&b.address, &format!("{at}: backend address"));
@@ -349,7 +361,7 @@ fn backend(
         Some(w) => rules::weight(*w.get_ref()).map_err(|rule| c.error(w.span(), format!("{at}: backend {rule}"))).ok(),
         None => Some(DEFAULT_WEIGHT),
     };
-    let layers: Vec<&Spanned<RawHealth>> = vip_health.into_iter().chain(b.health.as_ref()).collect();
+    let layers: Vec<&Spanned<RawHealth>> = vip_health.iter().copied().chain(b.health.as_ref()).collect();
     let health = health(c, at, &layers);
     if c.problems.len() > before {
         return None;
