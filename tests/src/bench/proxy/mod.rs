@@ -25,9 +25,24 @@ const WORKERS: usize = 2;
 const BACKENDS: usize = 4;
 const CONNECTIONS: usize = 50;
 const DURATION: &str = "4s";
-/// The tests: name, path, TCP mode.
-const TESTS: [(&str, &str, bool); 3] =
-    [("HTTP 1 KiB", "/1k", false), ("HTTP 300 KiB", "/300k", false), ("TCP mode, 1 KiB", "/1k", true)];
+/// One workload: wrk fetching `path` from the peer's HTTP port, or its TCP-mode port.
+#[derive(Clone, Copy)]
+struct Test {
+    name: &'static str,
+    path: &'static str,
+    tcp: bool,
+    /// A new connection for every request (`Connection: close`): the connection setup and
+    /// teardown of the proxy, as the small balancers lb-ctl replaces were measured (with ab,
+    /// which alone would saturate a core here; wrk spreads the same load over its threads).
+    new_connection: bool,
+}
+
+const TESTS: [Test; 4] = [
+    Test { name: "HTTP 1 KiB", path: "/1k", tcp: false, new_connection: false },
+    Test { name: "HTTP 1 KiB, new conn", path: "/1k", tcp: false, new_connection: true },
+    Test { name: "HTTP 300 KiB", path: "/300k", tcp: false, new_connection: false },
+    Test { name: "TCP mode, 1 KiB", path: "/1k", tcp: true, new_connection: false },
+];
 
 /// Rounds of all tests (env `LB_BENCH_ROUNDS`, default 1); with more than one, the summary
 /// compares medians, which a shared machine's noise moves less.
@@ -119,14 +134,14 @@ pub fn run() -> Result<Vec<ProxyRun>> {
         if rounds > 1 {
             println!("round {round}/{rounds}");
         }
-        for (test, path, tcp) in TESTS {
+        for Test { name: test, path, tcp, new_connection } in TESTS {
             // A direct run gives the backends' own ceiling in the same conditions.
-            let direct = wrk(backend_ports[0], path, &p999)?;
+            let direct = wrk(backend_ports[0], path, &p999, new_connection)?;
             print_row("direct", &format!("{test} (1 backend)"), &direct);
             for &(name, h, t) in &peers {
                 let pid = procs.pid(name);
                 let before = pid.map(super::cpu::tree_seconds);
-                let mut r = wrk(if tcp { t } else { h }, path, &p999)?;
+                let mut r = wrk(if tcp { t } else { h }, path, &p999, new_connection)?;
                 if let (Some(pid), Some(before)) = (pid, before) {
                     let used = super::cpu::tree_seconds(pid) - before;
                     r.cpu_us_per_request = Some(used * 1e6 / r.requests.max(1) as f64);
@@ -141,7 +156,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     if rounds > 1 {
         println!("medians of {rounds} rounds:");
     }
-    for (test, _, _) in TESTS {
+    for Test { name: test, .. } in TESTS {
         let median = |peer: &str| {
             let runs: Vec<&WrkResult> =
                 results.iter().filter(|(n, t, _)| *n == peer && *t == test).map(|(_, _, r)| r).collect();

@@ -37,11 +37,14 @@ pub fn fmt_ms(ms: f64) -> String {
 /// wrk's Lua hook that prints the 99.9th latency percentile in `--latency`'s format.
 pub const P999_SCRIPT: &str = "done = function(summary, latency, requests)\n  io.write(string.format(\"99.9%% %.2fus\\n\", latency:percentile(99.9)))\nend\n";
 
-/// Runs wrk against `port`; `script` is [`P999_SCRIPT`] written to a file.
-pub fn wrk(port: u16, path: &str, script: &std::path::Path) -> Result<WrkResult> {
+/// Runs wrk against `port`; `script` is [`P999_SCRIPT`] written to a file; `close`: a new
+/// connection for every request.
+pub fn wrk(port: u16, path: &str, script: &std::path::Path, close: bool) -> Result<WrkResult> {
+    let close_header: &[&str] = if close { &["-H", "Connection: close"] } else { &[] };
     let out = Command::new("wrk")
         .arg("-s")
         .arg(script)
+        .args(close_header)
         .args([
             format!("-t{WORKERS}"),
             format!("-c{CONNECTIONS}"),
