@@ -124,7 +124,7 @@ pub fn run() -> anyhow::Result<Vec<FlowsCost>> {
         evicted(&full)?
     );
     let series = |ways: u32| costs.iter().filter(move |c| c.table_ways == ways);
-    if let (Some(one), Some(most)) = (series(FLOW_TABLE).next(), series(FLOW_TABLE).last()) {
+    if let (Some(one), Some(most)) = (series(FLOW_TABLE).next(), series(FLOW_TABLE).next_back()) {
         println!(
             "{} flows cost {:.2}x one flow (target <= 2x); the difference between the columns is the table's \
              memory footprint alone (TLB reach: BPF arrays are mapped with 4 KiB pages)",
