@@ -80,6 +80,9 @@ pub enum Command {
     Decap(DecapCommand),
     /// Run the userspace proxy for the proxy VIPs of a configuration.
     Proxy(ProxyArgs),
+    /// What a DSR backend needs (the VIP on lo, ARP and reverse-path settings, the IPIP
+    /// decapsulator): print it as a script (default), --check this host, or --apply it.
+    BackendSetup(BackendSetupArgs),
     /// Print the shell completion script for SHELL (e.g. `lb-ctl completions bash >
     /// /usr/share/bash-completion/completions/lb-ctl`).
     Completions {
@@ -112,6 +115,26 @@ pub struct ProxyArgs {
     /// Overrides `[daemon] log_level` (default info) for the process's life.
     #[arg(long, value_parser = parse_log_level)]
     pub log_level: Option<String>,
+}
+
+#[derive(Args)]
+pub struct BackendSetupArgs {
+    /// The backend's interface the tunnelled traffic arrives on.
+    pub iface: String,
+    /// A VIP this backend serves (repeatable).
+    #[arg(long, required = true, value_name = "ADDR")]
+    pub vip: Vec<std::net::Ipv4Addr>,
+    /// The balancers' encap_source addresses or prefixes the decapsulator accepts IPIP from
+    /// (repeatable).
+    #[arg(long = "from", value_name = "PREFIX", value_parser = parse_prefix)]
+    pub from: Vec<Ipv4Net>,
+
+    /// Check this host: print what holds and what is missing (exit 1 if anything is).
+    #[arg(long, conflicts_with = "apply")]
+    pub check: bool,
+    /// Make it so on this host (root): run what is missing.
+    #[arg(long)]
+    pub apply: bool,
 }
 
 /// `lb-ctl proxy` without a file: one proxy VIP from flags.

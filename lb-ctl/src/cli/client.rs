@@ -108,6 +108,7 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         | Command::Validate { .. }
         | Command::Detach { .. }
         | Command::Decap(_)
+        | Command::BackendSetup(_)
         | Command::Proxy { .. }
         | Command::Completions { .. }
         | Command::Man { .. } => unreachable!("handled without the daemon"),

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 
-use super::args::DecapCommand;
+use super::args::{BackendSetupArgs, DecapCommand};
 use crate::config::Config;
 use crate::dataplane::attach::{self, attach_decap, detach_decap};
 use crate::paths::{self, AttachPaths};
@@ -42,6 +42,21 @@ pub fn detach(
     attach::detach(&paths).with_context(|| format!("detaching from {iface} ({})", paths.pin_dir.display()))?;
     println!("{iface}: pinned maps and saved ids removed");
     Ok(())
+}
+
+/// `lb-ctl backend-setup`: the script, a check of this host (exit 1 when something is
+/// missing), or applying it.
+pub fn backend_setup(args: &BackendSetupArgs) -> anyhow::Result<ExitCode> {
+    use super::backend_setup::{apply, check, script};
+    if args.check {
+        return Ok(if check(&args.iface, &args.vip, &args.from)? { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    if args.apply {
+        apply(&args.iface, &args.vip, &args.from)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", script(&args.iface, &args.vip, &args.from));
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn decap(command: DecapCommand) -> anyhow::Result<()> {

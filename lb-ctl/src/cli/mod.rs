@@ -3,6 +3,7 @@
 //! `docs` prints completions and man pages, and
 //! `render` prints the daemon's answers (kept apart so it can be tested).
 pub mod args;
+mod backend_setup;
 pub mod client;
 pub mod docs;
 pub mod local;

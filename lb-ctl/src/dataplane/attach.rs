@@ -221,6 +221,11 @@ fn remove_if_present(file: &Path) -> Result<()> {
     }
 }
 
+/// Whether a decapsulator is attached (pinned) on `iface` of this network namespace.
+pub fn decap_attached(iface: &str) -> bool {
+    AttachPaths::decap(iface).pin_dir.join(LINK).exists()
+}
+
 fn unpin_link(paths: &AttachPaths) -> Result<()> {
     let link_path = paths.pin_dir.join(LINK);
     if link_path.exists() {
