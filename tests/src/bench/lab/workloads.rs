@@ -84,7 +84,7 @@ pub fn udp(ns: &str, conf: &Path, secs: u64) -> Result<Generated> {
             return Ok(Generated::default());
         }
         let out = Command::new("ip")
-            .args(["netns", "exec", ns, "timeout", "-s", "INT", &format!("{}ms", left.as_millis())])
+            .args(["netns", "exec", ns, "timeout", "-s", "INT", &format!("{:.3}s", left.as_secs_f64())])
             .args(["trafgen", "--dev", "eth0", "--cpus", "1", "--num", "0", "--qdisc-path", "--conf"])
             .arg(conf)
             .output()
