@@ -22,6 +22,7 @@ fn main() -> ExitCode {
             local::detach(&iface, pin_dir, state_dir, socket).map(|()| ExitCode::SUCCESS)
         }
         Command::Decap(command) => local::decap(command).map(|()| ExitCode::SUCCESS),
+        Command::Export { format, config } => local::export(format, &config),
         Command::Completions { shell } => docs::completions(shell).map(|()| ExitCode::SUCCESS),
         Command::Man { dir } => docs::man_pages(&dir).map(|()| ExitCode::SUCCESS),
         command => return client::client_command(cli.socket, cli.daemon_iface, command),

@@ -104,11 +104,29 @@ pub struct CounterView {
 }
 
 /// Traffic of one VIP or backend.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrafficView {
     pub name: String,
     pub packets: u64,
     pub bytes: u64,
+    /// Proxy VIPs: requests (HTTP) or relayed connections (TCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// Proxy VIPs: connect failures, timeouts, broken responses and 5xx (for a VIP, also
+    /// refused and broken client connections).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<u64>,
+}
+
+/// What the XDP program saw on one CPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuView {
+    pub cpu: u32,
+    /// Every packet the program returned a verdict for (passed, dropped or forwarded).
+    pub packets: u64,
+    /// Packets and bytes to VIPs.
+    pub vip_packets: u64,
+    pub vip_bytes: u64,
 }
 
 /// `GET /v1/stats`.
@@ -117,6 +135,9 @@ pub struct StatsView {
     pub counters: Vec<CounterView>,
     pub vips: Vec<TrafficView>,
     pub backends: Vec<TrafficView>,
+    /// Per CPU (XDP only; empty without the XDP program).
+    #[serde(default)]
+    pub cpus: Vec<CpuView>,
 }
 
 /// `GET /v1/status`.

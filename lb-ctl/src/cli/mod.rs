@@ -5,7 +5,9 @@
 pub mod args;
 pub mod client;
 pub mod docs;
+pub mod export;
 pub mod local;
 pub mod preconditions;
+pub mod rates;
 pub mod render;
 pub mod start;

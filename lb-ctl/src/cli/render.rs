@@ -1,5 +1,6 @@
 //! API answers as text for people (the `--json` flags print the answers as they come).
-use crate::api::types::{BackendView, Decision, ExplainView, StatsView, StatusView, VipView};
+use super::rates::{Rate, Rates, human};
+use crate::api::types::{BackendView, Decision, ExplainView, StatsView, StatusView, TrafficView, VipView};
 
 /// Left-aligned columns separated by two spaces; numbers right-aligned.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -119,13 +120,79 @@ pub fn status(s: &StatusView) -> String {
 pub fn stats(s: &StatsView) -> String {
     let counters: Vec<Vec<String>> = s.counters.iter().map(|c| vec![c.name.clone(), c.value.to_string()]).collect();
     let mut out = table(&["COUNTER", "VALUE"], &counters);
-    let traffic = |rows: &[crate::api::types::TrafficView]| -> Vec<Vec<String>> {
-        rows.iter().map(|t| vec![t.name.clone(), t.packets.to_string(), t.bytes.to_string()]).collect()
+    out.push('\n');
+    out.push_str(&traffic_table("VIP", &s.vips));
+    out.push('\n');
+    out.push_str(&traffic_table("BACKEND", &s.backends));
+    if !s.cpus.is_empty() {
+        let rows: Vec<Vec<String>> = s
+            .cpus
+            .iter()
+            .map(|c| vec![c.cpu.to_string(), c.packets.to_string(), c.vip_packets.to_string(), c.vip_bytes.to_string()])
+            .collect();
+        out.push('\n');
+        out.push_str(&table(&["CPU", "PACKETS", "VIP PACKETS", "VIP BYTES"], &rows));
+    }
+    out
+}
+
+/// Packets and bytes; requests and errors too when a proxy VIP is among the rows.
+fn traffic_table(what: &str, rows: &[TrafficView]) -> String {
+    let proxied = rows.iter().any(|t| t.requests.is_some());
+    let or_dash = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|t| {
+            let mut row = vec![t.name.clone(), t.packets.to_string(), t.bytes.to_string()];
+            if proxied {
+                row.extend([or_dash(t.requests), or_dash(t.errors)]);
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec![what, "PACKETS", "BYTES"];
+    if proxied {
+        headers.extend(["REQUESTS", "ERRORS"]);
+    }
+    table(&headers, &cells)
+}
+
+/// One sample of `lb-ctl stats --watch`: per-second rates, then the drop reasons that grew.
+pub fn rates(at: &str, r: &Rates) -> String {
+    let proxied = r.vips.iter().any(|v| v.rps.is_some());
+    let rows = |rates: &[Rate]| -> Vec<Vec<String>> {
+        rates
+            .iter()
+            .map(|v| {
+                let mut row = vec![v.name.clone(), human(v.pps), human(v.bps)];
+                if proxied {
+                    let or_dash = |x: Option<f64>| x.map_or_else(|| "-".to_string(), human);
+                    row.extend([or_dash(v.rps), or_dash(v.errors_per_sec)]);
+                }
+                row
+            })
+            .collect()
     };
-    out.push('\n');
-    out.push_str(&table(&["VIP", "PACKETS", "BYTES"], &traffic(&s.vips)));
-    out.push('\n');
-    out.push_str(&table(&["BACKEND", "PACKETS", "BYTES"], &traffic(&s.backends)));
+    let headers = |first: &'static str| {
+        let mut h = vec![first, "PPS", "BPS"];
+        if proxied {
+            h.extend(["REQ/S", "ERR/S"]);
+        }
+        h
+    };
+    let mut out = format!("--- {at} (rates over {:.1} s)\n", r.seconds);
+    out.push_str(&table(&headers("VIP"), &rows(&r.vips)));
+    out.push_str(&table(&headers("BACKEND"), &rows(&r.backends)));
+    if !r.cpus.is_empty() {
+        let cpus: Vec<Vec<String>> = r.cpus.iter().map(|c| vec![c.name.clone(), human(c.pps), human(c.bps)]).collect();
+        out.push_str(&table(&["CPU", "PPS", "VIP BPS"], &cpus));
+    }
+    if r.drops.is_empty() {
+        out.push_str("drops: none\n");
+    } else {
+        let drops: Vec<Vec<String>> = r.drops.iter().map(|d| vec![d.reason.clone(), human(d.pps)]).collect();
+        out.push_str(&table(&["DROP", "PPS"], &drops));
+    }
     out
 }
 
