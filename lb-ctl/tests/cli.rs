@@ -324,3 +324,13 @@ fn stats_watch_prints_count_samples_of_rates() {
     assert_eq!(d.fails(&["stats", "--count", "2"]).0, 2);
     assert_eq!(d.fails(&["stats", "--watch", "--interval", "0"]).0, 2);
 }
+
+#[test]
+fn backends_undrain_undoes_a_drain() {
+    let d = Daemon::start();
+    d.ok(&["backends", "drain", "web", "198.51.100.1:8080"]);
+    assert_eq!(d.ok(&["backends", "undrain", "web", "198.51.100.1:8080"]), "web: backend 198.51.100.1:8080 undrained: takes new flows again (once healthy)\n");
+    let (code, err) = d.fails(&["backends", "undrain", "web", "198.51.100.1:8080"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is not drained"), "{err}");
+}

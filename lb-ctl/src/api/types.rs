@@ -8,7 +8,7 @@ use crate::state::{Health, Origin};
 /// The version prefix of every path.
 pub const PREFIX: &str = "/v1";
 
-/// `POST /v1/backends` (add), `/v1/backends/remove`, `/v1/backends/drain`.
+/// `POST /v1/backends` (add), `/v1/backends/remove`, `/v1/backends/drain`, `/v1/backends/undrain`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendRequest {
@@ -38,7 +38,7 @@ pub struct ExplainRequest {
     pub client: String,
 }
 
-/// Answer to add/remove/drain.
+/// Answer to add/remove/drain/undrain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Changed {
     pub vip: String,

@@ -215,6 +215,13 @@ pub enum BackendsCommand {
         /// The backend: ADDR:PORT, or ADDR for the VIP's port.
         address: String,
     },
+    /// Undo a drain: the backend takes new flows again (once healthy).
+    Undrain {
+        /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
+        vip: String,
+        /// The backend: ADDR:PORT, or ADDR for the VIP's port.
+        address: String,
+    },
     /// Backends with weight, health, state, traffic and active flows.
     List {
         /// Only this VIP's backends (name, ADDR:PORT[/PROTOCOL] or ADDR).

@@ -121,6 +121,9 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         Command::Backends(BackendsCommand::Drain { vip, address }) => {
             c.drain_backend(&req(vip, address, None)).await?.message + "\n"
         }
+        Command::Backends(BackendsCommand::Undrain { vip, address }) => {
+            c.undrain_backend(&req(vip, address, None)).await?.message + "\n"
+        }
         Command::Backends(BackendsCommand::List { vip, json: as_json }) => {
             let list = c.backends(vip.as_deref()).await?;
             if as_json { json(&list) } else { render::backends(&list) }

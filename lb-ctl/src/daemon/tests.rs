@@ -181,3 +181,31 @@ async fn saved_ids_with_fresh_maps_write_everything() {
     assert_ne!(fresh.lock().fake.config.ring_size, 0, "CONFIG written");
     d.stop().await;
 }
+
+#[tokio::test]
+async fn undrain_undoes_a_drain_and_a_reload_names_the_drains_it_undid() {
+    async fn state(d: &Daemon, addr: &str) -> (String, bool) {
+        let b = d.list().await.into_iter().find(|b| b.address.to_string() == addr).unwrap();
+        (b.state, b.in_ring)
+    }
+    let d = Daemon::start(&lb_toml("")).await;
+    d.client.drain_backend(&d.req("web", "198.51.100.1:8080", None)).await.unwrap();
+    assert_eq!(state(&d, "198.51.100.1:8080").await, ("draining".to_string(), false));
+    assert_eq!(d.client.status().await.unwrap().api_changes, 1);
+
+    let changed = d.client.undrain_backend(&d.req("web", "198.51.100.1:8080", None)).await.unwrap();
+    assert!(changed.message.contains("undrained"), "{}", changed.message);
+    assert_eq!(state(&d, "198.51.100.1:8080").await, ("active".to_string(), true));
+    assert_eq!(d.client.status().await.unwrap().api_changes, 0, "nothing left to undo");
+
+    // A backend that is not drained, or not there, is refused and nothing changes.
+    let (status, message) = refused(d.client.undrain_backend(&d.req("web", "198.51.100.1:8080", None)).await);
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("198.51.100.1:8080 is not drained"), "{message}");
+    assert_eq!(refused(d.client.undrain_backend(&d.req("web", "198.51.100.7:8080", None)).await).0, 404);
+
+    d.client.drain_backend(&d.req("web", "198.51.100.2:8080", None)).await.unwrap();
+    let r = d.client.reload().await.unwrap();
+    assert!(r.message.contains("undid 1 API changes (drain of 198.51.100.2:8080 of 203.0.113.10:80"), "{}", r.message);
+    assert_eq!(state(&d, "198.51.100.2:8080").await.0, "active");
+}

@@ -132,6 +132,9 @@ impl Writer {
             Request::Drain(r) => self
                 .change("draining: no new flows, established ones stay", |s| s.drain_backend(&r.vip, &r.address))
                 .map(Response::Changed),
+            Request::Undrain(r) => self
+                .change("undrained: takes new flows again (once healthy)", |s| s.undrain_backend(&r.vip, &r.address))
+                .map(Response::Changed),
             Request::Stats => self.stats().map(Response::Stats),
             Request::Metrics => self.metrics().map(Response::Metrics),
             Request::Explain(r) => self.explain(&r).map(Response::Explain),
@@ -258,7 +261,7 @@ impl Writer {
         if !changed.is_empty() {
             return Err(ReloadError::Fixed(changed));
         }
-        let undone = self.state.api_changes().len();
+        let undone = self.state.api_changes();
         let next = State::from_config(&config, &self.state)?;
         let report = self.commit(next)?;
         self.config = config;
@@ -269,8 +272,13 @@ impl Writer {
             (true, false) => proxy_changes,
             (false, false) => format!("{}, {proxy_changes}", describe(&report)),
         };
-        if undone > 0 {
-            message.push_str(&format!("; undid {undone} API changes (the file is the truth after a reload)"));
+        if !undone.is_empty() {
+            let what: Vec<String> = undone.iter().map(|c| c.to_string()).collect();
+            message.push_str(&format!(
+                "; undid {} API changes ({}; the file is the truth after a reload)",
+                undone.len(),
+                what.join(", ")
+            ));
         }
         Ok(message)
     }
