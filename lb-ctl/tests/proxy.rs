@@ -178,6 +178,19 @@ balance = "round_robin"
     let requests: u64 = rows.iter().map(|r| r["requests"].as_u64().expect("proxy VIPs report requests")).sum();
     assert!(requests >= 6, "requests counted by the proxy: {requests}");
 
+    // `stats` shows the proxy VIP's requests and errors too (not zeros).
+    let stats = d.cli(&["stats", "--json"]);
+    assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let vip_row = &stats["vips"][0];
+    assert_eq!(vip_row["name"], "api", "{stats}");
+    assert!(vip_row["requests"].as_u64().is_some_and(|r| r >= 6), "{stats}");
+    assert_eq!(vip_row["errors"].as_u64(), Some(0), "{stats}");
+    let per_backend: u64 = stats["backends"].as_array().unwrap().iter().map(|b| b["requests"].as_u64().unwrap()).sum();
+    assert_eq!(Some(per_backend), vip_row["requests"].as_u64(), "{stats}");
+    let text = String::from_utf8_lossy(&d.cli(&["stats"]).stdout).into_owned();
+    assert!(text.contains("VIP  PACKETS  BYTES  REQUESTS  ERRORS\napi"), "{text}");
+
     // Drain through the API: no new requests go to it.
     let drained = d.cli(&["backends", "drain", "api", &one.addr.to_string()]);
     assert!(drained.status.success(), "{}", String::from_utf8_lossy(&drained.stderr));
