@@ -236,3 +236,48 @@ fn proxy_refuses_xdp_vips() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is forwarded by XDP") && err.contains("proxy VIPs only"), "{err}");
 }
+
+/// A proxy VIP whose address is taken stops `lb-ctl proxy` at start with the reason, instead of
+/// a daemon that runs without the VIP and says it is fine.
+#[test]
+fn a_proxy_vip_that_cannot_listen_fails_the_start() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let path = dir.path().join("lb.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[daemon]\napi_socket = \"{}\"\n\n[[vip]]\nname = \"api\"\naddress = \"127.0.0.1\"\nport = {port}\n\
+             protocol = \"http\"\nbackends = [ {{ address = \"127.0.0.1\", port = 9 }} ]\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["proxy", "--log-level", "warn", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lb-ctl proxy kept running without its VIP's listener");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cannot listen on 127.0.0.1:{port}")) && err.contains("in use"), "{err}");
+    assert!(!socket.exists(), "no control socket is left behind");
+    drop(taken);
+}

@@ -91,11 +91,23 @@ impl Writer {
         proxy.sync(state).map_err(|e| ApiError::internal(format!("proxy: {e}")))
     }
 
-    pub(super) fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) -> Box<dyn Dataplane> {
+    /// Serves `rx` until a stop. `started` says first whether the proxy VIPs could start
+    /// (listen); if not, the writer stops at once: a daemon missing VIPs must not run.
+    pub(super) fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Command>,
+        started: tokio::sync::oneshot::Sender<Result<(), String>>,
+    ) -> Box<dyn Dataplane> {
         let state = self.state.clone();
         if let Err(e) = self.sync_proxy(&state) {
-            tracing::error!(error = %e, "the proxy VIPs could not start");
+            let _ = started.send(Err(e.to_string()));
+            self.checkers.stop();
+            if let Some(proxy) = &self.proxy {
+                proxy.shutdown(std::time::Duration::ZERO);
+            }
+            return self.dp;
         }
+        let _ = started.send(Ok(()));
         while let Some(command) = rx.blocking_recv() {
             match command {
                 Command::Call(request, reply) => {
