@@ -281,3 +281,41 @@ fn a_proxy_vip_that_cannot_listen_fails_the_start() {
     assert!(!socket.exists(), "no control socket is left behind");
     drop(taken);
 }
+
+/// A backend ejected by outlier detection is shown as `ejected`, not `active`.
+#[test]
+fn an_ejected_backend_is_listed_as_ejected() {
+    let live = Backend::start("live");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // closed at once
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = format!(
+        r#"[daemon]
+api_socket = "{socket}"
+
+[[vip]]
+name = "api"
+address = "127.0.0.1"
+port = {port}
+protocol = "http"
+backends = [ {{ address = "127.0.0.1", port = {live} }}, {{ address = "127.0.0.1", port = {dead} }} ]
+[vip.proxy]
+balance = "round_robin"
+outlier = {{ consecutive_failures = 1, base_ejection = "60s" }}
+"#,
+        socket = socket.display(),
+        port = vip.port(),
+        live = live.addr.port(),
+        dead = dead.port()
+    );
+    let d = start(&config, dir, socket, vip);
+    for _ in 0..6 {
+        let _ = get(vip);
+    }
+    let json = d.cli(&["backends", "list", "api", "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    let state = |addr: SocketAddr| rows.iter().find(|r| r["address"] == addr.to_string()).unwrap()["state"].clone();
+    assert_eq!(state(dead), "ejected", "{rows:?}");
+    assert_eq!(state(live.addr), "active", "{rows:?}");
+}

@@ -78,7 +78,7 @@ pub struct BackendView {
     pub address: SocketAddr,
     pub weight: u32,
     pub health: Health,
-    /// `active` or `draining`.
+    /// `active`, `draining`, or `ejected` (proxy VIPs: taken out by outlier detection).
     pub state: String,
     pub origin: Origin,
     /// Whether the backend holds ring slots (it may while down, when the VIP fails open).
@@ -94,6 +94,16 @@ pub struct BackendView {
     /// Proxy VIPs: connect failures, timeouts, broken responses and 5xx.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors: Option<u64>,
+    /// When its health last changed (seconds since the Unix epoch); none since the daemon
+    /// started: absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_since_unix: Option<u64>,
+    /// Why its health last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_reason: Option<String>,
+    /// Health transitions since the daemon started.
+    #[serde(default)]
+    pub health_transitions: u64,
 }
 
 /// One named counter.

@@ -34,6 +34,8 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 pub fn backends(list: &[BackendView]) -> String {
     // Proxy VIPs count requests, not packets: their columns appear when the list has one.
     let proxied = list.iter().any(|b| b.requests.is_some());
+    // When a health changed since the daemon started: since when, and why.
+    let changed = list.iter().any(|b| b.health_since_unix.is_some());
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|b| {
@@ -53,6 +55,10 @@ pub fn backends(list: &[BackendView]) -> String {
                 row.push(or_dash(b.requests));
                 row.push(or_dash(b.errors));
             }
+            if changed {
+                row.push(b.health_since_unix.map_or_else(|| "-".to_string(), ago));
+                row.push(b.health_reason.clone().unwrap_or_else(|| "-".into()));
+            }
             row
         })
         .collect();
@@ -60,7 +66,16 @@ pub fn backends(list: &[BackendView]) -> String {
     if proxied {
         headers.extend(["REQUESTS", "ERRORS"]);
     }
+    if changed {
+        headers.extend(["HEALTH SINCE", "LAST CHANGE"]);
+    }
     table(&headers, &rows)
+}
+
+/// `12s ago`, `3m 5s ago` for a time in seconds since the Unix epoch.
+fn ago(at_unix: u64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    format!("{} ago", humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(at_unix))))
 }
 
 /// `lb-ctl vips list`.
@@ -230,6 +245,9 @@ mod tests {
             active_flows: 7,
             requests: None,
             errors: None,
+            health_since_unix: None,
+            health_reason: None,
+            health_transitions: 0,
         };
         let text = backends(&[b]);
         assert_eq!(

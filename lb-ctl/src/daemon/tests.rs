@@ -85,6 +85,19 @@ async fn health_transitions_reach_the_ring_through_the_writer() {
     wait_for(Health::Down).await;
     assert!(!d.fake.lock().fake.rings[&web].contains(&checked), "a down backend leaves the ring");
     assert!(d.list().await[1].in_ring);
+    // `backends list` says since when and why; metrics count the transitions.
+    let b = &d.list().await[0];
+    assert_eq!(b.health_transitions, 2, "pending -> up -> down: {b:?}");
+    assert!(b.health_reason.as_deref().is_some_and(|r| r.contains("refused")), "{b:?}");
+    assert!(b.health_since_unix.is_some_and(|t| t + 60 > super::unix_now()), "{b:?}");
+    assert_eq!(d.list().await[1].health_transitions, 0, "an unchecked backend has none");
+    let metrics = d.client.raw(hyper::Method::GET, "/v1/metrics", None::<&()>).await.unwrap().1;
+    let metrics = String::from_utf8_lossy(&metrics);
+    let line = format!("lb_backend_health_transitions_total{{vip=\"web\",backend=\"127.0.0.1:{port}\"}} 2");
+    assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+    let checks = format!("lb_health_check_duration_seconds_count{{vip=\"web\",backend=\"127.0.0.1:{port}\"}} ");
+    let count: u64 = metrics.lines().find_map(|l| l.strip_prefix(&checks)).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(count >= 3, "every check's duration is recorded: {checks}{count} in:\n{metrics}");
     d.stop().await;
 }
 

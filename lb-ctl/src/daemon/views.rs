@@ -66,13 +66,15 @@ impl Writer {
             for b in &v.backends {
                 let traffic = if v.forwarding.is_xdp() { self.dp.backend_traffic(b.id)? } else { Default::default() };
                 let by_proxy = proxied.and_then(|s| s.backends.iter().find(|pb| pb.addr == b.address));
+                let transition = self.transitions.get(&b.id);
+                let ejected = by_proxy.is_some_and(|pb| pb.ejected) && b.effective_weight() > 0;
                 out.push(BackendView {
                     vip: v.label(),
                     id: b.id,
                     address: b.address,
                     weight: b.weight,
                     health: b.health,
-                    state: b.admin_state().into(),
+                    state: if ejected { "ejected".into() } else { b.admin_state().into() },
                     origin: b.origin,
                     in_ring: ring.members.iter().any(|(id, w, _)| *id == b.id && *w > 0),
                     packets: traffic.packets,
@@ -83,6 +85,9 @@ impl Writer {
                     },
                     requests: by_proxy.map(|pb| pb.requests),
                     errors: by_proxy.map(|pb| pb.errors),
+                    health_since_unix: transition.map(|t| t.at_unix),
+                    health_reason: transition.map(|t| t.reason.clone()),
+                    health_transitions: transition.map_or(0, |t| t.count),
                 });
             }
         }

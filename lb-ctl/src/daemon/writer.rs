@@ -1,6 +1,7 @@
 //! The writer: the one task that owns the data plane and the desired state. Every change (API
 //! calls, reloads, health transitions) is made on a copy of the state, applied as a map
 //! difference, and kept only if the data plane accepted it.
+use std::collections::HashMap;
 use std::time::Instant;
 
 use tokio::sync::mpsc;
@@ -47,6 +48,8 @@ pub(super) struct Writer {
     saved: Option<SavedState>,
     /// The userspace proxy for proxy VIPs, started with the first of them.
     pub(super) proxy: Option<ProxyRuntime>,
+    /// The last health transition of each backend id since the daemon started.
+    pub(super) transitions: HashMap<u32, health::Transition>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -71,6 +74,7 @@ impl Writer {
             reloads: (0, 0),
             saved: None,
             proxy: None,
+            transitions: HashMap::new(),
             runtime: tokio::runtime::Handle::current(),
         };
         writer.save_ids();
@@ -217,7 +221,10 @@ impl Writer {
         }
         match self.commit(next) {
             Ok(report) => {
-                tracing::debug!(backend_id = event.backend_id, changes = %describe(&report), "health applied")
+                tracing::debug!(backend_id = event.backend_id, changes = %describe(&report), "health applied");
+                let count = self.transitions.get(&event.backend_id).map_or(0, |t| t.count) + 1;
+                let last = health::Transition { at_unix: unix_now(), reason: event.reason, count };
+                self.transitions.insert(event.backend_id, last);
             }
             Err(e) => {
                 tracing::error!(backend_id = event.backend_id, error = %e, "health transition not applied")
