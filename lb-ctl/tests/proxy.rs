@@ -319,3 +319,53 @@ outlier = {{ consecutive_failures = 1, base_ejection = "60s" }}
     assert_eq!(state(dead), "ejected", "{rows:?}");
     assert_eq!(state(live.addr), "active", "{rows:?}");
 }
+
+/// `access_log = true`: one line per request on the daemon's log, text by default.
+#[test]
+fn access_log_writes_a_line_per_request() {
+    let one = Backend::start("one");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let path = dir.path().join("lb.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[daemon]\napi_socket = \"{}\"\n\n[[vip]]\nname = \"api\"\naddress = \"127.0.0.1\"\nport = {}\n\
+             protocol = \"http\"\nbackends = [ {{ address = \"127.0.0.1\", port = {} }} ]\n[vip.proxy]\naccess_log = true\n",
+            socket.display(),
+            vip.port(),
+            one.addr.port()
+        ),
+    )
+    .unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = Command::new(BIN)
+        .args(["proxy", "--log-level", "warn,access=info", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    let d = ProxyDaemon { child, socket, _dir: dir };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect_timeout(&vip, Duration::from_millis(100)).is_err() {
+        assert!(Instant::now() < deadline, "the proxy VIP did not open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(answers(vip, 2), ["one", "one"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let want = format!(" api {} ", one.addr);
+    loop {
+        let text = std::fs::read_to_string(&log_path).unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(&want)).collect();
+        if lines.len() >= 2 {
+            assert!(lines.iter().all(|l| l.contains(" 200 ") && l.contains("\"GET / HTTP/1.1\"")), "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no access log lines in:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(d);
+}

@@ -29,7 +29,7 @@ mod vip;
 mod workers;
 
 pub use config::{
-    BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, Limits, Mode, Outlier, ProxyOptions,
+    AccessLogFormat, BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, Limits, Mode, Outlier, ProxyOptions,
     ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,
 };
 pub use error::ProxyError;

@@ -66,6 +66,21 @@ pub struct ProxyOptions {
     pub backend_tls: Option<BackendTls>,
     /// TLS passthrough routed by the ClientHello's server name (TCP VIPs).
     pub sni: Option<SniRouting>,
+    /// One log line per HTTP request (at info, target `access`): off by default.
+    pub access_log: bool,
+    /// `text` (HAProxy httplog-like) or `json`.
+    pub access_log_format: AccessLogFormat,
+}
+
+/// How access log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLogFormat {
+    /// `CLIENT [TIME] VIP BACKEND DURATION STATUS BYTES "METHOD URI VERSION"`.
+    #[default]
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 /// What the VIP speaks.

@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
+use super::access_log::{self, ServedBy};
 use super::body::{ClientResponse, InFlight, ProxyBody, UpstreamBody};
 use super::headers::{self, cookie, is_upgrade};
 use super::respond::error_response;
@@ -45,7 +46,11 @@ pub(crate) struct ConnCtx {
 
 pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ClientResponse> {
     let busy = ctx.shared.as_ref().map(|s| s.begin());
+    let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req));
     let resp = forward(req, ctx).await;
+    if let Some(request) = logged {
+        access_log::write(&request, &resp, ctx);
+    }
     let (parts, body) = resp.into_parts();
     Response::from_parts(parts, ClientResponse { body, _busy: busy })
 }
@@ -273,5 +278,6 @@ fn finish_response(
     }
     let (mut parts, body) = resp.into_parts();
     headers::prepare_response(&mut parts, false);
+    parts.extensions.insert(ServedBy(in_flight.active.0.addr));
     Response::from_parts(parts, ProxyBody::Upstream(UpstreamBody::new(body, in_flight)))
 }
