@@ -334,3 +334,11 @@ fn backends_undrain_undoes_a_drain() {
     assert_eq!(code, 1);
     assert!(err.contains("is not drained"), "{err}");
 }
+
+#[test]
+fn top_without_a_terminal_points_to_stats_watch() {
+    let d = Daemon::start();
+    let (code, err) = d.fails(&["top"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("stats --watch"), "{err}");
+}

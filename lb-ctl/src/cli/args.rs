@@ -75,6 +75,13 @@ pub enum Command {
         #[arg(long, requires = "watch", value_name = "N")]
         count: Option<u64>,
     },
+    /// A live view of per-second rates per VIP, backend (with health) and CPU, and drops by
+    /// reason; q quits.
+    Top {
+        /// Seconds between redraws (may be fractional: 0.5).
+        #[arg(long, default_value = "1", value_parser = parse_interval, value_name = "SECONDS")]
+        interval: std::time::Duration,
+    },
     /// Which backend a flow from CLIENT would get, and why (connection table or ring slot).
     Explain {
         /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.

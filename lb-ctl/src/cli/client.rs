@@ -1,6 +1,6 @@
 //! Commands that talk to a running daemon over its control socket.
 use std::path::{Path, PathBuf};
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -38,6 +38,10 @@ pub fn find_socket(socket: Option<PathBuf>, iface: Option<String>) -> Result<Pat
 }
 
 pub fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: Command) -> ExitCode {
+    if matches!(command, Command::Top { .. }) && !std::io::stdout().is_terminal() {
+        eprintln!("lb-ctl: top needs a terminal; `lb-ctl stats --watch` streams the same rates");
+        return ExitCode::FAILURE;
+    }
     let socket = match find_socket(socket, iface) {
         Ok(s) => s,
         Err(e) => {
@@ -54,6 +58,7 @@ pub fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: C
         }
     };
     let result = match command {
+        Command::Top { interval } => super::top::run(&client, &runtime, interval).map(|()| String::new()),
         Command::Stats { watch: true, json: as_json, interval, count } => {
             runtime.block_on(watch_stats(&client, as_json, interval, count)).map(|()| String::new())
         }
@@ -150,6 +155,7 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         | Command::Decap(_)
         | Command::Proxy { .. }
         | Command::Export { .. }
+        | Command::Top { .. }
         | Command::Completions { .. }
         | Command::Man { .. } => unreachable!("handled without the daemon"),
     })

@@ -11,3 +11,4 @@ pub mod preconditions;
 pub mod rates;
 pub mod render;
 pub mod start;
+pub mod top;
