@@ -62,13 +62,22 @@ pub fn nft(config: &Config) -> String {
     let _ = writeln!(out, "table ip {NFT_TABLE}\ndelete table ip {NFT_TABLE}\ntable ip {NFT_TABLE} {{");
     out.push_str("\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n");
     for v in &config.vips {
-        let _ = writeln!(out, "\t\t# {}: {} {} hash {}", v.label(), v.address_label(), v.forwarding.as_str(), v.hash.as_str());
+        let _ = writeln!(
+            out,
+            "\t\t# {}: {} {} hash {}",
+            v.label(),
+            v.address_label(),
+            v.forwarding.as_str(),
+            v.hash.as_str()
+        );
         if let Some(why) = not_exportable(v) {
             let _ = writeln!(out, "\t\t# skipped: {why}");
             continue;
         }
         if v.forwarding == Forwarding::DsrIpip {
-            out.push_str("\t\t# differs: nftables has no IPIP encapsulation; DNAT instead (replies through this host)\n");
+            out.push_str(
+                "\t\t# differs: nftables has no IPIP encapsulation; DNAT instead (replies through this host)\n",
+            );
         }
         let proto = l4(v.protocol);
         let matched = format!("ip daddr {} {proto} dport {}", v.address, v.port);
@@ -117,7 +126,8 @@ pub fn ipvs(config: &Config) -> String {
          # (this clears every IPVS service on the host): ipvsadm -C\n",
     );
     for v in &config.vips {
-        let _ = writeln!(out, "# {}: {} {} hash {}", v.label(), v.address_label(), v.forwarding.as_str(), v.hash.as_str());
+        let _ =
+            writeln!(out, "# {}: {} {} hash {}", v.label(), v.address_label(), v.forwarding.as_str(), v.hash.as_str());
         if let Some(why) = not_exportable(v) {
             let _ = writeln!(out, "# skipped: {why}");
             continue;
@@ -169,6 +179,9 @@ mod tests {
     #[test]
     fn weights_are_reduced_to_small_ranges() {
         let text = nft(&sample());
-        assert!(text.contains("jhash ip saddr mod 3 map { 0 : 198.51.100.11 . 8080, 1-2 : 198.51.100.12 . 8080 }"), "{text}");
+        assert!(
+            text.contains("jhash ip saddr mod 3 map { 0 : 198.51.100.11 . 8080, 1-2 : 198.51.100.12 . 8080 }"),
+            "{text}"
+        );
     }
 }

@@ -120,7 +120,12 @@ mod tests {
                 TrafficView { name: "web".into(), packets, bytes: packets * 100, ..Default::default() },
                 TrafficView { name: "api".into(), requests: Some(requests), errors: Some(1), ..Default::default() },
             ],
-            backends: vec![TrafficView { name: "web 198.51.100.1:80".into(), packets, bytes: packets * 100, ..Default::default() }],
+            backends: vec![TrafficView {
+                name: "web 198.51.100.1:80".into(),
+                packets,
+                bytes: packets * 100,
+                ..Default::default()
+            }],
             cpus: vec![
                 CpuView { cpu: 0, packets, vip_packets: packets, vip_bytes: packets * 100 },
                 CpuView { cpu: 1, packets: 7, vip_packets: 0, vip_bytes: 0 },
@@ -131,7 +136,10 @@ mod tests {
     #[test]
     fn rates_are_growth_per_second() {
         let r = rates(&sample(1000, 10, 50), &sample(3000, 30, 250), 2.0);
-        assert_eq!(r.vips[0], Rate { name: "web".into(), pps: 1000.0, bps: 800_000.0, rps: None, errors_per_sec: None });
+        assert_eq!(
+            r.vips[0],
+            Rate { name: "web".into(), pps: 1000.0, bps: 800_000.0, rps: None, errors_per_sec: None }
+        );
         assert_eq!(r.vips[1].rps, Some(100.0));
         assert_eq!(r.vips[1].errors_per_sec, Some(0.0));
         assert_eq!(r.backends[0].pps, 1000.0);

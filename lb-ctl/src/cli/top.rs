@@ -80,7 +80,13 @@ pub fn draw(frame: &mut Frame, view: &View) {
         cells.extend(rate_cells(v));
         Row::new(cells)
     });
-    let widths = [Constraint::Fill(1), Constraint::Length(9), Constraint::Length(9), Constraint::Length(9), Constraint::Length(9)];
+    let widths = [
+        Constraint::Fill(1),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(9),
+    ];
     frame.render_widget(
         Table::new(rows, widths)
             .header(header(&["VIP", "PPS", "BPS", "REQ/S", "ERR/S"]))
@@ -133,7 +139,8 @@ mod tests {
 
     #[test]
     fn the_screen_shows_rates_health_cpus_and_drops() {
-        let rate = |name: &str, pps: f64| Rate { name: name.into(), pps, bps: pps * 800.0, rps: None, errors_per_sec: None };
+        let rate =
+            |name: &str, pps: f64| Rate { name: name.into(), pps, bps: pps * 800.0, rps: None, errors_per_sec: None };
         let view = View {
             title: " lb-ctl top ".into(),
             rates: Rates {
@@ -154,7 +161,8 @@ mod tests {
             .chunks(100)
             .map(|line| line.iter().map(|c| c.symbol()).collect::<String>() + "\n")
             .collect();
-        for want in ["web", "12.3k", "9.88M", "198.51.100.1:8080", "up active", "950", "cpu0", "20.0k", "drop_no_backend"]
+        for want in
+            ["web", "12.3k", "9.88M", "198.51.100.1:8080", "up active", "950", "cpu0", "20.0k", "drop_no_backend"]
         {
             assert!(screen.contains(want), "{want:?} not on screen:\n{screen}");
         }
