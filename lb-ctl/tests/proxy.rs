@@ -126,6 +126,19 @@ fn start(config: &str, dir: tempfile::TempDir, socket: PathBuf, vip: SocketAddr)
     d
 }
 
+/// A configuration with one HTTP VIP "api" on 127.0.0.1:`port` with backends on 127.0.0.1 at
+/// `backends`, and `proxy` as its `[vip.proxy]` table.
+fn api_config(socket: &Path, port: u16, backends: &[u16], proxy: &str) -> String {
+    let backends: Vec<String> =
+        backends.iter().map(|p| format!("{{ address = \"127.0.0.1\", port = {p} }}")).collect();
+    format!(
+        "[daemon]\napi_socket = \"{}\"\n\n[[vip]]\nname = \"api\"\naddress = \"127.0.0.1\"\nport = {port}\n\
+         protocol = \"http\"\nbackends = [ {} ]\n[vip.proxy]\n{proxy}\n",
+        socket.display(),
+        backends.join(", ")
+    )
+}
+
 fn answers(vip: SocketAddr, n: usize) -> Vec<String> {
     (0..n).map(|_| get(vip).expect("request through the proxy")).collect()
 }
@@ -246,15 +259,7 @@ fn a_proxy_vip_that_cannot_listen_fails_the_start() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("proxy.sock");
     let path = dir.path().join("lb.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[daemon]\napi_socket = \"{}\"\n\n[[vip]]\nname = \"api\"\naddress = \"127.0.0.1\"\nport = {port}\n\
-             protocol = \"http\"\nbackends = [ {{ address = \"127.0.0.1\", port = 9 }} ]\n",
-            socket.display()
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, api_config(&socket, port, &[9], "")).unwrap();
     let mut child = Command::new(BIN)
         .args(["proxy", "--log-level", "warn", "--config"])
         .arg(&path)
@@ -290,25 +295,8 @@ fn an_ejected_backend_is_listed_as_ejected() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("proxy.sock");
     let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let config = format!(
-        r#"[daemon]
-api_socket = "{socket}"
-
-[[vip]]
-name = "api"
-address = "127.0.0.1"
-port = {port}
-protocol = "http"
-backends = [ {{ address = "127.0.0.1", port = {live} }}, {{ address = "127.0.0.1", port = {dead} }} ]
-[vip.proxy]
-balance = "round_robin"
-outlier = {{ consecutive_failures = 1, base_ejection = "60s" }}
-"#,
-        socket = socket.display(),
-        port = vip.port(),
-        live = live.addr.port(),
-        dead = dead.port()
-    );
+    let proxy = "balance = \"round_robin\"\noutlier = { consecutive_failures = 1, base_ejection = \"60s\" }";
+    let config = api_config(&socket, vip.port(), &[live.addr.port(), dead.port()], proxy);
     let d = start(&config, dir, socket, vip);
     for _ in 0..6 {
         let _ = get(vip);
@@ -328,17 +316,7 @@ fn access_log_writes_a_line_per_request() {
     let socket = dir.path().join("proxy.sock");
     let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let path = dir.path().join("lb.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[daemon]\napi_socket = \"{}\"\n\n[[vip]]\nname = \"api\"\naddress = \"127.0.0.1\"\nport = {}\n\
-             protocol = \"http\"\nbackends = [ {{ address = \"127.0.0.1\", port = {} }} ]\n[vip.proxy]\naccess_log = true\n",
-            socket.display(),
-            vip.port(),
-            one.addr.port()
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, api_config(&socket, vip.port(), &[one.addr.port()], "access_log = true")).unwrap();
     let log_path = dir.path().join("stderr.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let child = Command::new(BIN)

@@ -283,7 +283,7 @@ pub fn parse_log_level(text: &str) -> Result<String, String> {
 /// A `--interval` in seconds: positive, at most a day.
 pub fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
     match text.parse::<f64>() {
-        Ok(s) if s >= 0.01 && s <= 86_400.0 => Ok(std::time::Duration::from_secs_f64(s)),
+        Ok(s) if (0.01..=86_400.0).contains(&s) => Ok(std::time::Duration::from_secs_f64(s)),
         _ => Err(format!("{text:?} is not a number of seconds between 0.01 and 86400 (like 1 or 0.5)")),
     }
 }

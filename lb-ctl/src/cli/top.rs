@@ -80,13 +80,7 @@ pub fn draw(frame: &mut Frame, view: &View) {
         cells.extend(rate_cells(v));
         Row::new(cells)
     });
-    let widths = [
-        Constraint::Fill(1),
-        Constraint::Length(9),
-        Constraint::Length(9),
-        Constraint::Length(9),
-        Constraint::Length(9),
-    ];
+    let widths = columns(&[], 4);
     frame.render_widget(
         Table::new(rows, widths)
             .header(header(&["VIP", "PPS", "BPS", "REQ/S", "ERR/S"]))
@@ -100,14 +94,7 @@ pub fn draw(frame: &mut Frame, view: &View) {
         cells.extend(rate_cells(b));
         Row::new(cells)
     });
-    let widths = [
-        Constraint::Fill(1),
-        Constraint::Length(18),
-        Constraint::Length(9),
-        Constraint::Length(9),
-        Constraint::Length(9),
-        Constraint::Length(9),
-    ];
+    let widths = columns(&[Constraint::Length(18)], 4);
     frame.render_widget(
         Table::new(rows, widths)
             .header(header(&["BACKEND", "HEALTH", "PPS", "BPS", "REQ/S", "ERR/S"]))
@@ -116,17 +103,25 @@ pub fn draw(frame: &mut Frame, view: &View) {
     );
 
     let rows = r.cpus.iter().map(|c| Row::new(vec![c.name.clone(), human(c.pps), human(c.bps)]));
-    let widths = [Constraint::Fill(1), Constraint::Length(9), Constraint::Length(9)];
+    let widths = columns(&[], 2);
     frame.render_widget(
         Table::new(rows, widths).header(header(&["CPU", "PPS", "VIP BPS"])).block(block(" CPUs ".into())),
         cpus,
     );
     let rows = r.drops.iter().map(|d| Row::new(vec![d.reason.clone(), human(d.pps)]));
-    let widths = [Constraint::Fill(1), Constraint::Length(9)];
+    let widths = columns(&[], 1);
     frame.render_widget(
         Table::new(rows, widths).header(header(&["DROP", "PPS"])).block(block(" drops (growing) ".into())),
         drops,
     );
+}
+
+/// A name column taking the room left, then `text` columns, then `numbers` rate columns.
+fn columns(text: &[Constraint], numbers: usize) -> Vec<Constraint> {
+    let mut widths = vec![Constraint::Fill(1)];
+    widths.extend_from_slice(text);
+    widths.extend(std::iter::repeat_n(Constraint::Length(9), numbers));
+    widths
 }
 
 #[cfg(test)]
