@@ -21,7 +21,6 @@ use super::validate::refuse;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
 use crate::error::UpstreamError;
-use crate::outlier::now_ms;
 use crate::pool::{Sender, UpBody, open_http};
 use crate::vip::Vip;
 
@@ -178,7 +177,7 @@ async fn attempts(
             Ok((resp, sender)) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();
-                    backend.outlier.record_failure(&opts.outlier, now_ms());
+                    backend.record_failure(&opts.outlier);
                 } else {
                     backend.outlier.record_success();
                 }
@@ -200,7 +199,7 @@ async fn attempts(
                     return Err(UpstreamError::Client(fault));
                 }
                 backend.counters.error();
-                backend.outlier.record_failure(&opts.outlier, now_ms());
+                backend.record_failure(&opts.outlier);
                 tracing::debug!(backend = %backend.addr, error = %e, "attempt failed");
                 last = e;
                 req = back;
