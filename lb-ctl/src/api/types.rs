@@ -67,6 +67,9 @@ pub struct VipView {
     pub healthy: usize,
     pub packets: u64,
     pub bytes: u64,
+    /// Proxy VIPs: whether the VIP accepts connections (false: its listener failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listening: Option<bool>,
 }
 
 /// `GET /v1/backends`: one backend.

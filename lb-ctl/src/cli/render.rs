@@ -89,7 +89,13 @@ pub fn vips(list: &[VipView]) -> String {
                 v.forwarding.clone(),
                 v.hash.clone(),
                 format!("{}/{}", v.healthy, v.backends),
-                if v.all_down { format!("all down ({})", v.all_down_policy) } else { "ok".into() },
+                if v.listening == Some(false) {
+                    "down (not listening)".into()
+                } else if v.all_down {
+                    format!("all down ({})", v.all_down_policy)
+                } else {
+                    "ok".into()
+                },
                 v.packets.to_string(),
                 v.bytes.to_string(),
             ]
@@ -255,5 +261,27 @@ mod tests {
             "VIP  BACKEND            WEIGHT  HEALTH  STATE   PACKETS  BYTES  FLOWS  IN RING\n\
              web  198.51.100.1:8080     100  up      active    12345    999      7  yes\n"
         );
+    }
+
+    #[test]
+    fn a_proxy_vip_without_its_listener_is_shown_down() {
+        let v = VipView {
+            id: 1,
+            name: Some("api".into()),
+            address: "127.0.0.1".parse().unwrap(),
+            port: 8080,
+            protocol: "http".into(),
+            forwarding: "proxy".into(),
+            hash: "ip".into(),
+            all_down_policy: "forward".into(),
+            all_down: false,
+            backends: 1,
+            healthy: 1,
+            packets: 0,
+            bytes: 0,
+            listening: Some(false),
+        };
+        let text = vips(&[v]);
+        assert!(text.contains("1/1      down (not listening)"), "{text}");
     }
 }

@@ -27,6 +27,7 @@ impl Writer {
     }
 
     pub(super) fn vips(&self) -> Result<Vec<VipView>, ApiError> {
+        let proxy_stats = self.proxy.as_ref().map(|p| p.handle().stats()).unwrap_or_default();
         self.state
             .vips
             .iter()
@@ -46,6 +47,7 @@ impl Writer {
                     healthy: v.backends.iter().filter(|b| b.health.is_usable() && b.effective_weight() > 0).count(),
                     packets: traffic.packets,
                     bytes: traffic.bytes,
+                    listening: proxy_stats.iter().find(|s| s.name == v.label()).map(|s| s.listening),
                 })
             })
             .collect()
