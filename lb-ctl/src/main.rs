@@ -23,6 +23,7 @@ fn main() -> ExitCode {
         }
         Command::Decap(command) => local::decap(command).map(|()| ExitCode::SUCCESS),
         Command::BackendSetup(args) => local::backend_setup(&args),
+        Command::Export { format, config } => local::export(format, &config),
         Command::Completions { shell } => docs::completions(shell).map(|()| ExitCode::SUCCESS),
         Command::Man { dir } => docs::man_pages(&dir).map(|()| ExitCode::SUCCESS),
         command => return client::client_command(cli.socket, cli.daemon_iface, command),

@@ -301,3 +301,47 @@ fn a_bad_log_level_is_refused_before_anything_starts() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--log-level") && err.contains("lb_ctl=debug"), "{err}");
 }
+
+/// `stats --watch` streams one block of rates per interval and stops after `--count`.
+#[test]
+fn stats_watch_prints_count_samples_of_rates() {
+    let d = Daemon::start();
+    let started = Instant::now();
+    let out = d.ok(&["stats", "--watch", "--interval", "0.2", "--count", "3"]);
+    assert!(started.elapsed() < Duration::from_secs(10), "--count 3 at 0.2 s took {:?}", started.elapsed());
+    assert_eq!(out.matches("--- ").count(), 3, "{out}");
+    assert!(out.contains("VIP  PPS  BPS\nweb    0    0\n"), "{out}");
+    assert!(out.contains("web 198.51.100.1:8080    0    0"), "{out}");
+    assert!(out.contains("drops: none"), "{out}");
+
+    let json = d.ok(&["stats", "--watch", "--json", "--interval", "0.1", "--count", "2"]);
+    let lines: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{json}");
+    assert_eq!(lines[0]["vips"][0]["name"], "web");
+    assert!(lines[0]["seconds"].as_f64().unwrap() > 0.05, "{json}");
+
+    // --interval and --count belong to --watch; a bad interval is a usage error.
+    assert_eq!(d.fails(&["stats", "--count", "2"]).0, 2);
+    assert_eq!(d.fails(&["stats", "--watch", "--interval", "0"]).0, 2);
+}
+
+#[test]
+fn backends_undrain_undoes_a_drain() {
+    let d = Daemon::start();
+    d.ok(&["backends", "drain", "web", "198.51.100.1:8080"]);
+    assert_eq!(
+        d.ok(&["backends", "undrain", "web", "198.51.100.1:8080"]),
+        "web: backend 198.51.100.1:8080 undrained: takes new flows again (once healthy)\n"
+    );
+    let (code, err) = d.fails(&["backends", "undrain", "web", "198.51.100.1:8080"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is not drained"), "{err}");
+}
+
+#[test]
+fn top_without_a_terminal_points_to_stats_watch() {
+    let d = Daemon::start();
+    let (code, err) = d.fails(&["top"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("stats --watch"), "{err}");
+}

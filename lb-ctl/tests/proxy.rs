@@ -139,6 +139,18 @@ fn start_with(
     d
 }
 
+/// A configuration with one HTTP VIP "api" on 127.0.0.1:`port` with backends on 127.0.0.1 at
+/// `backends`, and `proxy` as its `[vip.proxy]` table.
+fn api_config(socket: &Path, port: u16, backends: &[u16], proxy: &str) -> String {
+    let backends: Vec<String> = backends.iter().map(|p| format!("{{ address = \"127.0.0.1\", port = {p} }}")).collect();
+    format!(
+        "[daemon]\napi_socket = \"{}\"\n\n[[vip]]\nname = \"api\"\naddress = \"127.0.0.1\"\nport = {port}\n\
+         protocol = \"http\"\nbackends = [ {} ]\n[vip.proxy]\n{proxy}\n",
+        socket.display(),
+        backends.join(", ")
+    )
+}
+
 fn answers(vip: SocketAddr, n: usize) -> Vec<String> {
     (0..n).map(|_| get(vip).expect("request through the proxy")).collect()
 }
@@ -190,6 +202,19 @@ balance = "round_robin"
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
     let requests: u64 = rows.iter().map(|r| r["requests"].as_u64().expect("proxy VIPs report requests")).sum();
     assert!(requests >= 6, "requests counted by the proxy: {requests}");
+
+    // `stats` shows the proxy VIP's requests and errors too (not zeros).
+    let stats = d.cli(&["stats", "--json"]);
+    assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let vip_row = &stats["vips"][0];
+    assert_eq!(vip_row["name"], "api", "{stats}");
+    assert!(vip_row["requests"].as_u64().is_some_and(|r| r >= 6), "{stats}");
+    assert_eq!(vip_row["errors"].as_u64(), Some(0), "{stats}");
+    let per_backend: u64 = stats["backends"].as_array().unwrap().iter().map(|b| b["requests"].as_u64().unwrap()).sum();
+    assert_eq!(Some(per_backend), vip_row["requests"].as_u64(), "{stats}");
+    let text = String::from_utf8_lossy(&d.cli(&["stats"]).stdout).into_owned();
+    assert!(text.contains("VIP  PACKETS  BYTES  REQUESTS  ERRORS\napi"), "{text}");
 
     // Drain through the API: no new requests go to it.
     let drained = d.cli(&["backends", "drain", "api", &one.addr.to_string()]);
@@ -329,4 +354,102 @@ fn quick_start_serves_flags_and_follows_the_backends_file() {
     // And back.
     std::fs::write(&file, format!("{}\n", two.addr)).unwrap();
     until("the backend is back", &|s| s.iter().any(|n| n == "two"));
+}
+
+/// A proxy VIP whose address is taken stops `lb-ctl proxy` at start with the reason, instead of
+/// a daemon that runs without the VIP and says it is fine.
+#[test]
+fn a_proxy_vip_that_cannot_listen_fails_the_start() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let path = dir.path().join("lb.toml");
+    std::fs::write(&path, api_config(&socket, port, &[9], "")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["proxy", "--log-level", "warn", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lb-ctl proxy kept running without its VIP's listener");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cannot listen on 127.0.0.1:{port}")) && err.contains("in use"), "{err}");
+    assert!(!socket.exists(), "no control socket is left behind");
+    drop(taken);
+}
+
+/// A backend ejected by outlier detection is shown as `ejected`, not `active`.
+#[test]
+fn an_ejected_backend_is_listed_as_ejected() {
+    let live = Backend::start("live");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // closed at once
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let proxy = "balance = \"round_robin\"\noutlier = { consecutive_failures = 1, base_ejection = \"60s\" }";
+    let config = api_config(&socket, vip.port(), &[live.addr.port(), dead.port()], proxy);
+    let d = start(&config, dir, socket, vip);
+    for _ in 0..6 {
+        let _ = get(vip);
+    }
+    let json = d.cli(&["backends", "list", "api", "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    let state = |addr: SocketAddr| rows.iter().find(|r| r["address"] == addr.to_string()).unwrap()["state"].clone();
+    assert_eq!(state(dead), "ejected", "{rows:?}");
+    assert_eq!(state(live.addr), "active", "{rows:?}");
+}
+
+/// `access_log = true`: one line per request on the daemon's log, text by default.
+#[test]
+fn access_log_writes_a_line_per_request() {
+    let one = Backend::start("one");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let path = dir.path().join("lb.toml");
+    std::fs::write(&path, api_config(&socket, vip.port(), &[one.addr.port()], "access_log = true")).unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = Command::new(BIN)
+        .args(["proxy", "--log-level", "warn,access=info", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    let d = ProxyDaemon { child, socket, _dir: dir };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect_timeout(&vip, Duration::from_millis(100)).is_err() {
+        assert!(Instant::now() < deadline, "the proxy VIP did not open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(answers(vip, 2), ["one", "one"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let want = format!(" api {} ", one.addr);
+    loop {
+        let text = std::fs::read_to_string(&log_path).unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(&want)).collect();
+        if lines.len() >= 2 {
+            assert!(lines.iter().all(|l| l.contains(" 200 ") && l.contains("\"GET / HTTP/1.1\"")), "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no access log lines in:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(d);
 }

@@ -14,6 +14,12 @@ use crate::shutdown::Tasks;
 use crate::vip::Vip;
 use crate::workers::{self, WorkerSet};
 
+/// Errors after which the listener never accepts again (it was shut down or closed under
+/// us), as opposed to passing ones (out of descriptors, an aborted handshake).
+fn listener_is_gone(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EBADF | libc::ENOTSOCK | libc::EOPNOTSUPP))
+}
+
 /// Accepts until `stop`, serving each connection in its own tracked task on some worker.
 pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, set: Arc<WorkerSet>) {
     let mut stop = tasks.stop.clone();
@@ -24,6 +30,11 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
         };
         let (stream, client) = match accepted {
             Ok(a) => a,
+            Err(e) if listener_is_gone(&e) => {
+                tracing::error!(vip = %vip.spec.name, error = %e, "the VIP's listener failed: it accepts nothing more");
+                vip.counters.listener_lost.store(true, Relaxed);
+                break;
+            }
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
                 tracing::warn!(vip = %vip.spec.name, error = %e, "accept failed");

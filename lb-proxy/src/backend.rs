@@ -29,6 +29,13 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
+    /// Counts a failed request or connect for outlier detection; an ejection is logged.
+    pub(crate) fn record_failure(&self, cfg: &crate::config::Outlier) {
+        if self.outlier.record_failure(cfg, now_ms()) {
+            tracing::info!(backend = %self.addr, "backend ejected by outlier detection");
+        }
+    }
+
     fn new(spec: &BackendSpec, vip: &ProxyVipSpec, workers: usize) -> Self {
         let max_connections = max_connections(spec, vip);
         Backend {

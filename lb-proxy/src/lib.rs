@@ -29,8 +29,8 @@ mod vip;
 mod workers;
 
 pub use config::{
-    BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, Limits, Mode, Outlier, ProxyOptions,
-    ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,
+    AccessLogFormat, BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, Limits, Mode,
+    Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,
 };
 pub use error::ProxyError;
 pub use proxy::{Proxy, ProxyBuilder, ProxyHandle, serve};

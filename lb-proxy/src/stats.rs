@@ -20,6 +20,8 @@ pub struct VipStats {
     pub client_timeouts: u64,
     /// TLS handshakes that failed or timed out (TLS termination and SNI routing).
     pub tls_failures: u64,
+    /// Whether the VIP still accepts connections (false once its listener failed for good).
+    pub listening: bool,
     pub backends: Vec<BackendStats>,
 }
 
@@ -63,4 +65,6 @@ pub(crate) struct VipCounters {
     pub(crate) client_errors: AtomicU64,
     pub(crate) client_timeouts: AtomicU64,
     pub(crate) tls_failures: AtomicU64,
+    /// The listener failed for good (closed or shut down under the VIP): nothing is accepted.
+    pub(crate) listener_lost: std::sync::atomic::AtomicBool,
 }

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use tokio::net::TcpStream;
 
 use crate::error::UpstreamError;
-use crate::outlier::now_ms;
 use crate::pool::dial;
 use crate::proxy_protocol;
 use crate::relay::relay;
@@ -71,7 +70,7 @@ async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
             Err(e) => {
                 log_failure(&e);
                 backend.counters.error();
-                backend.outlier.record_failure(&spec.options.outlier, now_ms());
+                backend.record_failure(&spec.options.outlier);
             }
         }
     }

@@ -111,6 +111,7 @@ impl Vip {
             client_errors: self.counters.client_errors.load(Relaxed),
             client_timeouts: self.counters.client_timeouts.load(Relaxed),
             tls_failures: self.counters.tls_failures.load(Relaxed),
+            listening: !self.counters.listener_lost.load(Relaxed),
             backends,
         }
     }

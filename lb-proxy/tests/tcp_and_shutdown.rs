@@ -160,3 +160,25 @@ async fn idle_tcp_relay_is_closed() {
     assert!(r.is_ok(), "an idle relay must be closed");
     assert!(buf.is_empty());
 }
+
+/// A VIP whose listening socket is shut down under it stops accepting and says so in its
+/// stats (`listening: false`), instead of looking fine.
+#[tokio::test]
+async fn a_vip_that_loses_its_listener_reports_it() {
+    use std::os::fd::AsRawFd as _;
+    let (backend, _) = tcp_backend(1).await;
+    let mut spec = tcp_spec(vec![backend]);
+    spec.listen = loopback();
+    let listener = TcpListener::bind(spec.listen).await.unwrap();
+    let fd = listener.as_raw_fd();
+    let handle = lb_proxy::Proxy::start_with_listeners(vec![(spec, listener)]).unwrap();
+    assert!(handle.stats()[0].listening);
+    // SAFETY: `fd` is the listener the proxy holds, open until the proxy drops it; shutting
+    // it down is what an outside failure would do.
+    assert_eq!(unsafe { libc::shutdown(fd, libc::SHUT_RDWR) }, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while handle.stats()[0].listening {
+        assert!(tokio::time::Instant::now() < deadline, "the lost listener was never noticed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

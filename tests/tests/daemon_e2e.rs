@@ -632,3 +632,34 @@ fn kill_9_restart_and_reload_under_load_fail_no_request() {
     assert!(answers.values().sum::<usize>() > 50, "the load ran: {answers:?}");
     hold.finish("kill -9, restart and reload");
 }
+
+/// `stats` through the real XDP program: per-CPU figures add up to the totals (every verdict
+/// counter, and the VIP's packets), and `stats --watch` prints the VIP's rate.
+#[test]
+fn stats_per_cpu_add_up_and_watch_prints_rates() {
+    if !require_root("stats_per_cpu_add_up_and_watch_prints_rates") {
+        return;
+    }
+    let (lab, _pids) = lab("w", 1);
+    let mut d = daemon(&lab, "w");
+    d.write_config(&[(0, 100)], "");
+    d.start();
+    d.wait_up(0, Duration::from_secs(10));
+    mapping(&lab.client.name);
+    let stats: lb_ctl::api::types::StatsView = serde_json::from_str(&d.ok(&["stats", "--json"])).unwrap();
+    assert!(!stats.cpus.is_empty(), "per-CPU figures: {stats:?}");
+    let verdicts: u64 = stats
+        .counters
+        .iter()
+        .filter(|c| ["pass_", "drop_", "forward_"].iter().any(|p| c.name.starts_with(p)))
+        .map(|c| c.value)
+        .sum();
+    assert_eq!(stats.cpus.iter().map(|c| c.packets).sum::<u64>(), verdicts, "{stats:?}");
+    let vip_packets: u64 = stats.vips.iter().map(|v| v.packets).sum();
+    assert!(vip_packets > 0, "{stats:?}");
+    assert_eq!(stats.cpus.iter().map(|c| c.vip_packets).sum::<u64>(), vip_packets, "{stats:?}");
+    let watch = d.ok(&["stats", "--watch", "--interval", "0.2", "--count", "2"]);
+    println!("{watch}");
+    assert_eq!(watch.matches("--- ").count(), 2, "{watch}");
+    assert!(watch.contains("\nCPU "), "{watch}");
+}

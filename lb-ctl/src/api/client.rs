@@ -74,6 +74,9 @@ impl Client {
     pub async fn drain_backend(&self, req: &BackendRequest) -> Result<Changed, ClientError> {
         self.call(Method::POST, "/backends/drain", Some(req)).await
     }
+    pub async fn undrain_backend(&self, req: &BackendRequest) -> Result<Changed, ClientError> {
+        self.call(Method::POST, "/backends/undrain", Some(req)).await
+    }
     pub async fn stats(&self) -> Result<StatsView, ClientError> {
         self.call(Method::GET, "/stats", None::<&()>).await
     }

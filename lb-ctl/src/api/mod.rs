@@ -10,6 +10,7 @@
 //! | POST /v1/backends          | `BackendRequest`   | `Changed` (add)   |
 //! | POST /v1/backends/remove   | `BackendRequest`   | `Changed`         |
 //! | POST /v1/backends/drain    | `BackendRequest`   | `Changed`         |
+//! | POST /v1/backends/undrain  | `BackendRequest`   | `Changed`         |
 //! | GET  /v1/stats             |                    | `StatsView`       |
 //! | POST /v1/explain           | `ExplainRequest`   | `ExplainView`     |
 //! | POST /v1/reload            |                    | `ReloadView`      |

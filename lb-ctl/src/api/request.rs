@@ -19,6 +19,7 @@ pub enum Request {
     Add(BackendRequest),
     Remove(BackendRequest),
     Drain(BackendRequest),
+    Undrain(BackendRequest),
     Stats,
     Explain(ExplainRequest),
     Reload,

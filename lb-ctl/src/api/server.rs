@@ -111,6 +111,10 @@ pub fn router<S: Service>(service: S) -> Router {
             "/backends/drain",
             only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Drain))),
         )
+        .route(
+            "/backends/undrain",
+            only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Undrain))),
+        )
         .route("/explain", only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Explain))));
     Router::new().nest(PREFIX, routes).fallback(no_such_endpoint).with_state(service)
 }

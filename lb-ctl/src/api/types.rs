@@ -8,7 +8,7 @@ use crate::state::{Health, Origin};
 /// The version prefix of every path.
 pub const PREFIX: &str = "/v1";
 
-/// `POST /v1/backends` (add), `/v1/backends/remove`, `/v1/backends/drain`.
+/// `POST /v1/backends` (add), `/v1/backends/remove`, `/v1/backends/drain`, `/v1/backends/undrain`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendRequest {
@@ -38,7 +38,7 @@ pub struct ExplainRequest {
     pub client: String,
 }
 
-/// Answer to add/remove/drain.
+/// Answer to add/remove/drain/undrain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Changed {
     pub vip: String,
@@ -67,6 +67,9 @@ pub struct VipView {
     pub healthy: usize,
     pub packets: u64,
     pub bytes: u64,
+    /// Proxy VIPs: whether the VIP accepts connections (false: its listener failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listening: Option<bool>,
 }
 
 /// `GET /v1/backends`: one backend.
@@ -78,7 +81,7 @@ pub struct BackendView {
     pub address: SocketAddr,
     pub weight: u32,
     pub health: Health,
-    /// `active` or `draining`.
+    /// `active`, `draining`, or `ejected` (proxy VIPs: taken out by outlier detection).
     pub state: String,
     pub origin: Origin,
     /// Whether the backend holds ring slots (it may while down, when the VIP fails open).
@@ -94,6 +97,16 @@ pub struct BackendView {
     /// Proxy VIPs: connect failures, timeouts, broken responses and 5xx.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors: Option<u64>,
+    /// When its health last changed (seconds since the Unix epoch); none since the daemon
+    /// started: absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_since_unix: Option<u64>,
+    /// Why its health last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_reason: Option<String>,
+    /// Health transitions since the daemon started.
+    #[serde(default)]
+    pub health_transitions: u64,
 }
 
 /// One named counter.
@@ -104,11 +117,29 @@ pub struct CounterView {
 }
 
 /// Traffic of one VIP or backend.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrafficView {
     pub name: String,
     pub packets: u64,
     pub bytes: u64,
+    /// Proxy VIPs: requests (HTTP) or relayed connections (TCP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// Proxy VIPs: connect failures, timeouts, broken responses and 5xx (for a VIP, also
+    /// refused and broken client connections).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<u64>,
+}
+
+/// What the XDP program saw on one CPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuView {
+    pub cpu: u32,
+    /// Every packet the program returned a verdict for (passed, dropped or forwarded).
+    pub packets: u64,
+    /// Packets and bytes to VIPs.
+    pub vip_packets: u64,
+    pub vip_bytes: u64,
 }
 
 /// `GET /v1/stats`.
@@ -117,6 +148,9 @@ pub struct StatsView {
     pub counters: Vec<CounterView>,
     pub vips: Vec<TrafficView>,
     pub backends: Vec<TrafficView>,
+    /// Per CPU (XDP only; empty without the XDP program).
+    #[serde(default)]
+    pub cpus: Vec<CpuView>,
 }
 
 /// `GET /v1/status`.

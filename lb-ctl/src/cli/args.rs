@@ -58,11 +58,29 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Counters of the data plane, per VIP and per backend.
+    /// Counters of the data plane, per VIP, per backend and per CPU (proxy VIPs: requests and
+    /// errors).
     Stats {
-        /// Print JSON instead of a table.
+        /// Print JSON instead of a table (with --watch: one JSON object of rates a line).
         #[arg(long)]
         json: bool,
+        /// Print per-second rates (pps, bps, per VIP, backend and CPU, and the drop reasons
+        /// that grew) every interval, until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between samples with --watch (may be fractional: 0.5).
+        #[arg(long, default_value = "1", requires = "watch", value_parser = parse_interval, value_name = "SECONDS")]
+        interval: std::time::Duration,
+        /// With --watch: stop after N samples.
+        #[arg(long, requires = "watch", value_name = "N")]
+        count: Option<u64>,
+    },
+    /// A live view of per-second rates per VIP, backend (with health) and CPU, and drops by
+    /// reason; q quits.
+    Top {
+        /// Seconds between redraws (may be fractional: 0.5).
+        #[arg(long, default_value = "1", value_parser = parse_interval, value_name = "SECONDS")]
+        interval: std::time::Duration,
     },
     /// Which backend a flow from CLIENT would get, and why (connection table or ring slot).
     Explain {
@@ -83,6 +101,16 @@ pub enum Command {
     /// What a DSR backend needs (the VIP on lo, ARP and reverse-path settings, the IPIP
     /// decapsulator): print it as a script (default), --check this host, or --apply it.
     BackendSetup(BackendSetupArgs),
+    /// Print the same VIPs and backends as an nftables DNAT ruleset or ipvsadm commands (to set
+    /// up a peer balancer from the same file); what the peer cannot do is said in comments.
+    Export {
+        /// nft (a ruleset for `nft -f`) or ipvs (ipvsadm commands).
+        #[arg(value_enum)]
+        format: ExportFormat,
+        /// Configuration file to export (lb.toml).
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+    },
     /// Print the shell completion script for SHELL (e.g. `lb-ctl completions bash >
     /// /usr/share/bash-completion/completions/lb-ctl`).
     Completions {
@@ -219,6 +247,14 @@ pub enum XdpMode {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    /// An nftables ruleset (table ip lb_ctl) with DNAT rules.
+    Nft,
+    /// ipvsadm commands.
+    Ipvs,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
     Text,
@@ -247,6 +283,13 @@ pub enum BackendsCommand {
     },
     /// Drain a backend: no new flows, established ones stay.
     Drain {
+        /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
+        vip: String,
+        /// The backend: ADDR:PORT, or ADDR for the VIP's port.
+        address: String,
+    },
+    /// Undo a drain: the backend takes new flows again (once healthy).
+    Undrain {
         /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
         vip: String,
         /// The backend: ADDR:PORT, or ADDR for the VIP's port.
@@ -301,6 +344,14 @@ pub fn parse_log_level(text: &str) -> Result<String, String> {
     tracing_subscriber::EnvFilter::try_new(text)
         .map(|_| text.to_string())
         .map_err(|e| format!("{e} (a level, or per module: lb_ctl=debug,warn)"))
+}
+
+/// A `--interval` in seconds: positive, at most a day.
+pub fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.01..=86_400.0).contains(&s) => Ok(std::time::Duration::from_secs_f64(s)),
+        _ => Err(format!("{text:?} is not a number of seconds between 0.01 and 86400 (like 1 or 0.5)")),
+    }
 }
 
 /// An IPv4 prefix (`198.51.100.0/24`) or a single address (`198.51.100.1`, as /32).

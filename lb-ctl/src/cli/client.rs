@@ -1,11 +1,13 @@
 //! Commands that talk to a running daemon over its control socket.
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
 use super::args::{BackendsCommand, Command, VipsCommand};
-use super::render;
+use super::{rates, render};
 use crate::api::client::{Client, ClientError};
 use crate::api::types::{BackendRequest, ExplainRequest};
 use crate::paths;
@@ -36,6 +38,10 @@ pub fn find_socket(socket: Option<PathBuf>, iface: Option<String>) -> Result<Pat
 }
 
 pub fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: Command) -> ExitCode {
+    if matches!(command, Command::Top { .. }) && !std::io::stdout().is_terminal() {
+        eprintln!("lb-ctl: top needs a terminal; `lb-ctl stats --watch` streams the same rates");
+        return ExitCode::FAILURE;
+    }
     let socket = match find_socket(socket, iface) {
         Ok(s) => s,
         Err(e) => {
@@ -51,7 +57,14 @@ pub fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: C
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run_client(&client, command)) {
+    let result = match command {
+        Command::Top { interval } => super::top::run(&client, &runtime, interval).map(|()| String::new()),
+        Command::Stats { watch: true, json: as_json, interval, count } => {
+            runtime.block_on(watch_stats(&client, as_json, interval, count)).map(|()| String::new())
+        }
+        command => runtime.block_on(run_client(&client, command)),
+    };
+    match result {
         Ok(out) => {
             print!("{out}");
             ExitCode::SUCCESS
@@ -65,6 +78,35 @@ pub fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: C
             ExitCode::FAILURE
         }
     }
+}
+
+/// `stats --watch`: a sample every `interval`, printed as it comes, `count` times or until
+/// interrupted. Rates are measured over the time between the two reads, not the nominal interval.
+async fn watch_stats(c: &Client, as_json: bool, interval: Duration, count: Option<u64>) -> Result<(), ClientError> {
+    let mut before = c.stats().await?;
+    let mut read_at = Instant::now();
+    let mut ticker = tokio::time::interval_at((read_at + interval).into(), interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut samples = 0u64;
+    while count.is_none_or(|n| samples < n) {
+        ticker.tick().await;
+        let after = c.stats().await?;
+        let now = Instant::now();
+        let r = rates::rates(&before, &after, now.duration_since(read_at).as_secs_f64());
+        let text = if as_json {
+            serde_json::to_string(&r).expect("rates serialize") + "\n"
+        } else {
+            render::rates(&humantime::format_rfc3339_seconds(SystemTime::now()).to_string(), &r)
+        };
+        let mut out = std::io::stdout().lock();
+        // A closed pipe (`| head`) ends the watch quietly.
+        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+            return Ok(());
+        }
+        (before, read_at) = (after, now);
+        samples += 1;
+    }
+    Ok(())
 }
 
 fn json(value: &impl Serialize) -> String {
@@ -84,6 +126,9 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         Command::Backends(BackendsCommand::Drain { vip, address }) => {
             c.drain_backend(&req(vip, address, None)).await?.message + "\n"
         }
+        Command::Backends(BackendsCommand::Undrain { vip, address }) => {
+            c.undrain_backend(&req(vip, address, None)).await?.message + "\n"
+        }
         Command::Backends(BackendsCommand::List { vip, json: as_json }) => {
             let list = c.backends(vip.as_deref()).await?;
             if as_json { json(&list) } else { render::backends(&list) }
@@ -96,7 +141,7 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
             let s = c.status().await?;
             if as_json { json(&s) } else { render::status(&s) }
         }
-        Command::Stats { json: as_json } => {
+        Command::Stats { json: as_json, .. } => {
             let s = c.stats().await?;
             if as_json { json(&s) } else { render::stats(&s) }
         }
@@ -110,6 +155,8 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         | Command::Decap(_)
         | Command::BackendSetup(_)
         | Command::Proxy { .. }
+        | Command::Export { .. }
+        | Command::Top { .. }
         | Command::Completions { .. }
         | Command::Man { .. } => unreachable!("handled without the daemon"),
     })

@@ -1,10 +1,11 @@
-//! Commands that run here, without a daemon: `validate`, `detach`, `decap`.
+//! Commands that run here, without a daemon: `validate`, `export`, `detach`, `decap`.
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 
-use super::args::{BackendSetupArgs, DecapCommand};
+use super::args::{BackendSetupArgs, DecapCommand, ExportFormat};
+use super::export;
 use crate::config::Config;
 use crate::dataplane::attach::{self, attach_decap, detach_decap};
 use crate::paths::{self, AttachPaths};
@@ -24,6 +25,26 @@ pub fn validate(path: &Path) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `lb-ctl export`: the configuration as a peer balancer's; a file with mistakes prints them
+/// and nothing else.
+pub fn export(format: ExportFormat, path: &Path) -> anyhow::Result<ExitCode> {
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    print!(
+        "{}",
+        match format {
+            ExportFormat::Nft => export::nft(&config),
+            ExportFormat::Ipvs => export::ipvs(&config),
+        }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Removes the pins and saved ids of a stopped daemon. `socket` is the daemon's control socket

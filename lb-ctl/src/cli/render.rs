@@ -1,5 +1,6 @@
 //! API answers as text for people (the `--json` flags print the answers as they come).
-use crate::api::types::{BackendView, Decision, ExplainView, StatsView, StatusView, VipView};
+use super::rates::{Rate, Rates, human};
+use crate::api::types::{BackendView, Decision, ExplainView, StatsView, StatusView, TrafficView, VipView};
 
 /// Left-aligned columns separated by two spaces; numbers right-aligned.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -33,6 +34,8 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 pub fn backends(list: &[BackendView]) -> String {
     // Proxy VIPs count requests, not packets: their columns appear when the list has one.
     let proxied = list.iter().any(|b| b.requests.is_some());
+    // When a health changed since the daemon started: since when, and why.
+    let changed = list.iter().any(|b| b.health_since_unix.is_some());
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|b| {
@@ -52,6 +55,10 @@ pub fn backends(list: &[BackendView]) -> String {
                 row.push(or_dash(b.requests));
                 row.push(or_dash(b.errors));
             }
+            if changed {
+                row.push(b.health_since_unix.map_or_else(|| "-".to_string(), ago));
+                row.push(b.health_reason.clone().unwrap_or_else(|| "-".into()));
+            }
             row
         })
         .collect();
@@ -59,7 +66,16 @@ pub fn backends(list: &[BackendView]) -> String {
     if proxied {
         headers.extend(["REQUESTS", "ERRORS"]);
     }
+    if changed {
+        headers.extend(["HEALTH SINCE", "LAST CHANGE"]);
+    }
     table(&headers, &rows)
+}
+
+/// `12s ago`, `3m 5s ago` for a time in seconds since the Unix epoch.
+fn ago(at_unix: u64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    format!("{} ago", humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(at_unix))))
 }
 
 /// `lb-ctl vips list`.
@@ -73,7 +89,13 @@ pub fn vips(list: &[VipView]) -> String {
                 v.forwarding.clone(),
                 v.hash.clone(),
                 format!("{}/{}", v.healthy, v.backends),
-                if v.all_down { format!("all down ({})", v.all_down_policy) } else { "ok".into() },
+                if v.listening == Some(false) {
+                    "down (not listening)".into()
+                } else if v.all_down {
+                    format!("all down ({})", v.all_down_policy)
+                } else {
+                    "ok".into()
+                },
                 v.packets.to_string(),
                 v.bytes.to_string(),
             ]
@@ -119,13 +141,79 @@ pub fn status(s: &StatusView) -> String {
 pub fn stats(s: &StatsView) -> String {
     let counters: Vec<Vec<String>> = s.counters.iter().map(|c| vec![c.name.clone(), c.value.to_string()]).collect();
     let mut out = table(&["COUNTER", "VALUE"], &counters);
-    let traffic = |rows: &[crate::api::types::TrafficView]| -> Vec<Vec<String>> {
-        rows.iter().map(|t| vec![t.name.clone(), t.packets.to_string(), t.bytes.to_string()]).collect()
+    out.push('\n');
+    out.push_str(&traffic_table("VIP", &s.vips));
+    out.push('\n');
+    out.push_str(&traffic_table("BACKEND", &s.backends));
+    if !s.cpus.is_empty() {
+        let rows: Vec<Vec<String>> = s
+            .cpus
+            .iter()
+            .map(|c| vec![c.cpu.to_string(), c.packets.to_string(), c.vip_packets.to_string(), c.vip_bytes.to_string()])
+            .collect();
+        out.push('\n');
+        out.push_str(&table(&["CPU", "PACKETS", "VIP PACKETS", "VIP BYTES"], &rows));
+    }
+    out
+}
+
+/// Packets and bytes; requests and errors too when a proxy VIP is among the rows.
+fn traffic_table(what: &str, rows: &[TrafficView]) -> String {
+    let proxied = rows.iter().any(|t| t.requests.is_some());
+    let or_dash = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|t| {
+            let mut row = vec![t.name.clone(), t.packets.to_string(), t.bytes.to_string()];
+            if proxied {
+                row.extend([or_dash(t.requests), or_dash(t.errors)]);
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec![what, "PACKETS", "BYTES"];
+    if proxied {
+        headers.extend(["REQUESTS", "ERRORS"]);
+    }
+    table(&headers, &cells)
+}
+
+/// One sample of `lb-ctl stats --watch`: per-second rates, then the drop reasons that grew.
+pub fn rates(at: &str, r: &Rates) -> String {
+    let proxied = r.vips.iter().any(|v| v.rps.is_some());
+    let rows = |rates: &[Rate]| -> Vec<Vec<String>> {
+        rates
+            .iter()
+            .map(|v| {
+                let mut row = vec![v.name.clone(), human(v.pps), human(v.bps)];
+                if proxied {
+                    let or_dash = |x: Option<f64>| x.map_or_else(|| "-".to_string(), human);
+                    row.extend([or_dash(v.rps), or_dash(v.errors_per_sec)]);
+                }
+                row
+            })
+            .collect()
     };
-    out.push('\n');
-    out.push_str(&table(&["VIP", "PACKETS", "BYTES"], &traffic(&s.vips)));
-    out.push('\n');
-    out.push_str(&table(&["BACKEND", "PACKETS", "BYTES"], &traffic(&s.backends)));
+    let headers = |first: &'static str| {
+        let mut h = vec![first, "PPS", "BPS"];
+        if proxied {
+            h.extend(["REQ/S", "ERR/S"]);
+        }
+        h
+    };
+    let mut out = format!("--- {at} (rates over {:.1} s)\n", r.seconds);
+    out.push_str(&table(&headers("VIP"), &rows(&r.vips)));
+    out.push_str(&table(&headers("BACKEND"), &rows(&r.backends)));
+    if !r.cpus.is_empty() {
+        let cpus: Vec<Vec<String>> = r.cpus.iter().map(|c| vec![c.name.clone(), human(c.pps), human(c.bps)]).collect();
+        out.push_str(&table(&["CPU", "PPS", "VIP BPS"], &cpus));
+    }
+    if r.drops.is_empty() {
+        out.push_str("drops: none\n");
+    } else {
+        let drops: Vec<Vec<String>> = r.drops.iter().map(|d| vec![d.reason.clone(), human(d.pps)]).collect();
+        out.push_str(&table(&["DROP", "PPS"], &drops));
+    }
     out
 }
 
@@ -163,6 +251,9 @@ mod tests {
             active_flows: 7,
             requests: None,
             errors: None,
+            health_since_unix: None,
+            health_reason: None,
+            health_transitions: 0,
         };
         let text = backends(&[b]);
         assert_eq!(
@@ -170,5 +261,27 @@ mod tests {
             "VIP  BACKEND            WEIGHT  HEALTH  STATE   PACKETS  BYTES  FLOWS  IN RING\n\
              web  198.51.100.1:8080     100  up      active    12345    999      7  yes\n"
         );
+    }
+
+    #[test]
+    fn a_proxy_vip_without_its_listener_is_shown_down() {
+        let v = VipView {
+            id: 1,
+            name: Some("api".into()),
+            address: "127.0.0.1".parse().unwrap(),
+            port: 8080,
+            protocol: "http".into(),
+            forwarding: "proxy".into(),
+            hash: "ip".into(),
+            all_down_policy: "forward".into(),
+            all_down: false,
+            backends: 1,
+            healthy: 1,
+            packets: 0,
+            bytes: 0,
+            listening: Some(false),
+        };
+        let text = vips(&[v]);
+        assert!(text.contains("1/1      down (not listening)"), "{text}");
     }
 }

@@ -151,9 +151,11 @@ fn run(
         };
         options.xdp_mode = opened.xdp_mode;
         options.maps_reused = opened.maps_reused;
-        daemon::serve(config, listeners, opened.dataplane, options, daemon::termination())
-            .await
-            .context("writing the initial map contents")?;
+        if let Err(e) = daemon::serve(config, listeners, opened.dataplane, options, daemon::termination()).await {
+            // It never served: leave no socket behind.
+            let _ = std::fs::remove_file(&socket);
+            return Err(anyhow::Error::new(e).context("starting the daemon"));
+        }
         Ok(())
     })
 }

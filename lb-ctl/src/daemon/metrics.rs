@@ -79,6 +79,16 @@ impl Writer {
             "1 when the backend's health allows new flows (up or unchecked)",
         );
         let in_ring = family::<Gauge>(&mut registry, "backend_in_ring", "1 when the backend takes new flows");
+        registry.register(
+            "health_check_duration_seconds",
+            "How long health checks took, by VIP and backend",
+            self.checkers.latency.clone(),
+        );
+        let transitions = family::<Counter>(
+            &mut registry,
+            "backend_health_transitions",
+            "Health transitions of the backend since the daemon started",
+        );
         let requests = family::<Counter>(&mut registry, "proxy_requests", "Requests the proxy sent to the backend");
         let errors = family::<Counter>(&mut registry, "proxy_errors", "Failed requests to the backend (proxy VIPs)");
         for b in self.backends(None)? {
@@ -88,6 +98,7 @@ impl Writer {
             flows.get_or_create(&labels).set(b.active_flows as i64);
             up.get_or_create(&labels).set(i64::from(matches!(b.health, Health::Up | Health::Unchecked)));
             in_ring.get_or_create(&labels).set(i64::from(b.in_ring));
+            transitions.get_or_create(&labels).inc_by(b.health_transitions);
             if let Some(n) = b.requests {
                 requests.get_or_create(&labels).inc_by(n);
             }

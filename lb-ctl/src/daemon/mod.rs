@@ -44,6 +44,9 @@ pub enum DaemonError {
     /// Writing the initial map contents failed.
     #[error("writing the maps: {0}")]
     Dataplane(#[from] DataplaneError),
+    /// A proxy VIP could not start (its address is in use, or not this host's).
+    #[error("the proxy VIPs could not start: {0}")]
+    Proxy(String),
 }
 
 /// How to reach the writer; cheap to clone.
@@ -85,6 +88,8 @@ pub struct Options {
 pub struct Daemon {
     handle: DaemonHandle,
     writer: Option<tokio::task::JoinHandle<Box<dyn Dataplane>>>,
+    /// Whether the writer started the proxy VIPs; taken by [`Daemon::started`].
+    started: Option<oneshot::Receiver<Result<(), String>>>,
 }
 
 impl Daemon {
@@ -144,8 +149,19 @@ impl Daemon {
         let mut checkers = Checkers::new(tokio::runtime::Handle::current(), sink);
         checkers.sync(&state);
         let writer = Writer::new(dataplane, state, applier, checkers, config, options);
-        let writer = tokio::task::spawn_blocking(move || writer.run(rx));
-        Ok(Daemon { handle: DaemonHandle { tx }, writer: Some(writer) })
+        let (started_tx, started_rx) = oneshot::channel();
+        let writer = tokio::task::spawn_blocking(move || writer.run(rx, started_tx));
+        Ok(Daemon { handle: DaemonHandle { tx }, writer: Some(writer), started: Some(started_rx) })
+    }
+
+    /// Waits until the writer has started every proxy VIP; an error if one could not (the
+    /// writer has then stopped).
+    pub async fn started(&mut self) -> Result<(), DaemonError> {
+        let Some(started) = self.started.take() else { return Ok(()) };
+        match started.await {
+            Ok(result) => result.map_err(DaemonError::Proxy),
+            Err(_) => Err(DaemonError::Proxy("the writer stopped before starting them".into())),
+        }
     }
 
     pub fn handle(&self) -> DaemonHandle {

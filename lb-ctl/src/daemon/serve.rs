@@ -45,7 +45,11 @@ pub async fn serve(
         socket = ?listeners.unix.listener.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())),
         "started"
     );
-    let daemon = Daemon::start(config, dataplane, options)?;
+    let mut daemon = Daemon::start(config, dataplane, options)?;
+    if let Err(e) = daemon.started().await {
+        daemon.stop().await;
+        return Err(e);
+    }
     let handle = daemon.handle();
     let reloads = tokio::spawn(async move {
         let Ok(mut hup) = signal(SignalKind::hangup()) else { return };

@@ -85,6 +85,19 @@ async fn health_transitions_reach_the_ring_through_the_writer() {
     wait_for(Health::Down).await;
     assert!(!d.fake.lock().fake.rings[&web].contains(&checked), "a down backend leaves the ring");
     assert!(d.list().await[1].in_ring);
+    // `backends list` says since when and why; metrics count the transitions.
+    let b = &d.list().await[0];
+    assert_eq!(b.health_transitions, 2, "pending -> up -> down: {b:?}");
+    assert!(b.health_reason.as_deref().is_some_and(|r| r.contains("refused")), "{b:?}");
+    assert!(b.health_since_unix.is_some_and(|t| t + 60 > super::unix_now()), "{b:?}");
+    assert_eq!(d.list().await[1].health_transitions, 0, "an unchecked backend has none");
+    let metrics = d.client.raw(hyper::Method::GET, "/v1/metrics", None::<&()>).await.unwrap().1;
+    let metrics = String::from_utf8_lossy(&metrics);
+    let line = format!("lb_backend_health_transitions_total{{vip=\"web\",backend=\"198.51.100.1:80\"}} 2");
+    assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+    let checks = format!("lb_health_check_duration_seconds_count{{vip=\"web\",backend=\"198.51.100.1:80\"}} ");
+    let count: u64 = metrics.lines().find_map(|l| l.strip_prefix(&checks)).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(count >= 3, "every check's duration is recorded: {checks}{count} in:\n{metrics}");
     d.stop().await;
 }
 
@@ -238,4 +251,32 @@ async fn a_stopping_daemon_gives_requests_in_progress_the_shutdown_grace() {
             "grace {grace}: {answer:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn undrain_undoes_a_drain_and_a_reload_names_the_drains_it_undid() {
+    async fn state(d: &Daemon, addr: &str) -> (String, bool) {
+        let b = d.list().await.into_iter().find(|b| b.address.to_string() == addr).unwrap();
+        (b.state, b.in_ring)
+    }
+    let d = Daemon::start(&lb_toml("")).await;
+    d.client.drain_backend(&d.req("web", "198.51.100.1:8080", None)).await.unwrap();
+    assert_eq!(state(&d, "198.51.100.1:8080").await, ("draining".to_string(), false));
+    assert_eq!(d.client.status().await.unwrap().api_changes, 1);
+
+    let changed = d.client.undrain_backend(&d.req("web", "198.51.100.1:8080", None)).await.unwrap();
+    assert!(changed.message.contains("undrained"), "{}", changed.message);
+    assert_eq!(state(&d, "198.51.100.1:8080").await, ("active".to_string(), true));
+    assert_eq!(d.client.status().await.unwrap().api_changes, 0, "nothing left to undo");
+
+    // A backend that is not drained, or not there, is refused and nothing changes.
+    let (status, message) = refused(d.client.undrain_backend(&d.req("web", "198.51.100.1:8080", None)).await);
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("198.51.100.1:8080 is not drained"), "{message}");
+    assert_eq!(refused(d.client.undrain_backend(&d.req("web", "198.51.100.7:8080", None)).await).0, 404);
+
+    d.client.drain_backend(&d.req("web", "198.51.100.2:8080", None)).await.unwrap();
+    let r = d.client.reload().await.unwrap();
+    assert!(r.message.contains("undid 1 API changes (drain of 198.51.100.2:8080 of 203.0.113.10:80"), "{}", r.message);
+    assert_eq!(state(&d, "198.51.100.2:8080").await.0, "active");
 }

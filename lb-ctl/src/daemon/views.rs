@@ -1,7 +1,7 @@
 //! Read-only answers: status, VIPs, backends, counters.
 use super::writer::Writer;
 use crate::api::ApiError;
-use crate::api::types::{BackendView, CounterView, StatsView, StatusView, TrafficView, VipView};
+use crate::api::types::{BackendView, CounterView, CpuView, StatsView, StatusView, TrafficView, VipView};
 use crate::state::VipState;
 use crate::state::plan::ring_input;
 
@@ -27,6 +27,7 @@ impl Writer {
     }
 
     pub(super) fn vips(&self) -> Result<Vec<VipView>, ApiError> {
+        let proxy_stats = self.proxy.as_ref().map(|p| p.handle().stats()).unwrap_or_default();
         self.state
             .vips
             .iter()
@@ -46,6 +47,7 @@ impl Writer {
                     healthy: v.backends.iter().filter(|b| b.health.is_usable() && b.effective_weight() > 0).count(),
                     packets: traffic.packets,
                     bytes: traffic.bytes,
+                    listening: proxy_stats.iter().find(|s| s.name == v.label()).map(|s| s.listening),
                 })
             })
             .collect()
@@ -66,13 +68,15 @@ impl Writer {
             for b in &v.backends {
                 let traffic = if v.forwarding.is_xdp() { self.dp.backend_traffic(b.id)? } else { Default::default() };
                 let by_proxy = proxied.and_then(|s| s.backends.iter().find(|pb| pb.addr == b.address));
+                let transition = self.transitions.get(&b.id);
+                let ejected = by_proxy.is_some_and(|pb| pb.ejected) && b.effective_weight() > 0;
                 out.push(BackendView {
                     vip: v.label(),
                     id: b.id,
                     address: b.address,
                     weight: b.weight,
                     health: b.health,
-                    state: b.admin_state().into(),
+                    state: if ejected { "ejected".into() } else { b.admin_state().into() },
                     origin: b.origin,
                     in_ring: ring.members.iter().any(|(id, w, _)| *id == b.id && *w > 0),
                     packets: traffic.packets,
@@ -83,6 +87,9 @@ impl Writer {
                     },
                     requests: by_proxy.map(|pb| pb.requests),
                     errors: by_proxy.map(|pb| pb.errors),
+                    health_since_unix: transition.map(|t| t.at_unix),
+                    health_reason: transition.map(|t| t.reason.clone()),
+                    health_transitions: transition.map_or(0, |t| t.count),
                 });
             }
         }
@@ -92,20 +99,77 @@ impl Writer {
     pub(super) fn stats(&self) -> Result<StatsView, ApiError> {
         let counters =
             self.dp.counters()?.into_iter().map(|(c, value)| CounterView { name: c.name().into(), value }).collect();
+        let proxy_stats = self.proxy.as_ref().map(|p| p.handle().stats()).unwrap_or_default();
         let mut vips = Vec::new();
         let mut backends = Vec::new();
-        for v in self.state.vips.iter().filter(|v| v.forwarding.is_xdp()) {
+        for v in &self.state.vips {
+            if !v.forwarding.is_xdp() {
+                let label = v.label();
+                if let Some(p) = proxy_stats.iter().find(|s| s.name == label) {
+                    vips.push(proxy_vip_traffic(p));
+                    backends.extend(p.backends.iter().map(|b| TrafficView {
+                        name: format!("{label} {}", b.addr),
+                        requests: Some(b.requests),
+                        errors: Some(b.errors),
+                        ..Default::default()
+                    }));
+                }
+                continue;
+            }
             let t = self.dp.vip_traffic(v.id)?;
-            vips.push(TrafficView { name: v.label(), packets: t.packets, bytes: t.bytes });
+            vips.push(TrafficView { name: v.label(), packets: t.packets, bytes: t.bytes, ..Default::default() });
             for b in &v.backends {
                 let t = self.dp.backend_traffic(b.id)?;
                 backends.push(TrafficView {
                     name: format!("{} {}", v.label(), b.address),
                     packets: t.packets,
                     bytes: t.bytes,
+                    ..Default::default()
                 });
             }
         }
-        Ok(StatsView { counters, vips, backends })
+        Ok(StatsView { counters, vips, backends, cpus: self.cpus()? })
+    }
+
+    /// Per-CPU packets (every verdict) and VIP traffic; none when no VIP is served by XDP.
+    fn cpus(&self) -> Result<Vec<CpuView>, ApiError> {
+        let xdp_vips: Vec<u32> = self.state.vips.iter().filter(|v| v.forwarding.is_xdp()).map(|v| v.id).collect();
+        if xdp_vips.is_empty() {
+            return Ok(Vec::new());
+        }
+        let is_verdict = |name: &str| ["pass_", "drop_", "forward_"].iter().any(|p| name.starts_with(p));
+        let mut cpus: Vec<CpuView> = self
+            .dp
+            .counters_per_cpu()?
+            .into_iter()
+            .enumerate()
+            .map(|(cpu, counters)| CpuView {
+                cpu: cpu as u32,
+                packets: counters.iter().filter(|(c, _)| is_verdict(c.name())).map(|(_, v)| v).sum(),
+                vip_packets: 0,
+                vip_bytes: 0,
+            })
+            .collect();
+        for id in xdp_vips {
+            for (cpu, t) in self.dp.vip_traffic_per_cpu(id)?.into_iter().enumerate() {
+                if let Some(c) = cpus.get_mut(cpu) {
+                    c.vip_packets += t.packets;
+                    c.vip_bytes += t.bytes;
+                }
+            }
+        }
+        Ok(cpus)
+    }
+}
+
+/// A proxy VIP's requests and errors: its backends' plus the client connections it refused
+/// or lost.
+fn proxy_vip_traffic(p: &lb_proxy::stats::VipStats) -> TrafficView {
+    let backend_errors: u64 = p.backends.iter().map(|b| b.errors).sum();
+    TrafficView {
+        name: p.name.clone(),
+        requests: Some(p.backends.iter().map(|b| b.requests).sum()),
+        errors: Some(backend_errors + p.rejected + p.client_errors + p.client_timeouts + p.tls_failures),
+        ..Default::default()
     }
 }

@@ -1,6 +1,7 @@
 //! The writer: the one task that owns the data plane and the desired state. Every change (API
 //! calls, reloads, health transitions) is made on a copy of the state, applied as a map
 //! difference, and kept only if the data plane accepted it.
+use std::collections::HashMap;
 use std::time::Instant;
 
 use tokio::sync::mpsc;
@@ -47,6 +48,8 @@ pub(super) struct Writer {
     saved: Option<SavedState>,
     /// The userspace proxy for proxy VIPs, started with the first of them.
     pub(super) proxy: Option<ProxyRuntime>,
+    /// The last health transition of each backend id since the daemon started.
+    pub(super) transitions: HashMap<u32, health::Transition>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -71,6 +74,7 @@ impl Writer {
             reloads: (0, 0),
             saved: None,
             proxy: None,
+            transitions: HashMap::new(),
             runtime: tokio::runtime::Handle::current(),
         };
         writer.save_ids();
@@ -91,11 +95,23 @@ impl Writer {
         proxy.sync(state).map_err(|e| ApiError::internal(format!("proxy: {e}")))
     }
 
-    pub(super) fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) -> Box<dyn Dataplane> {
+    /// Serves `rx` until a stop. `started` says first whether the proxy VIPs could start
+    /// (listen); if not, the writer stops at once: a daemon missing VIPs must not run.
+    pub(super) fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Command>,
+        started: tokio::sync::oneshot::Sender<Result<(), String>>,
+    ) -> Box<dyn Dataplane> {
         let state = self.state.clone();
         if let Err(e) = self.sync_proxy(&state) {
-            tracing::error!(error = %e, "the proxy VIPs could not start");
+            let _ = started.send(Err(e.to_string()));
+            self.checkers.stop();
+            if let Some(proxy) = &self.proxy {
+                proxy.shutdown(std::time::Duration::ZERO);
+            }
+            return self.dp;
         }
+        let _ = started.send(Ok(()));
         while let Some(command) = rx.blocking_recv() {
             match command {
                 Command::Call(request, reply) => {
@@ -131,6 +147,9 @@ impl Writer {
             }
             Request::Drain(r) => self
                 .change("draining: no new flows, established ones stay", |s| s.drain_backend(&r.vip, &r.address))
+                .map(Response::Changed),
+            Request::Undrain(r) => self
+                .change("undrained: takes new flows again (once healthy)", |s| s.undrain_backend(&r.vip, &r.address))
                 .map(Response::Changed),
             Request::Stats => self.stats().map(Response::Stats),
             Request::Metrics => self.metrics().map(Response::Metrics),
@@ -202,7 +221,10 @@ impl Writer {
         }
         match self.commit(next) {
             Ok(report) => {
-                tracing::debug!(backend_id = event.backend_id, changes = %describe(&report), "health applied")
+                tracing::debug!(backend_id = event.backend_id, changes = %describe(&report), "health applied");
+                let count = self.transitions.get(&event.backend_id).map_or(0, |t| t.count) + 1;
+                let last = health::Transition { at_unix: unix_now(), reason: event.reason, count };
+                self.transitions.insert(event.backend_id, last);
             }
             Err(e) => {
                 tracing::error!(backend_id = event.backend_id, error = %e, "health transition not applied")
@@ -258,7 +280,7 @@ impl Writer {
         if !changed.is_empty() {
             return Err(ReloadError::Fixed(changed));
         }
-        let undone = self.state.api_changes().len();
+        let undone = self.state.api_changes();
         let next = State::from_config(&config, &self.state)?;
         let report = self.commit(next)?;
         let new_level =
@@ -271,8 +293,13 @@ impl Writer {
             (true, false) => proxy_changes,
             (false, false) => format!("{}, {proxy_changes}", describe(&report)),
         };
-        if undone > 0 {
-            message.push_str(&format!("; undid {undone} API changes (the file is the truth after a reload)"));
+        if !undone.is_empty() {
+            let what: Vec<String> = undone.iter().map(|c| c.to_string()).collect();
+            message.push_str(&format!(
+                "; undid {} API changes ({}; the file is the truth after a reload)",
+                undone.len(),
+                what.join(", ")
+            ));
         }
         if let Some(level) = new_level {
             match crate::logging::follow_file(&level) {

@@ -264,6 +264,28 @@ impl Dataplane for AyaDataplane {
         self.traffic(map_names::VIP_STATS, vip_id)
     }
 
+    fn counters_per_cpu(&self) -> Result<Vec<Vec<(Counter, u64)>>> {
+        let map: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(self.map(map_names::COUNTERS)?).map_err(map_err(map_names::COUNTERS))?;
+        let mut cpus: Vec<Vec<(Counter, u64)>> = Vec::new();
+        for &c in Counter::ALL {
+            let values = map.get(&(c as u32), 0).map_err(map_err(map_names::COUNTERS))?;
+            for (cpu, value) in values.iter().enumerate() {
+                if cpus.len() <= cpu {
+                    cpus.push(Vec::with_capacity(Counter::ALL.len()));
+                }
+                cpus[cpu].push((c, *value));
+            }
+        }
+        Ok(cpus)
+    }
+
+    fn vip_traffic_per_cpu(&self, vip_id: u32) -> Result<Vec<Traffic>> {
+        let name = map_names::VIP_STATS;
+        let map: PerCpuArray<&MapData, Traffic> = PerCpuArray::try_from(self.map(name)?).map_err(map_err(name))?;
+        Ok(map.get(&vip_id, 0).map_err(map_err(name))?.iter().copied().collect())
+    }
+
     fn backend_traffic(&self, backend_id: u32) -> Result<Traffic> {
         self.traffic(map_names::BACKEND_STATS, backend_id)
     }

@@ -80,6 +80,15 @@ pub trait Dataplane: Send {
     fn vip_traffic(&self, vip_id: u32) -> Result<Traffic>;
     /// Totals over CPUs for one backend.
     fn backend_traffic(&self, backend_id: u32) -> Result<Traffic>;
+    /// Every named counter on each CPU (index = CPU number), for per-CPU rates. A data plane
+    /// without CPUs of its own answers with its totals as one CPU.
+    fn counters_per_cpu(&self) -> Result<Vec<Vec<(Counter, u64)>>> {
+        Ok(vec![self.counters()?])
+    }
+    /// One VIP's traffic on each CPU (index = CPU number).
+    fn vip_traffic_per_cpu(&self, vip_id: u32) -> Result<Vec<Traffic>> {
+        Ok(vec![self.vip_traffic(vip_id)?])
+    }
     /// Number of connection-table entries per backend id.
     /// (Entries of an id's earlier holder, another generation, do not count.)
     fn flows_per_backend(&self) -> Result<HashMap<u32, u64>>;

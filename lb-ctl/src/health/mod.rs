@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::task::AbortHandle;
 
 use crate::config::{CheckKind, HealthSpec};
@@ -86,6 +88,17 @@ pub struct Event {
 }
 
 /// Where checkers send their transitions.
+/// A backend's last health transition, as the daemon applied it (for `backends list` and
+/// metrics).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// When it happened, in seconds since the Unix epoch.
+    pub at_unix: u64,
+    pub reason: String,
+    /// Transitions of this backend since the daemon started.
+    pub count: u64,
+}
+
 pub type Sink = Arc<dyn Fn(Event) + Send + Sync>;
 
 /// Runs one check.
@@ -104,6 +117,16 @@ pub struct Target {
     /// The VIP's label, for logs.
     pub vip: String,
     pub spec: HealthSpec,
+    /// Where each check's duration is recorded.
+    pub latency: Histogram,
+}
+
+/// Check durations by `vip` and `backend` label.
+pub type LatencyFamily = Family<Vec<(&'static str, String)>, Histogram, fn() -> Histogram>;
+
+/// Buckets from 0.5 ms to 8 s (checks time out at their `timeout`).
+pub(crate) fn latency_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 15))
 }
 
 /// The checker loop of one backend: checks at once, then every interval, until aborted.
@@ -114,7 +137,9 @@ pub async fn run_checker(target: Target, token: u64, initial: Health, sink: Sink
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        let began = std::time::Instant::now();
         let outcome = check_once(spec.address.unwrap_or(target.address), spec).await;
+        target.latency.observe(began.elapsed().as_secs_f64());
         let before = machine.health;
         if let Some(health) = machine.observe(&outcome) {
             let reason = match &outcome {
@@ -148,6 +173,8 @@ struct Running {
 
 /// The running checkers, one per checked backend, kept in line with the state.
 pub struct Checkers {
+    /// How long each check took, per VIP and backend (seconds), for metrics.
+    pub latency: LatencyFamily,
     runtime: tokio::runtime::Handle,
     sink: Sink,
     running: HashMap<u32, Running>,
@@ -157,7 +184,8 @@ pub struct Checkers {
 impl Checkers {
     /// Checkers that run on `runtime` and send their transitions to `sink`.
     pub fn new(runtime: tokio::runtime::Handle, sink: Sink) -> Checkers {
-        Checkers { runtime, sink, running: HashMap::new(), next_token: 1 }
+        let latency = LatencyFamily::new_with_constructor(latency_histogram);
+        Checkers { latency, runtime, sink, running: HashMap::new(), next_token: 1 }
     }
 
     /// Starts checkers for newly checked backends, restarts those whose check changed, stops
@@ -184,7 +212,9 @@ impl Checkers {
             }
             let token = self.next_token;
             self.next_token += 1;
-            let target = Target { backend_id: id, address, vip, spec: spec.clone() };
+            let labels = vec![("vip", vip.clone()), ("backend", address.to_string())];
+            let latency = self.latency.get_or_create(&labels).clone();
+            let target = Target { backend_id: id, address, vip, spec: spec.clone(), latency };
             let task = self.runtime.spawn(run_checker(target, token, health, self.sink.clone())).abort_handle();
             self.running.insert(id, Running { token, address, spec, task });
         }

@@ -144,7 +144,13 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<Event>) -> Event {
 async fn checker_reports_transitions_only() {
     let (sink, mut rx) = channel_sink();
     let addr = http_server(200).await;
-    let target = Target { backend_id: 7, address: addr, vip: "web".into(), spec: spec(http("/"), 20, 2, 2) };
+    let target = Target {
+        backend_id: 7,
+        address: addr,
+        vip: "web".into(),
+        spec: spec(http("/"), 20, 2, 2),
+        latency: super::latency_histogram(),
+    };
     let task = tokio::spawn(run_checker(target, 42, Health::Pending, sink));
     let e = next(&mut rx).await;
     assert_eq!((e.backend_id, e.token, e.health), (7, 42, Health::Up));
@@ -159,7 +165,13 @@ async fn checker_reports_transitions_only() {
 async fn checker_counts_failures_then_goes_down() {
     let (sink, mut rx) = channel_sink();
     let addr = http_server(500).await;
-    let target = Target { backend_id: 1, address: addr, vip: "web".into(), spec: spec(http("/"), 20, 2, 3) };
+    let target = Target {
+        backend_id: 1,
+        address: addr,
+        vip: "web".into(),
+        spec: spec(http("/"), 20, 2, 3),
+        latency: super::latency_histogram(),
+    };
     let started = tokio::time::Instant::now();
     let task = tokio::spawn(run_checker(target, 1, Health::Up, sink));
     let e = next(&mut rx).await;

@@ -316,6 +316,20 @@ impl State {
         Ok(b.id)
     }
 
+    /// Undoes a drain made through the API: the backend takes new flows again (once healthy).
+    /// Returns its id. A backend that is not drained is refused, changing nothing.
+    pub fn undrain_backend(&mut self, vip: &str, address: &str) -> Result<u32, StateError> {
+        let (i, j) = self.backend_index(vip, address)?;
+        let (label, b) = (self.vips[i].label(), &mut self.vips[i].backends[j]);
+        if !b.drained {
+            let why =
+                if b.weight == 0 { " through the API (its weight is 0 in the file: change the file)" } else { "" };
+            return Err(StateError::NotApplicable(format!("VIP {label:?}: backend {} is not drained{why}", b.address)));
+        }
+        b.drained = false;
+        Ok(b.id)
+    }
+
     fn backend_index(&self, vip: &str, address: &str) -> Result<(usize, usize), StateError> {
         let i = self.vip_index(vip)?;
         let v = &self.vips[i];

@@ -53,6 +53,19 @@ pub enum ApiChange {
     Removed { vip: VipIdentity, address: SocketAddr },
 }
 
+impl std::fmt::Display for ApiChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let vip = |v: &VipIdentity| std::net::SocketAddr::new(v.address, v.port);
+        match self {
+            ApiChange::Added { vip: v, address, drained, .. } => {
+                write!(f, "add of {address} to {}{}", vip(v), if *drained { " (drained)" } else { "" })
+            }
+            ApiChange::Drained { vip: v, address } => write!(f, "drain of {address} of {}", vip(v)),
+            ApiChange::Removed { vip: v, address } => write!(f, "removal of {address} from {}", vip(v)),
+        }
+    }
+}
+
 impl State {
     /// The state to save.
     pub fn saved(&self) -> SavedState {

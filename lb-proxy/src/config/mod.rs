@@ -70,6 +70,21 @@ pub struct ProxyOptions {
     /// after it, instead of keeping it alive for the next request (HAProxy's `httpclose`).
     /// HTTP/2 connections are not affected.
     pub close_after_response: bool,
+    /// One log line per HTTP request (at info, target `access`): off by default.
+    pub access_log: bool,
+    /// `text` (HAProxy httplog-like) or `json`.
+    pub access_log_format: AccessLogFormat,
+}
+
+/// How access log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessLogFormat {
+    /// `CLIENT [TIME] VIP BACKEND DURATION STATUS BYTES "METHOD URI VERSION"`.
+    #[default]
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 /// What the VIP speaks.

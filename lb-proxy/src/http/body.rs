@@ -14,7 +14,6 @@ use super::shared::BusyGuard;
 use crate::backend::ActiveGuard;
 use crate::error::BoxError;
 use crate::limits::Slot;
-use crate::outlier::now_ms;
 use crate::pool::Sender;
 
 pub(crate) enum ProxyBody {
@@ -121,7 +120,7 @@ impl UpstreamBody {
             // The backend broke off mid-response: the client sees the stream fail (reset or
             // closed connection), and the backend is counted as failing.
             backend.counters.error();
-            backend.outlier.record_failure(&f.outlier, now_ms());
+            backend.record_failure(&f.outlier);
         }
     }
 }

@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
+use super::access_log::{self, ServedBy};
 use super::body::{ClientResponse, InFlight, ProxyBody, UpstreamBody};
 use super::headers::{self, cookie, is_upgrade};
 use super::respond::error_response;
@@ -20,7 +21,6 @@ use super::validate::refuse;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
 use crate::error::UpstreamError;
-use crate::outlier::now_ms;
 use crate::pool::{Sender, UpBody, open_http};
 use crate::vip::Vip;
 
@@ -45,7 +45,11 @@ pub(crate) struct ConnCtx {
 
 pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ClientResponse> {
     let busy = ctx.shared.as_ref().map(|s| s.begin());
+    let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req));
     let resp = forward(req, ctx).await;
+    if let Some(request) = logged {
+        access_log::write(&request, &resp, ctx);
+    }
     let (parts, body) = resp.into_parts();
     Response::from_parts(parts, ClientResponse { body, _busy: busy })
 }
@@ -173,7 +177,7 @@ async fn attempts(
             Ok((resp, sender)) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();
-                    backend.outlier.record_failure(&opts.outlier, now_ms());
+                    backend.record_failure(&opts.outlier);
                 } else {
                     backend.outlier.record_success();
                 }
@@ -195,7 +199,7 @@ async fn attempts(
                     return Err(UpstreamError::Client(fault));
                 }
                 backend.counters.error();
-                backend.outlier.record_failure(&opts.outlier, now_ms());
+                backend.record_failure(&opts.outlier);
                 tracing::debug!(backend = %backend.addr, error = %e, "attempt failed");
                 last = e;
                 req = back;
@@ -273,5 +277,6 @@ fn finish_response(
     }
     let (mut parts, body) = resp.into_parts();
     headers::prepare_response(&mut parts, false);
+    parts.extensions.insert(ServedBy(in_flight.active.0.addr));
     Response::from_parts(parts, ProxyBody::Upstream(UpstreamBody::new(body, in_flight)))
 }

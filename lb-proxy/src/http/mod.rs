@@ -1,5 +1,6 @@
 //! The HTTP side: HTTP/1.1 and h2 (h2c prior knowledge, or ALPN over TLS) from clients,
 //! HTTP/1.1 (optionally over TLS) to backends.
+mod access_log;
 mod body;
 mod deadline;
 mod forward;

@@ -1,0 +1,134 @@
+//! Access log lines (`access_log = true`), one per HTTP request once its response head is
+//! known: HAProxy httplog-like text, or JSON (`access_log_format = "json"`). Written with
+//! `tracing` at info under the target `access`, so they go where the daemon's log goes.
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime};
+
+use http::{Method, Response, StatusCode, Uri, Version};
+
+use super::forward::ConnCtx;
+use crate::config::AccessLogFormat;
+
+/// The backend that answered, put in the response's extensions by the forwarder.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ServedBy(pub(crate) SocketAddr);
+
+/// What is kept of a request until its response.
+pub(crate) struct Request {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    at: SystemTime,
+    began: Instant,
+}
+
+impl Request {
+    pub(crate) fn of<B>(req: &http::Request<B>) -> Request {
+        Request {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            version: req.version(),
+            at: SystemTime::now(),
+            began: Instant::now(),
+        }
+    }
+}
+
+/// One line's fields.
+struct Line<'a> {
+    client: SocketAddr,
+    at: SystemTime,
+    vip: &'a str,
+    backend: Option<SocketAddr>,
+    /// Until the response head (the body streams on).
+    elapsed: Duration,
+    status: StatusCode,
+    /// The response's Content-Length, when it has one.
+    bytes: Option<u64>,
+    request: &'a Request,
+}
+
+pub(crate) fn write<B>(request: &Request, resp: &Response<B>, ctx: &ConnCtx) {
+    let line = Line {
+        client: ctx.client,
+        at: request.at,
+        vip: &ctx.vip.spec.name,
+        backend: resp.extensions().get::<ServedBy>().map(|s| s.0),
+        elapsed: request.began.elapsed(),
+        status: resp.status(),
+        bytes: resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()),
+        request,
+    };
+    let text = match ctx.vip.spec.options.access_log_format {
+        AccessLogFormat::Text => text(&line),
+        AccessLogFormat::Json => json(&line),
+    };
+    tracing::info!(target: "access", "{text}");
+}
+
+/// `192.0.2.7:40000 [2026-01-02T03:04:05.678Z] web 198.51.100.1:8080 12ms 200 512 "GET / HTTP/1.1"`
+/// (`-` for no backend, unknown length).
+fn text(l: &Line) -> String {
+    format!(
+        "{} [{}] {} {} {}ms {} {} \"{} {} {:?}\"",
+        l.client,
+        humantime::format_rfc3339_millis(l.at),
+        l.vip,
+        l.backend.map_or_else(|| "-".to_string(), |b| b.to_string()),
+        l.elapsed.as_millis(),
+        l.status.as_u16(),
+        l.bytes.map_or_else(|| "-".to_string(), |b| b.to_string()),
+        l.request.method,
+        l.request.uri,
+        l.request.version,
+    )
+}
+
+fn json(l: &Line) -> String {
+    serde_json::json!({
+        "client": l.client.to_string(),
+        "time": humantime::format_rfc3339_millis(l.at).to_string(),
+        "vip": l.vip,
+        "backend": l.backend.map(|b| b.to_string()),
+        "duration_ms": l.elapsed.as_millis() as u64,
+        "status": l.status.as_u16(),
+        "bytes": l.bytes,
+        "method": l.request.method.as_str(),
+        "uri": l.request.uri.to_string(),
+        "version": format!("{:?}", l.request.version),
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(request: &Request) -> Line<'_> {
+        Line {
+            client: "192.0.2.7:40000".parse().unwrap(),
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            vip: "web",
+            backend: Some("198.51.100.1:8080".parse().unwrap()),
+            elapsed: Duration::from_millis(12),
+            status: StatusCode::OK,
+            bytes: Some(512),
+            request,
+        }
+    }
+
+    #[test]
+    fn text_and_json_lines() {
+        let req = http::Request::get("/a?b=c").body(()).unwrap();
+        let request = Request::of(&req);
+        assert_eq!(
+            text(&line(&request)),
+            "192.0.2.7:40000 [2023-11-14T22:13:20.123Z] web 198.51.100.1:8080 12ms 200 512 \"GET /a?b=c HTTP/1.1\""
+        );
+        let value: serde_json::Value = serde_json::from_str(&json(&line(&request))).unwrap();
+        assert_eq!(value["status"], 200);
+        assert_eq!(value["backend"], "198.51.100.1:8080");
+        assert_eq!(value["uri"], "/a?b=c");
+        assert_eq!(value["duration_ms"], 12);
+    }
+}
