@@ -12,9 +12,10 @@ const LLVM_MAJOR: &str = "22";
 /// Debian packages the suites use: ip/bridge/veth (iproute2), ethtool (offloads off on veths),
 /// ping (neighbour warm-up), sysctl (procps), systemd-analyze (systemd: the install tests verify
 /// the installed units), promtool (prometheus: the shipped alert rules are checked with it) and
-/// headless chromium (the status page is tested in a browser).
+/// headless chromium with a font (the status page is tested in a browser; fonts are only
+/// recommended by chromium, and recommends are not installed).
 const DEBIAN_PACKAGES: &[&str] =
-    &["iproute2", "ethtool", "iputils-ping", "procps", "systemd", "prometheus", "chromium"];
+    &["iproute2", "ethtool", "iputils-ping", "procps", "systemd", "prometheus", "chromium", "fonts-liberation"];
 
 pub fn run() -> anyhow::Result<()> {
     nightly()?;
