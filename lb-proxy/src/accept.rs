@@ -1,6 +1,9 @@
-//! Accepting a VIP's client connections: one acceptor per VIP admits each connection (the
-//! VIP's connection cap) and hands it to the workers in turn, so every worker gets an even
-//! share whatever the kernel's accept order. The connection then lives on that worker.
+//! Accepting a VIP's client connections. Normally every worker has its own listener on the
+//! VIP's address (SO_REUSEPORT: the kernel spreads connections over them by their 4-tuple) and
+//! serves what it accepts itself: no connection crosses threads. A VIP started on one
+//! listener bound elsewhere has one acceptor, which hands connections to the workers in turn
+//! (a re-registration with the receiving worker's reactor). Either way each connection is
+//! admitted against the VIP's cap and then lives on one worker.
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -20,8 +23,9 @@ fn listener_is_gone(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EBADF | libc::ENOTSOCK | libc::EOPNOTSUPP))
 }
 
-/// Accepts until `stop`, serving each connection in its own tracked task on some worker.
-pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, set: Arc<WorkerSet>) {
+/// Accepts until `stop`, serving each connection in its own tracked task: on this worker when
+/// `spread` is false (a listener per worker), else on the workers in turn.
+pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, set: Arc<WorkerSet>, spread: bool) {
     let mut stop = tasks.stop.clone();
     loop {
         let accepted = tokio::select! {
@@ -53,7 +57,7 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
             }
             continue;
         };
-        let worker = set.next();
+        let worker = if spread { set.next() } else { workers::current() };
         // A stream is registered with the reactor of the worker that accepted it; another
         // worker registers it anew with its own.
         let stream = if worker == workers::current() {

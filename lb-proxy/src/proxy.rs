@@ -53,12 +53,12 @@ impl ProxyBuilder {
 
     /// Like [`Proxy::start`].
     pub async fn start(self, specs: Vec<ProxyVipSpec>) -> Result<ProxyHandle, ProxyError> {
-        let mut bound = Vec::with_capacity(specs.len());
+        let workers = Workers::start(self.workers).map_err(ProxyError::Workers)?;
+        let handle = ProxyHandle { inner: Arc::new(Inner { vips: Mutex::new(HashMap::new()), workers }) };
         for spec in specs {
-            let listener = bind(&spec).await?;
-            bound.push((spec, listener));
+            handle.add_vip(spec).await?;
         }
-        self.start_with_listeners(bound)
+        Ok(handle)
     }
 
     /// Like [`Proxy::start_with_listeners`].
@@ -85,12 +85,25 @@ pub async fn serve(
     Ok(())
 }
 
-async fn bind(spec: &ProxyVipSpec) -> Result<TcpListener, ProxyError> {
-    TcpListener::bind(spec.listen).await.map_err(|source| ProxyError::Bind {
-        vip: spec.name.clone(),
-        addr: spec.listen,
-        source,
-    })
+/// `count` listeners on the VIP's address, one per worker (SO_REUSEPORT; port 0 is resolved by
+/// the first). An address another program holds fails as a plain bind would.
+fn bind(spec: &ProxyVipSpec, count: usize) -> Result<Vec<std::net::TcpListener>, ProxyError> {
+    let err = |source| ProxyError::Bind { vip: spec.name.clone(), addr: spec.listen, source };
+    let mut addr = spec.listen;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count.max(1) {
+        let socket =
+            socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).map_err(err)?;
+        socket.set_reuse_address(true).map_err(err)?;
+        socket.set_reuse_port(true).map_err(err)?;
+        socket.set_nonblocking(true).map_err(err)?;
+        socket.bind(&addr.into()).map_err(err)?;
+        socket.listen(1024).map_err(err)?;
+        let listener: std::net::TcpListener = socket.into();
+        addr = listener.local_addr().map_err(err)?;
+        out.push(listener);
+    }
+    Ok(out)
 }
 
 /// Controls running VIPs. Cheap to clone; every method may be called from any task.
@@ -115,16 +128,28 @@ struct Running {
 }
 
 impl ProxyHandle {
-    /// Binds `spec.listen` and starts serving a new VIP (config reload).
+    /// Binds `spec.listen` (a listener per worker) and starts serving a new VIP (config reload).
     pub async fn add_vip(&self, spec: ProxyVipSpec) -> Result<SocketAddr, ProxyError> {
-        let listener = bind(&spec).await?;
-        self.add_vip_with_listener(spec, listener)
+        validate(&spec)?;
+        let listeners = bind(&spec, self.inner.workers.set.count())?;
+        self.serve_vip(spec, listeners)
     }
 
     /// Starts serving a new VIP on an already bound listener; returns its address.
     pub fn add_vip_with_listener(&self, spec: ProxyVipSpec, listener: TcpListener) -> Result<SocketAddr, ProxyError> {
+        let listener = listener.into_std().map_err(|source| ProxyError::Bind {
+            vip: spec.name.clone(),
+            addr: spec.listen,
+            source,
+        })?;
+        self.serve_vip(spec, vec![listener])
+    }
+
+    /// Serves a VIP on `listeners`: one per worker (each accepts for itself), or one whose
+    /// acceptor hands connections to the workers in turn.
+    fn serve_vip(&self, spec: ProxyVipSpec, listeners: Vec<std::net::TcpListener>) -> Result<SocketAddr, ProxyError> {
         validate(&spec)?;
-        let local = listener.local_addr().map_err(|source| ProxyError::Bind {
+        let local = listeners[0].local_addr().map_err(|source| ProxyError::Bind {
             vip: spec.name.clone(),
             addr: spec.listen,
             source,
@@ -135,27 +160,24 @@ impl ProxyHandle {
         }
         let name = spec.name.clone();
         let mode = spec.mode;
-        let std_listener = listener.into_std().map_err(|source| ProxyError::Bind {
-            vip: spec.name.clone(),
-            addr: spec.listen,
-            source,
-        })?;
         let set = self.inner.workers.set.clone();
         let vip_name = spec.name.clone();
         let vip =
             Vip::new(spec, local, set.count()).map_err(|reason| ProxyError::InvalidSpec { vip: vip_name, reason })?;
         let vip = Arc::new(vip);
         let (stopper, tasks) = Stopper::new();
-        let served = vip.clone();
-        let accept_tasks = tasks.clone();
-        let acceptor_set = set.clone();
-        set.spawn_on(set.next(), &tasks.tracker, async move {
-            // Registered with the reactor of the worker that accepts on it.
-            match TcpListener::from_std(std_listener) {
-                Ok(l) => crate::accept::serve(l, served, accept_tasks, acceptor_set).await,
-                Err(e) => tracing::error!(error = %e, "proxy VIP cannot listen"),
-            }
-        });
+        let spread = listeners.len() < set.count();
+        for (i, std_listener) in listeners.into_iter().enumerate() {
+            let (served, accept_tasks, acceptor_set) = (vip.clone(), tasks.clone(), set.clone());
+            let worker = if spread { set.next() } else { i };
+            set.spawn_on(worker, &tasks.tracker, async move {
+                // Registered with the reactor of the worker that accepts on it.
+                match TcpListener::from_std(std_listener) {
+                    Ok(l) => crate::accept::serve(l, served, accept_tasks, acceptor_set, spread).await,
+                    Err(e) => tracing::error!(error = %e, "proxy VIP cannot listen"),
+                }
+            });
+        }
         tracing::info!(vip = %name, addr = %local, ?mode, "proxy VIP serving");
         vips.insert(name, Running { vip, stopper: Arc::new(stopper) });
         Ok(local)

@@ -182,3 +182,34 @@ async fn a_vip_that_loses_its_listener_reports_it() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `Proxy::start` gives every worker its own listener on the VIP's address (SO_REUSEPORT), so
+/// no accepted connection crosses threads; all of them serve.
+#[tokio::test]
+async fn every_worker_listens_on_the_vip_address() {
+    let (backend, served) = tcp_backend(1).await;
+    let mut spec = tcp_spec(vec![backend]);
+    spec.listen = "127.0.0.1:0".parse().unwrap();
+    let handle = lb_proxy::Proxy::builder().workers(3).start(vec![spec]).await.unwrap();
+    let addr = handle.local_addr(&handle.stats()[0].name).unwrap();
+    // Listening sockets on the port, from /proc/net/tcp (state 0A = LISTEN).
+    let port = format!(":{:04X}", addr.port());
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let listening = tcp.lines().filter(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1].ends_with(&port) && f[3] == "0A"
+    });
+    assert_eq!(listening.count(), 3, "a listener per worker");
+    for i in 0..30u8 {
+        let mut want = b"1:100:".to_vec();
+        want.extend([i; 100]);
+        assert_eq!(exchange(addr, &[i; 100]).await, want);
+    }
+    assert_eq!(served.load(std::sync::atomic::Ordering::Relaxed), 30);
+    // Another program's plain listener on the address is refused, as a plain bind would be.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut spec = tcp_spec(vec![backend]);
+    spec.name = "second".into();
+    spec.listen = taken.local_addr().unwrap();
+    assert!(handle.add_vip(spec).await.is_err(), "an address in use is refused");
+}
