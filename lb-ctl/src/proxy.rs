@@ -61,8 +61,13 @@ pub struct ProxyRuntime {
 
 impl ProxyRuntime {
     /// A proxy with no VIP yet. Called within the daemon's tokio runtime.
-    pub fn new(runtime: tokio::runtime::Handle) -> Result<Self, ProxyError> {
-        let handle = runtime.block_on(lb_proxy::Proxy::start(Vec::new()))?;
+    /// A proxy with `workers` worker threads (None: one per CPU).
+    pub fn new(runtime: tokio::runtime::Handle, workers: Option<usize>) -> Result<Self, ProxyError> {
+        let mut builder = lb_proxy::Proxy::builder();
+        if let Some(n) = workers {
+            builder = builder.workers(n);
+        }
+        let handle = runtime.block_on(builder.start(Vec::new()))?;
         Ok(Self { handle, runtime, running: HashMap::new(), applied: HashMap::new(), last_changes: Vec::new() })
     }
 
@@ -161,7 +166,7 @@ mod tests {
     #[test]
     fn sync_reports_what_changed_for_backend_weight_and_port() {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mut proxy = ProxyRuntime::new(rt.handle().clone()).unwrap();
+        let mut proxy = ProxyRuntime::new(rt.handle().clone(), Some(2)).unwrap();
         let port = free_port();
         proxy.sync(&state(port, 1, 8081, "")).unwrap();
         assert_eq!(proxy.last_changes(), ["proxy VIP web started"]);

@@ -68,6 +68,9 @@ pub struct DaemonSettings {
     pub shutdown_grace: Duration,
     /// The daemon's log filter (a tracing filter) when `--log-level` does not set one.
     pub log_level: String,
+    /// Worker threads of the userspace proxy, each with its own listener on every proxy VIP
+    /// (SO_REUSEPORT); None: one per CPU. Fixed for the daemon's life.
+    pub proxy_workers: Option<u32>,
     /// What a VIP does when none of its backends is healthy (a VIP may override it).
     pub all_down: AllDownPolicy,
 }
@@ -85,6 +88,7 @@ impl Default for DaemonSettings {
             nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             log_level: "info".into(),
+            proxy_workers: None,
             all_down: AllDownPolicy::Forward,
         }
     }

@@ -28,6 +28,7 @@ pub(super) struct RawDaemon {
     pub nexthop_ttl: Option<Spanned<String>>,
     pub shutdown_grace: Option<Spanned<String>>,
     pub log_level: Option<Spanned<String>>,
+    pub proxy_workers: Option<Spanned<i64>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,
 }
 

@@ -423,3 +423,10 @@ timeouts = { connect = "1s" }
     assert_eq!(errors("[defaults]\nproxy = { timeouts = { conect = \"1s\" } }\n").len(), 1);
     assert_eq!(errors("[defaults]\nlog = 1\n").len(), 1, "unknown keys are mistakes");
 }
+
+#[test]
+fn proxy_workers_are_a_count() {
+    assert_eq!(parse("").unwrap().daemon.proxy_workers, None);
+    assert_eq!(parse("[daemon]\nproxy_workers = 4\n").unwrap().daemon.proxy_workers, Some(4));
+    assert_eq!(errors("[daemon]\nproxy_workers = 0\n"), ["lb.toml:2: daemon: proxy_workers must be 1-256, got 0"]);
+}

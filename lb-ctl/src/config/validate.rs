@@ -197,6 +197,11 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
             Err(e) => c.error(s.span(), format!("daemon: shutdown_grace {:?}: {e}", s.get_ref())),
         }
     }
+    if let Some(s) = &d.proxy_workers
+        && let Some(v) = c.int(s, 1..=256, "daemon: proxy_workers")
+    {
+        out.proxy_workers = Some(v as u32);
+    }
     if let Some(s) = &d.log_level {
         match tracing_subscriber::EnvFilter::try_new(s.get_ref()) {
             Ok(_) => out.log_level = s.get_ref().clone(),

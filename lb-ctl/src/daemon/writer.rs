@@ -87,8 +87,8 @@ impl Writer {
             if state.vips.iter().all(|v| v.forwarding.is_xdp()) {
                 return Ok(());
             }
-            let proxy =
-                ProxyRuntime::new(self.runtime.clone()).map_err(|e| ApiError::internal(format!("proxy: {e}")))?;
+            let proxy = ProxyRuntime::new(self.runtime.clone(), self.config.daemon.proxy_workers.map(|n| n as usize))
+                .map_err(|e| ApiError::internal(format!("proxy: {e}")))?;
             self.proxy = Some(proxy);
         }
         let proxy = self.proxy.as_mut().expect("started above");
@@ -266,6 +266,7 @@ impl Writer {
             ("api_socket", format!("{:?}", old.api_socket), format!("{:?}", new.api_socket)),
             ("api_tcp", format!("{:?}", old.api_tcp), format!("{:?}", new.api_tcp)),
             ("metrics", format!("{:?}", old.metrics), format!("{:?}", new.metrics)),
+            ("proxy_workers", format!("{:?}", old.proxy_workers), format!("{:?}", new.proxy_workers)),
         ];
         let changed: Vec<String> = fixed
             .iter()
