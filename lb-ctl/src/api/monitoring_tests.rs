@@ -107,15 +107,8 @@ fn metric_names_are_found_in_expressions() {
 /// health, and `/status.json` carries the same list.
 #[tokio::test]
 async fn the_status_page_shows_the_backends_list() {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let d = Daemon::start(&lb_toml("")).await;
-    let get = |path: &'static str| async move {
-        let mut s = tokio::net::TcpStream::connect(d.metrics).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
-    };
+    let get = |path: &'static str| d.metrics_get(path);
     let page = get("/").await;
     assert!(page.starts_with("HTTP/1.1 200") && page.contains("text/html"), "{page}");
     assert!(!page.contains("src=\"http") && !page.contains("href=\"http"), "no external assets");

@@ -330,13 +330,7 @@ async fn metrics_are_openmetrics_and_agree_with_the_list() {
 async fn the_metrics_port_serves_metrics_only() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let d = Daemon::start(&lb_toml("")).await;
-    let get = |path: &'static str| async move {
-        let mut s = tokio::net::TcpStream::connect(d.metrics).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
-    };
+    let get = |path: &'static str| d.metrics_get(path);
     let metrics = get("/metrics").await;
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     assert!(metrics.contains("lb_backend_up{") && metrics.ends_with("# EOF\n"), "{metrics}");

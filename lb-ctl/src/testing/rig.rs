@@ -102,6 +102,16 @@ impl Daemon {
         self.dir
     }
 
+    /// `GET path` on the metrics port; the whole answer, head and body.
+    pub async fn metrics_get(&self, path: &str) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut s = tokio::net::TcpStream::connect(self.metrics).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
     pub async fn list(&self) -> Vec<BackendView> {
         self.client.backends(None).await.unwrap()
     }
