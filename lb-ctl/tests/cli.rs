@@ -33,12 +33,18 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Daemon {
+        Daemon::start_with("lb.toml", |socket| config(socket, ""))
+    }
+
+    /// A daemon whose configuration file is `name` (in its directory), written by `text` from
+    /// the control socket's path.
+    fn start_with(name: &str, text: impl Fn(&Path) -> String) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("run").join("test0.sock");
-        std::fs::write(dir.path().join("lb.toml"), config(&socket, "")).unwrap();
+        std::fs::write(dir.path().join(name), text(&socket)).unwrap();
         let child = Command::new(BIN)
             .args(["attach", "test0", "--fake-dataplane", "--log-level", "warn", "--config"])
-            .arg(dir.path().join("lb.toml"))
+            .arg(dir.path().join(name))
             .arg("--state-dir")
             .arg(dir.path())
             .stdout(Stdio::null())
@@ -189,6 +195,37 @@ fn commands_and_exit_codes() {
     assert!(status.success(), "{status}");
     assert!(!d.socket.exists());
     assert_eq!(d.fails(&["status"]).0, 3, "no daemon: exit 3");
+}
+
+/// lb.yaml: the daemon runs from it, and reload and validate name the YAML file's lines.
+#[test]
+fn a_yaml_configuration_runs_reloads_and_validates() {
+    let yaml = |socket: &Path, backends: &str| {
+        format!(
+            "daemon:\n  api_socket: {}\n  ring_size: 251\nvip:\n  - name: web\n    address: 203.0.113.10\n    port: 80\n    backends:\n{backends}",
+            socket.display()
+        )
+    };
+    let two = "      - { address: 198.51.100.1, port: 8080 }\n      - address: 198.51.100.2\n        port: 8080\n";
+    let d = Daemon::start_with("lb.yaml", |socket| yaml(socket, two));
+    let list = d.ok(&["backends", "list"]);
+    assert!(list.contains("198.51.100.1:8080") && list.contains("198.51.100.2:8080"), "{list}");
+
+    let path = d.dir.path().join("lb.yaml");
+    let broken = "      - address: 198.51.100.1\n        port: 8080\n        wieght: 5\n";
+    std::fs::write(&path, yaml(&d.socket, broken)).unwrap();
+    let (code, err) = d.fails(&["reload"]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("{}:11: unknown field `wieght`", path.display())), "{err}");
+    assert_eq!(d.ok(&["backends", "list"]), list, "a refused reload changes nothing");
+    let out = Command::new(BIN).arg("validate").arg("--config").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with(&format!("{}:11: unknown field `wieght`", path.display())));
+
+    let three = format!("{two}      - {{ address: 198.51.100.3, port: 8080 }}\n");
+    std::fs::write(&path, yaml(&d.socket, &three)).unwrap();
+    d.ok(&["reload"]);
+    assert!(d.ok(&["backends", "list"]).contains("198.51.100.3:8080"));
 }
 
 #[test]

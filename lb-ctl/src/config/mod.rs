@@ -2,12 +2,14 @@
 //!
 //! [`Config::load`] reads and checks the whole file before anything uses it: every mistake is
 //! reported as `FILE:LINE: what is wrong`, all of them at once, and a file with any mistake
-//! yields no [`Config`]. Every key is documented in `lb-ctl/lb.toml.example`.
+//! yields no [`Config`]. Every key is documented in `lb-ctl/lb.toml.example`. A file named
+//! `*.yaml` or `*.yml` holds the same schema in YAML (see `yaml.rs`).
 mod defaults;
 mod health;
 mod raw;
 pub mod rules;
 mod validate;
+mod yaml;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -369,9 +371,31 @@ impl Config {
         Config::parse(&text, path)
     }
 
-    /// Validates `text`, read from `path` (used in messages and kept for reloads).
+    /// Validates `text`, read from `path` (used in messages and kept for reloads): YAML when
+    /// `path` ends in `.yaml` or `.yml`, TOML otherwise.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        validate::parse(text, path)
+        if !is_yaml(path) {
+            return validate::parse(text, path);
+        }
+        let file = path.display().to_string();
+        let translated = yaml::translate(text).map_err(|(line, message)| {
+            ConfigError::Invalid(vec![Problem { file: file.clone(), line: Some(line), message }])
+        })?;
+        // Validation names lines of the TOML text; each maps back to its YAML line.
+        let to_yaml = |p: Problem| Problem { line: p.line.map(|l| translated.yaml_line(l)), ..p };
+        match validate::parse(&translated.toml, path) {
+            Ok(mut config) => {
+                config.warnings = config.warnings.into_iter().map(to_yaml).collect();
+                for vip in &mut config.vips {
+                    vip.line = translated.yaml_line(vip.line);
+                }
+                Ok(config)
+            }
+            Err(ConfigError::Invalid(problems)) => {
+                Err(ConfigError::Invalid(problems.into_iter().map(to_yaml).collect()))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The control socket path for interface `iface`.
@@ -380,5 +404,12 @@ impl Config {
     }
 }
 
+/// Whether `path` names a YAML file.
+fn is_yaml(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod yaml_tests;
