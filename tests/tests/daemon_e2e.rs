@@ -6,8 +6,7 @@
 //! Each test has its own lab and daemon ([`lb_tests::lab`]: pin directory, state directory and
 //! socket named `lbt-<pid>-<tag>`, the daemon stopped and detached even when the test panics).
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use lb_ctl::api::types::BackendView;
 use lb_ctl::state::Health;
-use lb_tests::lab::{Daemon, LB_PORT, Lab, backend_addr, client_addr, http_get, wait_for_listener};
+use lb_tests::lab::{Daemon, Hold, LB_PORT, Lab, backend_addr, client_addr, http_get, wait_for_listener};
 use lb_tests::netns::enter_named;
 use lb_tests::privileges::require_root;
 
@@ -147,49 +146,6 @@ fn client_of(m: &BTreeMap<Ipv4Addr, String>, name: &str) -> Ipv4Addr {
     *m.iter().find(|(_, b)| *b == name).unwrap_or_else(|| panic!("no client reaches {name}: {m:?}")).0
 }
 
-/// A long-lived connection through the VIP: `GET /hold/SECS` answers one byte a second.
-struct Hold {
-    stream: TcpStream,
-    head: Vec<u8>,
-    secs: usize,
-}
-
-impl Hold {
-    /// Opens it from `src` (inside the client namespace) and reads the response head.
-    fn open(client_ns: &str, src: Ipv4Addr, secs: usize) -> Hold {
-        let _in = enter_named(client_ns);
-        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        socket.bind(&SocketAddr::from((src, 0)).into()).unwrap();
-        socket.connect_timeout(&SocketAddr::V4(vip()).into(), Duration::from_secs(5)).unwrap();
-        let mut stream: TcpStream = socket.into();
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(stream, "GET /hold/{secs} HTTP/1.1\r\nHost: vip\r\n\r\n").unwrap();
-        let mut head = vec![0u8; 256];
-        let n = stream.read(&mut head).unwrap();
-        head.truncate(n);
-        assert!(head.starts_with(b"HTTP/1.1 200"), "hold: {:?}", String::from_utf8_lossy(&head));
-        Hold { stream, head, secs }
-    }
-
-    fn local(&self) -> SocketAddr {
-        self.stream.local_addr().unwrap()
-    }
-
-    /// Reads to the end; panics unless the whole body (`secs` dots) arrived.
-    fn finish(mut self, what: &str) {
-        let mut rest = Vec::new();
-        let result = self.stream.read_to_end(&mut rest);
-        let all = [&self.head[..], &rest[..]].concat();
-        let split = all.windows(4).position(|w| w == b"\r\n\r\n").expect("end of headers") + 4;
-        let body = &all[split..];
-        assert!(
-            result.is_ok() && body == ".".repeat(self.secs).as_bytes(),
-            "{what}: the long-lived connection broke: {result:?}, body {:?}",
-            String::from_utf8_lossy(body)
-        );
-    }
-}
-
 /// Requests from every client in turn, in a thread, until stopped (at most 3000 requests or
 /// 40 s); counts answers per backend and keeps the failures.
 struct Load {
@@ -271,7 +227,7 @@ fn backends_change_while_traffic_flows() {
 
     // Drain backend 3 with a long-lived connection on it.
     let holder = client_of(&m1, &b3);
-    let hold = Hold::open(&cns, holder, 3);
+    let hold = Hold::open(&cns, vip(), holder, 3);
     let out = d.ok(&["backends", "drain", "web", &backend(3)]);
     assert!(out.contains("draining"), "{out}");
     let b = d.backend(3).unwrap();
@@ -295,7 +251,7 @@ fn backends_change_while_traffic_flows() {
     // A dead backend removed: its clients move, the others' clients keep theirs, and an
     // established connection to a surviving backend carries on.
     let survivor = if m2.values().any(|b| *b == backend_name(0)) { 0 } else { 2 };
-    let hold = Hold::open(&cns, client_of(&m2, &backend_name(survivor)), 2);
+    let hold = Hold::open(&cns, vip(), client_of(&m2, &backend_name(survivor)), 2);
     lab.kill(pids[1]);
     let started = Instant::now();
     let out = d.ok(&["backends", "remove", "web", &backend(1)]);
@@ -434,7 +390,7 @@ fn reload_refuses_mistakes_and_applies_differences() {
 
     // A good file: backend 2 added, backend 1 reweighted, backend 0 as it was.
     let client0 = client_of(&m0, &backend_name(0));
-    let hold = Hold::open(&cns, client0, 2);
+    let hold = Hold::open(&cns, vip(), client0, 2);
     d.write_config(&[(0, 100), (1, 50), (2, 100)], "");
     let out = d.ok(&["reload"]);
     println!("good reload: {}", out.trim());
@@ -481,7 +437,7 @@ fn restart_keeps_established_connections() {
     d.wait_up(1, Duration::from_secs(5));
     let m0 = mapping(&cns);
     let ids: HashMap<SocketAddr, u32> = d.backends().iter().map(|b| (b.address, b.id)).collect();
-    let hold = Hold::open(&cns, client_addr(0), 4);
+    let hold = Hold::open(&cns, vip(), client_addr(0), 4);
     let local = hold.local();
 
     let status = d.stop();
@@ -607,7 +563,7 @@ fn kill_9_restart_and_reload_under_load_fail_no_request() {
     d.ok(&["backends", "add", "web", &backend(1)]);
     d.wait_up(1, Duration::from_secs(5));
     let m = mapping(&cns);
-    let hold = Hold::open(&cns, client_of(&m, &backend_name(1)), 6);
+    let hold = Hold::open(&cns, vip(), client_of(&m, &backend_name(1)), 6);
 
     let load = Load::start(&cns);
     std::thread::sleep(Duration::from_millis(500));

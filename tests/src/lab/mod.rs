@@ -17,9 +17,11 @@ use lb_ctl::dataplane::load::{AttachMode, attach, load_decap};
 use crate::netns::{Netns, die_with_parent};
 
 mod daemon;
+mod hold;
 mod http;
 
 pub use daemon::Daemon;
+pub use hold::Hold;
 pub use http::{http_get, http_post, pattern_byte, wait_for_listener};
 
 pub const LB_CLIENT_SIDE: &str = "192.0.2.1";

@@ -1,0 +1,49 @@
+//! A long-lived connection through a VIP: the test backend's `GET /hold/SECS` answers one dot
+//! a second, so a connection broken on the way shows as a short body.
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::time::Duration;
+
+use crate::netns::enter_named;
+
+pub struct Hold {
+    stream: TcpStream,
+    head: Vec<u8>,
+    secs: usize,
+}
+
+impl Hold {
+    /// Opens it from `src` (inside the client namespace) to `vip` and reads the response head.
+    pub fn open(client_ns: &str, vip: SocketAddrV4, src: Ipv4Addr, secs: usize) -> Hold {
+        let _in = enter_named(client_ns);
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&SocketAddr::from((src, 0)).into()).unwrap();
+        socket.connect_timeout(&SocketAddr::V4(vip).into(), Duration::from_secs(5)).unwrap();
+        let mut stream: TcpStream = socket.into();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(stream, "GET /hold/{secs} HTTP/1.1\r\nHost: vip\r\n\r\n").unwrap();
+        let mut head = vec![0u8; 256];
+        let n = stream.read(&mut head).unwrap();
+        head.truncate(n);
+        assert!(head.starts_with(b"HTTP/1.1 200"), "hold: {:?}", String::from_utf8_lossy(&head));
+        Hold { stream, head, secs }
+    }
+
+    pub fn local(&self) -> SocketAddr {
+        self.stream.local_addr().unwrap()
+    }
+
+    /// Reads to the end; panics unless the whole body (`secs` dots) arrived.
+    pub fn finish(mut self, what: &str) {
+        let mut rest = Vec::new();
+        let result = self.stream.read_to_end(&mut rest);
+        let all = [&self.head[..], &rest[..]].concat();
+        let split = all.windows(4).position(|w| w == b"\r\n\r\n").expect("end of headers") + 4;
+        let body = &all[split..];
+        assert!(
+            result.is_ok() && body == ".".repeat(self.secs).as_bytes(),
+            "{what}: the long-lived connection broke: {result:?}, body {:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
