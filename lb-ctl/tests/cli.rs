@@ -220,7 +220,9 @@ fn a_yaml_configuration_runs_reloads_and_validates() {
     assert_eq!(d.ok(&["backends", "list"]), list, "a refused reload changes nothing");
     let out = Command::new(BIN).arg("validate").arg("--config").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).starts_with(&format!("{}:11: unknown field `wieght`", path.display())));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with(&format!("{}:11: unknown field `wieght`", path.display()))
+    );
 
     let three = format!("{two}      - {{ address: 198.51.100.3, port: 8080 }}\n");
     std::fs::write(&path, yaml(&d.socket, &three)).unwrap();

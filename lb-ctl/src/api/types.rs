@@ -79,9 +79,14 @@ pub struct BackendView {
     pub vip: String,
     pub id: u32,
     pub address: SocketAddr,
+    /// The host name it was resolved from, when lb.toml names it so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub weight: u32,
     pub health: Health,
-    /// `active`, `draining`, or `ejected` (proxy VIPs: taken out by outlier detection).
+    /// `active`, `draining`, `unresolved` (its host name no longer gives this address:
+    /// drained until `resolve_hold` has passed), or `ejected` (proxy VIPs: taken out by
+    /// outlier detection).
     pub state: String,
     pub origin: Origin,
     /// Whether the backend holds ring slots (it may while down, when the VIP fails open).

@@ -36,6 +36,8 @@ pub fn backends(list: &[BackendView]) -> String {
     let proxied = list.iter().any(|b| b.requests.is_some());
     // When a health changed since the daemon started: since when, and why.
     let changed = list.iter().any(|b| b.health_since_unix.is_some());
+    // Backends named by host name: the name each address came from.
+    let named = list.iter().any(|b| b.host.is_some());
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|b| {
@@ -55,6 +57,9 @@ pub fn backends(list: &[BackendView]) -> String {
                 row.push(or_dash(b.requests));
                 row.push(or_dash(b.errors));
             }
+            if named {
+                row.push(b.host.clone().unwrap_or_else(|| "-".into()));
+            }
             if changed {
                 row.push(b.health_since_unix.map_or_else(|| "-".to_string(), ago));
                 row.push(b.health_reason.clone().unwrap_or_else(|| "-".into()));
@@ -65,6 +70,9 @@ pub fn backends(list: &[BackendView]) -> String {
     let mut headers = vec!["VIP", "BACKEND", "WEIGHT", "HEALTH", "STATE", "PACKETS", "BYTES", "FLOWS", "IN RING"];
     if proxied {
         headers.extend(["REQUESTS", "ERRORS"]);
+    }
+    if named {
+        headers.push("HOST");
     }
     if changed {
         headers.extend(["HEALTH SINCE", "LAST CHANGE"]);
@@ -241,6 +249,7 @@ mod tests {
             vip: "web".into(),
             id: 3,
             address: "198.51.100.1:8080".parse().unwrap(),
+            host: None,
             weight: 100,
             health: Health::Up,
             state: "active".into(),

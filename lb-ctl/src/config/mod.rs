@@ -6,6 +6,7 @@
 //! `*.yaml` or `*.yml` holds the same schema in YAML (see `yaml.rs`).
 mod defaults;
 mod health;
+pub mod hosts;
 mod raw;
 pub mod rules;
 mod validate;
@@ -44,6 +45,10 @@ pub struct Config {
 
 /// Default of `daemon.shutdown_grace`.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Default of `daemon.resolve_interval`.
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
+/// Default of `daemon.resolve_hold`.
+pub const DEFAULT_RESOLVE_HOLD: Duration = Duration::from_secs(300);
 
 /// `[daemon]`: settings of the whole balancer.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,6 +73,10 @@ pub struct DaemonSettings {
     pub nexthop_ttl_ms: u32,
     /// How long a stopping daemon lets proxy VIPs' requests and relays in progress finish.
     pub shutdown_grace: Duration,
+    /// How often backends named by host name are resolved again; zero: only at load.
+    pub resolve_interval: Duration,
+    /// How long an address its name no longer gives stays, drained, before it is removed.
+    pub resolve_hold: Duration,
     /// The daemon's log filter (a tracing filter) when `--log-level` does not set one.
     pub log_level: String,
     /// Worker threads of the userspace proxy, each with its own listener on every proxy VIP
@@ -89,6 +98,8 @@ impl Default for DaemonSettings {
             new_flow_budget: lb_common::limits::DEFAULT_NEW_FLOW_BUDGET,
             nexthop_ttl_ms: lb_common::limits::DEFAULT_NEXTHOP_TTL_MS,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            resolve_hold: DEFAULT_RESOLVE_HOLD,
             log_level: "info".into(),
             proxy_workers: None,
             all_down: AllDownPolicy::Forward,
@@ -143,6 +154,9 @@ impl VipSpec {
 pub struct VipConfig {
     pub spec: VipSpec,
     pub backends: Vec<BackendConfig>,
+    /// Backends named by host name: what each address they resolve to becomes (those
+    /// resolved at load are in `backends` too).
+    pub hosts: Vec<hosts::HostBackends>,
     /// Line of the VIP's `address` key, for messages.
     pub line: usize,
 }
@@ -158,6 +172,8 @@ impl std::ops::Deref for VipConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendConfig {
     pub address: SocketAddr,
+    /// The host name it was resolved from, if it was written as one.
+    pub host: Option<String>,
     pub weight: u32,
     /// The check that applies to this backend (the VIP's, with this backend's overrides);
     /// `None`: not checked, always considered healthy.
@@ -374,8 +390,13 @@ impl Config {
     /// Validates `text`, read from `path` (used in messages and kept for reloads): YAML when
     /// `path` ends in `.yaml` or `.yml`, TOML otherwise.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Config::parse_with(text, path, &hosts::system_resolver())
+    }
+
+    /// [`Config::parse`], resolving host names with `resolve`.
+    pub fn parse_with(text: &str, path: &Path, resolve: &hosts::Resolver) -> Result<Config, ConfigError> {
         if !is_yaml(path) {
-            return validate::parse(text, path);
+            return validate::parse(text, path, resolve);
         }
         let file = path.display().to_string();
         let translated = yaml::translate(text).map_err(|(line, message)| {
@@ -383,7 +404,7 @@ impl Config {
         })?;
         // Validation names lines of the TOML text; each maps back to its YAML line.
         let to_yaml = |p: Problem| Problem { line: p.line.map(|l| translated.yaml_line(l)), ..p };
-        match validate::parse(&translated.toml, path) {
+        match validate::parse(&translated.toml, path, resolve) {
             Ok(mut config) => {
                 config.warnings = config.warnings.into_iter().map(to_yaml).collect();
                 for vip in &mut config.vips {

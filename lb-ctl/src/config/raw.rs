@@ -27,6 +27,8 @@ pub(super) struct RawDaemon {
     pub new_flow_budget: Option<Spanned<i64>>,
     pub nexthop_ttl: Option<Spanned<String>>,
     pub shutdown_grace: Option<Spanned<String>>,
+    pub resolve_interval: Option<Spanned<String>>,
+    pub resolve_hold: Option<Spanned<String>>,
     pub log_level: Option<Spanned<String>>,
     pub proxy_workers: Option<Spanned<i64>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,

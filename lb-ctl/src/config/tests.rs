@@ -115,10 +115,10 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "malformed addresses",
-            "[[vip]]\naddress = \"203.0.113.300\"\nport = 80\nbackends = [ { address = \"backend-1\" } ]\n".into(),
+            "[[vip]]\naddress = \"203.0.113.300\"\nport = 80\nbackends = [ { address = \"backend_1\" } ]\n".into(),
             &[
                 "lb.toml:2: vip \"203.0.113.300:80/tcp\": address \"203.0.113.300\" is not an IP address",
-                "lb.toml:4: vip \"203.0.113.300:80/tcp\": backend address \"backend-1\" is not an IP address",
+                "lb.toml:4: vip \"203.0.113.300:80/tcp\": backend address \"backend_1\" is neither an IP address nor a host name",
             ],
         ),
         (

@@ -11,6 +11,7 @@ use toml::Spanned;
 
 use super::defaults::Defaults;
 use super::health::health;
+use super::hosts::{self, HostBackends, Resolver};
 use super::raw::{RawBackend, RawDaemon, RawFile, RawHealth, RawVip};
 use super::rules;
 use super::{
@@ -26,6 +27,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub(super) struct Checker<'a> {
     file: String,
     text: &'a str,
+    resolve: &'a Resolver,
     pub(super) problems: Vec<Problem>,
 }
 
@@ -67,12 +69,12 @@ impl Checker<'_> {
     }
 }
 
-pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
     let raw: RawFile = match toml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            let mut c = Checker { file, text, problems: Vec::new() };
+            let mut c = Checker { file, text, resolve, problems: Vec::new() };
             let message = e.message().trim_end().replace('\n', ": ");
             match e.span() {
                 Some(span) => c.error(span, message),
@@ -81,7 +83,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
             return Err(ConfigError::Invalid(c.problems));
         }
     };
-    let mut c = Checker { file, text, problems: Vec::new() };
+    let mut c = Checker { file, text, resolve, problems: Vec::new() };
     let daemon = match &raw.daemon {
         Some(d) => daemon(&mut c, d.get_ref()),
         None => DaemonSettings::default(),
@@ -188,6 +190,18 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
             Ok(ttl) if ttl <= Duration::from_secs(3600) => out.nexthop_ttl_ms = ttl.as_millis() as u32,
             Ok(_) => c.error(s.span(), "daemon: nexthop_ttl must be at most 1h"),
             Err(e) => c.error(s.span(), format!("daemon: nexthop_ttl {:?}: {e}", s.get_ref())),
+        }
+    }
+    for (value, what, out) in [
+        (&d.resolve_interval, "resolve_interval", &mut out.resolve_interval),
+        (&d.resolve_hold, "resolve_hold", &mut out.resolve_hold),
+    ] {
+        if let Some(s) = value {
+            match parse_duration(s.get_ref()) {
+                Ok(d) if d <= Duration::from_secs(86_400) => *out = d,
+                Ok(_) => c.error(s.span(), format!("daemon: {what} must be at most 24h")),
+                Err(e) => c.error(s.span(), format!("daemon: {what} {:?}: {e}", s.get_ref())),
+            }
         }
     }
     if let Some(s) = &d.shutdown_grace {
@@ -306,18 +320,23 @@ fn vip<'a>(
     let all_down = v.all_down.as_ref().map(|a| *a.get_ref()).unwrap_or(daemon.all_down);
     let vip_health = defaults.health_layers(v.health.as_ref());
 
-    let mut backends = Vec::new();
+    let mut backends: Vec<BackendConfig> = Vec::new();
+    let mut hosts = Vec::new();
     let mut seen = HashSet::new();
     for b in &v.backends {
         let vip_addr = address.zip(port).map(|(a, p)| SocketAddr::new(a, p));
-        let Some(backend) = backend(c, &at, b.get_ref(), vip_addr, forwarding, &vip_health) else {
+        let Some((resolved, host)) = backend(c, &at, b.get_ref(), vip_addr, forwarding, &vip_health) else {
             continue;
         };
-        if !seen.insert(backend.address) {
-            c.error(b.get_ref().address.span(), format!("{at}: duplicate backend {}", backend.address));
-            continue;
+        for backend in resolved {
+            if seen.insert(backend.address) {
+                backends.push(backend);
+            } else if backend.host.is_none() {
+                c.error(b.get_ref().address.span(), format!("{at}: duplicate backend {}", backend.address));
+            }
+            // An address a name gives that another backend already has is that backend.
         }
-        backends.push(backend);
+        hosts.extend(host);
     }
     if let Err(rule) = rules::ring_room(backends.len(), daemon.ring_size) {
         c.error(v.address.span(), format!("{at}: {rule}"));
@@ -340,9 +359,11 @@ fn vip<'a>(
         health: own_health,
         proxy: if forwarding.is_xdp() { None } else { defaults.proxy_options(index) },
     };
-    Some(VipConfig { spec, backends, line })
+    Some(VipConfig { spec, backends, hosts, line })
 }
 
+/// A backend as written: one address, or each address its host name resolves to (with what
+/// the daemon needs to resolve it again).
 fn backend(
     c: &mut Checker<'_>,
     at: &str,
@@ -350,9 +371,19 @@ fn backend(
     vip: Option<SocketAddr>,
     forwarding: Forwarding,
     vip_health: &[&Spanned<RawHealth>],
-) -> Option<BackendConfig> {
+) -> Option<(Vec<BackendConfig>, Option<HostBackends>)> {
     let before = c.problems.len();
-    let ip = c.ip(&b.address, &format!("{at}: backend address"));
+    let written = b.address.get_ref();
+    let host = (written.parse::<IpAddr>().is_err() && hosts::is_host_name(written)).then(|| written.clone());
+    let ip = match (&host, written.parse::<IpAddr>()) {
+        (_, Ok(ip)) => Some(ip),
+        (Some(_), _) => None,
+        (None, Err(_)) => {
+            let message = format!("{at}: backend address {written:?} is neither an IP address nor a host name");
+            c.error(b.address.span(), message);
+            None
+        }
+    };
     let port = match &b.port {
         Some(p) => c.int(p, 1..=65535, &format!("{at}: backend port")).map(|p| p as u16),
         None => vip.map(|v| v.port()),
@@ -368,10 +399,48 @@ fn backend(
     };
     let layers: Vec<&Spanned<RawHealth>> = vip_health.iter().copied().chain(b.health.as_ref()).collect();
     let health = health(c, at, &layers);
+    let addresses = match (&host, port, vip) {
+        (Some(name), Some(port), Some(vip)) => {
+            resolve(c, at, &b.address, name, forwarding, SocketAddr::new(vip.ip(), vip.port()), port)
+        }
+        _ => ip.zip(port).map(|(ip, port)| vec![SocketAddr::new(ip, port)]).unwrap_or_default(),
+    };
     if c.problems.len() > before {
         return None;
     }
-    Some(BackendConfig { address: SocketAddr::new(ip?, port?), weight: weight?, health })
+    let (weight, port, line) = (weight?, port?, c.line_of(b.address.span()));
+    let template = host.as_ref().map(|h| HostBackends { host: h.clone(), port, weight, health: health.clone(), line });
+    let backends = addresses
+        .into_iter()
+        .map(|address| BackendConfig { address, host: host.clone(), weight, health: health.clone() })
+        .collect();
+    Some((backends, template))
+}
+
+/// The usable addresses `name` resolves to (a problem when there is none).
+fn resolve(
+    c: &mut Checker<'_>,
+    at: &str,
+    written: &Spanned<String>,
+    name: &str,
+    forwarding: Forwarding,
+    vip: SocketAddr,
+    port: u16,
+) -> Vec<SocketAddr> {
+    match (c.resolve)(name, port) {
+        Err(e) => {
+            c.error(written.span(), format!("{at}: backend host {name:?} does not resolve: {e}"));
+            Vec::new()
+        }
+        Ok(found) => match hosts::usable(forwarding, vip, &found) {
+            (usable, _) if !usable.is_empty() => usable,
+            (_, refused) => {
+                let why = refused.unwrap_or_else(|| "no address".into());
+                c.error(written.span(), format!("{at}: backend host {name:?} gives no usable address ({why})"));
+                Vec::new()
+            }
+        },
+    }
 }
 
 /// Checks that need every VIP: duplicates and limits.

@@ -7,6 +7,7 @@
 //! difference, and kept only if the data plane accepted it.
 mod explain;
 mod metrics;
+mod resolver;
 mod serve;
 mod views;
 mod writer;
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 pub use serve::{Listeners, serve, termination};
 
@@ -32,6 +33,8 @@ enum Command {
     Health(health::Event),
     /// Time to start a new next-hop cache generation (every `nexthop_ttl`).
     RefreshNextHops,
+    /// A backend host name resolved again.
+    Resolved(resolver::Answer),
     Stop,
 }
 
@@ -148,7 +151,9 @@ impl Daemon {
         }
         let mut checkers = Checkers::new(tokio::runtime::Handle::current(), sink);
         checkers.sync(&state);
-        let writer = Writer::new(dataplane, state, applier, checkers, config, options);
+        let (plan, plan_rx) = watch::channel(resolver::Plan::of(&config));
+        resolver::spawn(plan_rx, crate::config::hosts::system_resolver(), tx.clone());
+        let writer = Writer::new(dataplane, state, applier, checkers, config, options, plan);
         let (started_tx, started_rx) = oneshot::channel();
         let writer = tokio::task::spawn_blocking(move || writer.run(rx, started_tx));
         Ok(Daemon { handle: DaemonHandle { tx }, writer: Some(writer), started: Some(started_rx) })

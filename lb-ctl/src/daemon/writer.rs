@@ -4,17 +4,19 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
+use super::resolver::{Answer, Plan};
 use super::{Command, Options, describe, unix_now};
 use crate::api::types::{Changed, ReloadView};
 use crate::api::{ApiError, Request, Response};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, hosts};
 use crate::dataplane::Dataplane;
 use crate::health::{self, Checkers};
 use crate::proxy::ProxyRuntime;
 use crate::state::plan::{Applier, ApplyReport, MapContents};
 use crate::state::{SavedState, State, StateError};
+use std::net::SocketAddr;
 
 /// Why a reload changed nothing.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +53,8 @@ pub(super) struct Writer {
     /// The last health transition of each backend id since the daemon started.
     pub(super) transitions: HashMap<u32, health::Transition>,
     runtime: tokio::runtime::Handle,
+    /// What the resolving task resolves (the configuration in force's host names).
+    resolve_plan: watch::Sender<Plan>,
 }
 
 impl Writer {
@@ -61,6 +65,7 @@ impl Writer {
         checkers: Checkers,
         config: Config,
         options: Options,
+        resolve_plan: watch::Sender<Plan>,
     ) -> Writer {
         let mut writer = Writer {
             dp,
@@ -76,6 +81,7 @@ impl Writer {
             proxy: None,
             transitions: HashMap::new(),
             runtime: tokio::runtime::Handle::current(),
+            resolve_plan,
         };
         writer.save_ids();
         writer
@@ -119,6 +125,7 @@ impl Writer {
                     let _ = reply.send(answer);
                 }
                 Command::Health(event) => self.on_health(event),
+                Command::Resolved(answer) => self.on_resolved(answer),
                 Command::RefreshNextHops => {
                     if let Err(e) = self.dp.refresh_next_hops() {
                         tracing::warn!(error = %e, "could not start a new next-hop cache generation");
@@ -232,6 +239,50 @@ impl Writer {
         }
     }
 
+    /// A host name resolved again: its addresses' changes become backend changes. A failed
+    /// lookup, or one with no usable address, changes nothing (a DNS outage must not empty a
+    /// VIP).
+    fn on_resolved(&mut self, answer: Answer) {
+        let Answer { target, result } = answer;
+        let Some(vip) = self.config.vips.iter().find(|v| v.identity() == target.vip) else { return };
+        let Some(host) = vip.hosts.iter().find(|h| h.host == target.host && h.port == target.port) else {
+            return; // the file changed since the lookup started
+        };
+        let host = host.clone();
+        let (label, name) = (vip.label(), host.host.clone());
+        let found = match result {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(vip = %label, host = %name, error = %e, "backend host name did not resolve; its backends stay as they are");
+                return;
+            }
+        };
+        let (usable, refused) = hosts::usable(vip.forwarding, SocketAddr::new(vip.address, vip.port), &found);
+        if usable.is_empty() {
+            let why = refused.unwrap_or_else(|| "no address".into());
+            tracing::warn!(vip = %label, host = %name, "backend host name gives no usable address ({why}); its backends stay as they are");
+            return;
+        }
+        let mut next = self.state.clone();
+        let hold = self.config.daemon.resolve_hold;
+        let changes = match next.resolved(target.vip, &host, &usable, std::time::Instant::now(), hold) {
+            Ok(changes) if changes.is_empty() => return,
+            Ok(changes) => changes,
+            Err(e) => {
+                tracing::error!(vip = %label, host = %name, error = %e, "new addresses of a backend host name not applied");
+                return;
+            }
+        };
+        match self.commit(next) {
+            Ok(report) => {
+                tracing::info!(vip = %label, host = %name, changes = %describe(&report), "backend host name resolved again: {changes}")
+            }
+            Err(e) => {
+                tracing::error!(vip = %label, host = %name, error = %e, "new addresses of a backend host name not applied")
+            }
+        }
+    }
+
     fn reload(&mut self) -> ReloadView {
         let result = self.try_reload();
         let view = match result {
@@ -287,6 +338,7 @@ impl Writer {
         let new_level =
             (config.daemon.log_level != self.config.daemon.log_level).then(|| config.daemon.log_level.clone());
         self.config = config;
+        self.resolve_plan.send_replace(Plan::of(&self.config));
         // Proxy VIPs are not in the maps: their changes are reported by the proxy runtime.
         let proxy_changes = self.proxy.as_ref().map(|p| p.last_changes().join(", ")).unwrap_or_default();
         let mut message = match (report.is_empty(), proxy_changes.is_empty()) {

@@ -6,8 +6,10 @@
 //! leaves the state as it was. Only the daemon's writer task holds a `State`.
 pub mod ids;
 pub mod plan;
+mod resolved;
 mod saved;
 
+pub use resolved::Resolved;
 pub use saved::{ApiChange, SavedState, SavedVip};
 
 use std::net::{IpAddr, SocketAddr};
@@ -98,12 +100,17 @@ pub struct BackendState {
     pub health: Health,
     pub check: Option<HealthSpec>,
     pub origin: Origin,
+    /// The host name it was resolved from (lb.toml `address = "name"`).
+    pub host: Option<String>,
+    /// Since when its host name no longer resolves to it: drained, removed after
+    /// `daemon.resolve_hold` (see `resolved.rs`).
+    pub vanished: Option<std::time::Instant>,
 }
 
 impl BackendState {
     /// The weight the ring gets if the backend is healthy.
     pub fn effective_weight(&self) -> u32 {
-        if self.drained { 0 } else { self.weight }
+        if self.drained || self.vanished.is_some() { 0 } else { self.weight }
     }
     /// `active`, or `draining` (drained through the API, or configured with weight 0).
     pub fn admin_state(&self) -> &'static str {
@@ -181,7 +188,7 @@ impl State {
                 }
                 Some((new, _)) => {
                     for b in &old.backends {
-                        if !new.backends.iter().any(|nb| nb.address == b.address) {
+                        if !new.backends.iter().any(|nb| nb.address == b.address) && !resolved::lingers(new, b) {
                             backend_ids.free(b.id);
                         }
                     }
@@ -213,8 +220,16 @@ impl State {
                     health,
                     check: b.health.clone(),
                     origin: Origin::Config,
+                    host: b.host.clone(),
+                    vanished: None,
                 });
             }
+            // Addresses a name gave before and not now stay drained, as between resolutions.
+            let lingering = old.iter().flat_map(|o| &o.backends).filter(|b| resolved::lingers(v, b));
+            backends.extend(
+                lingering
+                    .map(|b| BackendState { vanished: b.vanished.or(Some(std::time::Instant::now())), ..b.clone() }),
+            );
             vips.push(VipState { id, spec: v.spec.clone(), backends });
         }
         Ok(State {
@@ -293,6 +308,8 @@ impl State {
             health: initial_health(check.is_some()),
             check,
             origin: Origin::Api,
+            host: None,
+            vanished: None,
         });
         Ok(id)
     }

@@ -138,6 +138,8 @@ impl State {
                         // Files of older versions kept no health: such backends start over.
                         health: saved.health.get(id).copied().unwrap_or(Health::Pending),
                         check: None,
+                        host: None,
+                        vanished: None,
                         origin: Origin::Config,
                     })
                     .collect(),
@@ -184,6 +186,8 @@ impl State {
                         health,
                         check,
                         origin: Origin::Api,
+                        host: None,
+                        vanished: None,
                     });
                 }
                 (ApiChange::Drained { .. }, Some(j)) => self.vips[i].backends[j].drained = true,

@@ -23,6 +23,8 @@ pub struct Daemon {
     dir: PathBuf,
     pins: PathBuf,
     child: Option<Child>,
+    /// A file the daemon sees as /etc/hosts (bind-mounted in a mount namespace of its own).
+    hosts: Option<PathBuf>,
 }
 
 impl Daemon {
@@ -39,7 +41,16 @@ impl Daemon {
             dir,
             pins: PathBuf::from("/sys/fs/bpf").join(run_name(tag)),
             child: None,
+            hosts: None,
         }
+    }
+
+    /// Makes the daemon resolve host names with `path` as its /etc/hosts: it runs in a mount
+    /// namespace of its own where `path` is bind-mounted there, so rewriting `path` in place
+    /// changes what it resolves and nothing else on the host.
+    pub fn with_hosts_file(mut self, path: &Path) -> Daemon {
+        self.hosts = Some(path.to_path_buf());
+        self
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -79,8 +90,14 @@ impl Daemon {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log()).unwrap();
         let started = Instant::now();
         let mut command = Command::new("nsenter");
+        command.arg(format!("--net=/run/netns/{}", self.netns));
+        if let Some(hosts) = &self.hosts {
+            command
+                .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
+                .arg("mount --bind \"$0\" /etc/hosts && exec \"$@\"")
+                .arg(hosts);
+        }
         command
-            .arg(format!("--net=/run/netns/{}", self.netns))
             .arg(crate::lb_ctl_bin())
             .args(["attach", &self.iface])
             .args(&self.args)
