@@ -33,7 +33,8 @@ pub fn is_prime(n: u32) -> bool {
     true
 }
 
-/// Builds a ring of `size` slots (a prime). Members with weight 0 get no slots (drained);
+/// Builds a ring of `size` slots (a prime) holding member ids; which member a slot holds
+/// depends only on the members' keys and weights. Members with weight 0 get no slots (drained);
 /// with no positive weight at all every slot is [`BACKEND_NONE`].
 ///
 /// Weights: members take turns filling their next preferred empty slot; each round a member
@@ -43,7 +44,12 @@ pub fn build_ring(members: &[RingMember<'_>], size: u32) -> Vec<u32> {
     assert!(is_prime(size), "Maglev ring size must be prime, got {size}");
     let size_u = size as usize;
     let mut ring = vec![BACKEND_NONE; size_u];
-    let live: Vec<&RingMember<'_>> = members.iter().filter(|m| m.weight > 0).collect();
+    // Members take their turns in the order of their keys: the ring then depends on the set
+    // of members alone, not on the order they were listed or their ids, so every node given
+    // the same backends builds the same ring (a flow that ECMP moves to another balancer
+    // reaches the same backend).
+    let mut live: Vec<&RingMember<'_>> = members.iter().filter(|m| m.weight > 0).collect();
+    live.sort_by(|a, b| a.key.cmp(b.key));
     let Some(max_weight) = live.iter().map(|m| m.weight as u64).max() else {
         return ring;
     };
@@ -181,5 +187,22 @@ mod tests {
         assert!(is_prime(65537) && is_prime(251) && !is_prime(65536) && !is_prime(1));
         let r = std::panic::catch_unwind(|| build_ring(&[], 100));
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn the_ring_depends_on_the_set_of_members_not_their_order_or_ids() {
+        let keys = keys(7);
+        let weights = [100, 50, 100, 200, 100, 0, 100];
+        let ring = build_ring(&members(&keys, &weights), 65_537);
+        let key_of = |members: &[RingMember<'_>], id: u32| members.iter().find(|m| m.id == id).map(|m| m.key.to_vec());
+        let listed = members(&keys, &weights);
+        // The same backends listed in reverse, with other ids.
+        let mut other: Vec<RingMember<'_>> =
+            members(&keys, &weights).into_iter().rev().map(|m| RingMember { id: m.id + 100, ..m }).collect();
+        other.swap(1, 4);
+        let other_ring = build_ring(&other, 65_537);
+        for (a, b) in ring.iter().zip(&other_ring) {
+            assert_eq!(key_of(&listed, *a), key_of(&other, *b), "every slot holds the same backend");
+        }
     }
 }

@@ -197,6 +197,43 @@ fn commands_and_exit_codes() {
     assert_eq!(d.fails(&["status"]).0, 3, "no daemon: exit 3");
 }
 
+/// Scale-out: balancers given the same backends build the same ring, whatever order the file
+/// lists them in, whatever ids their history gave them, and across restarts.
+#[test]
+fn every_node_given_the_same_backends_builds_the_same_ring() {
+    let file = |order: &[u8]| {
+        let backends: Vec<String> =
+            order.iter().map(|i| format!("{{ address = \"198.51.100.{i}\", port = 8080 }}")).collect();
+        move |socket: &Path| {
+            format!(
+                "[daemon]\napi_socket = \"{}\"\nring_size = 65537\n\n[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nforwarding = \"dsr-ipip\"\nencap_source = \"198.51.100.254\"\nbackends = [ {} ]\n",
+                socket.display(),
+                backends.join(", ")
+            )
+        }
+    };
+    let digest = |d: &Daemon| -> String {
+        let vips: serde_json::Value = serde_json::from_str(&d.ok(&["vips", "list", "--json"])).unwrap();
+        vips[0]["ring_digest"].as_str().expect("an XDP VIP has a ring digest").to_string()
+    };
+    let a = Daemon::start_with("lb.toml", file(&[1, 2, 3]));
+    let b = Daemon::start_with("lb.toml", file(&[3, 1, 2]));
+    // b's history differs: a backend added and removed first shifts the ids it hands out.
+    b.ok(&["backends", "add", "web", "198.51.100.9:8080"]);
+    b.ok(&["backends", "remove", "web", "198.51.100.9:8080"]);
+    b.ok(&["reload"]);
+    let ids = |d: &Daemon| d.ok(&["backends", "list", "--json"]);
+    assert_eq!(digest(&a), digest(&b), "same backends, same ring:\n{}\n{}", ids(&a), ids(&b));
+    let first = digest(&a);
+    drop(a);
+    let restarted = Daemon::start_with("lb.toml", file(&[2, 3, 1]));
+    assert_eq!(digest(&restarted), first, "a restarted node builds the ring it had");
+    b.ok(&["backends", "drain", "web", "198.51.100.2:8080"]);
+    assert_ne!(digest(&b), first, "a drained backend changes the ring");
+    let list = b.ok(&["vips", "list"]);
+    assert!(list.contains("RING") && list.contains(&digest(&b)[..8]), "{list}");
+}
+
 /// lb.yaml: the daemon runs from it, and reload and validate name the YAML file's lines.
 #[test]
 fn a_yaml_configuration_runs_reloads_and_validates() {

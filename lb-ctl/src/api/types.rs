@@ -70,6 +70,10 @@ pub struct VipView {
     /// Proxy VIPs: whether the VIP accepts connections (false: its listener failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listening: Option<bool>,
+    /// XDP VIPs: a digest of the ring by backend address; balancers given the same backends
+    /// (scale-out) show the same digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_digest: Option<String>,
 }
 
 /// `GET /v1/backends`: one backend.

@@ -106,10 +106,11 @@ pub fn vips(list: &[VipView]) -> String {
                 },
                 v.packets.to_string(),
                 v.bytes.to_string(),
+                v.ring_digest.as_deref().map_or("-", |d| &d[..8]).to_string(),
             ]
         })
         .collect();
-    table(&["NAME", "VIP", "FORWARDING", "HASH", "HEALTHY", "STATE", "PACKETS", "BYTES"], &rows)
+    table(&["NAME", "VIP", "FORWARDING", "HASH", "HEALTHY", "STATE", "PACKETS", "BYTES", "RING"], &rows)
 }
 
 /// `lb-ctl status`.
@@ -289,6 +290,7 @@ mod tests {
             packets: 0,
             bytes: 0,
             listening: Some(false),
+            ring_digest: None,
         };
         let text = vips(&[v]);
         assert!(text.contains("1/1      down (not listening)"), "{text}");

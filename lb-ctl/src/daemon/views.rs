@@ -3,7 +3,7 @@ use super::writer::Writer;
 use crate::api::ApiError;
 use crate::api::types::{BackendView, CounterView, CpuView, StatsView, StatusView, TrafficView, VipView};
 use crate::state::VipState;
-use crate::state::plan::ring_input;
+use crate::state::plan::{ring_digest, ring_input};
 
 impl Writer {
     pub(super) fn status(&self) -> StatusView {
@@ -48,6 +48,7 @@ impl Writer {
                     packets: traffic.packets,
                     bytes: traffic.bytes,
                     listening: proxy_stats.iter().find(|s| s.name == v.label()).map(|s| s.listening),
+                    ring_digest: self.applier.ring(v.id).filter(|_| v.forwarding.is_xdp()).map(|r| ring_digest(r, v)),
                 })
             })
             .collect()

@@ -38,7 +38,7 @@ enum ReloadError {
 pub(super) struct Writer {
     pub(super) dp: Box<dyn Dataplane>,
     pub(super) state: State,
-    applier: Applier,
+    pub(super) applier: Applier,
     pub(super) checkers: Checkers,
     /// The configuration in force (the last one loaded without mistakes).
     pub(super) config: Config,

@@ -57,6 +57,21 @@ pub fn ring_input(v: &VipState) -> RingInput {
     }
 }
 
+/// A digest of which backend address each slot of `ring` (VIP `v`'s, of backend ids) holds:
+/// nodes given the same backends show the same digest whatever their ids (`vips list`).
+pub fn ring_digest(ring: &[u32], v: &VipState) -> String {
+    let mut bytes = Vec::with_capacity(ring.len() * 4);
+    for id in ring {
+        match v.backends.iter().find(|b| b.id == *id) {
+            Some(b) => {
+                bytes.extend_from_slice(&lb_common::hash::bytes_hash(&ring_key(b.address), 0).to_le_bytes()[..4])
+            }
+            None => bytes.extend_from_slice(&[0xff; 4]),
+        }
+    }
+    format!("{:016x}", lb_common::hash::bytes_hash(&bytes, 0))
+}
+
 /// Whether none of the VIP's backends may take new flows by health and weight (the all-down
 /// policy applies).
 pub fn all_down(v: &VipState) -> bool {
