@@ -1,5 +1,6 @@
 //! lb-ctl as a library: the daemon's parts, so tests drive them with temp sockets and an in-memory
 //! data plane. `main.rs` is the thin CLI over it.
+pub mod announce;
 pub mod api;
 pub mod cli;
 pub mod config;

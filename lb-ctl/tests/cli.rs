@@ -234,6 +234,37 @@ fn every_node_given_the_same_backends_builds_the_same_ring() {
     assert!(list.contains("RING") && list.contains(&digest(&b)[..8]), "{list}");
 }
 
+/// Route health injection: a VIP is announced while enough of its backends serve and the node
+/// is not drained (kept in memory here; the root suite checks the kernel table and BIRD).
+#[test]
+fn a_vip_is_announced_while_it_can_be_served_and_node_drain_withdraws_it() {
+    let d = Daemon::start_with("lb.toml", |socket| {
+        format!(
+            "[daemon]\napi_socket = \"{}\"\nring_size = 251\n\n[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nforwarding = \"dsr-ipip\"\nencap_source = \"198.51.100.254\"\nannounce = {{ min_healthy = 2 }}\nbackends = [ {{ address = \"198.51.100.1\" }}, {{ address = \"198.51.100.2\" }} ]\n",
+            socket.display()
+        )
+    });
+    let announced = |d: &Daemon| -> Vec<String> {
+        let s: serde_json::Value = serde_json::from_str(&d.ok(&["status", "--json"])).unwrap();
+        s["announced"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(announced(&d), ["203.0.113.10"]);
+    assert!(d.ok(&["status"]).contains("announced   203.0.113.10 (routes in table 4242)"));
+    d.ok(&["backends", "drain", "web", "198.51.100.2"]);
+    assert!(announced(&d).is_empty(), "one backend left of the two required");
+    d.ok(&["backends", "undrain", "web", "198.51.100.2"]);
+    assert_eq!(announced(&d), ["203.0.113.10"]);
+
+    let out = d.ok(&["node", "drain"]);
+    assert!(out.contains("node drained"), "{out}");
+    assert!(announced(&d).is_empty());
+    assert!(d.ok(&["status"]).contains("node        DRAINED"));
+    d.ok(&["reload"]);
+    assert!(announced(&d).is_empty(), "a reload keeps the node drained");
+    assert!(d.ok(&["node", "undrain"]).contains("1 VIP address(es) announced"));
+    assert_eq!(announced(&d), ["203.0.113.10"]);
+}
+
 /// lb.yaml: the daemon runs from it, and reload and validate name the YAML file's lines.
 #[test]
 fn a_yaml_configuration_runs_reloads_and_validates() {

@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
 use super::types::{
-    BackendRequest, BackendView, BackendsQuery, Changed, ErrorBody, ExplainRequest, ExplainView, PREFIX, ReloadView,
-    StatsView, StatusView, VipView,
+    BackendRequest, BackendView, BackendsQuery, Changed, ErrorBody, ExplainRequest, ExplainView, NodeView, PREFIX,
+    ReloadView, StatsView, StatusView, VipView,
 };
 
 /// A failed call.
@@ -85,6 +85,11 @@ impl Client {
     }
     pub async fn reload(&self) -> Result<ReloadView, ClientError> {
         self.call(Method::POST, "/reload", None::<&()>).await
+    }
+    /// `node drain` (true) or `node undrain` (false).
+    pub async fn node(&self, drain: bool) -> Result<NodeView, ClientError> {
+        let path = if drain { "/node/drain" } else { "/node/undrain" };
+        self.call(Method::POST, path, None::<&()>).await
     }
 
     /// One request on a new connection; `path` is under `/v1`.

@@ -4,7 +4,8 @@ use std::future::Future;
 
 use super::ApiError;
 use super::types::{
-    BackendRequest, BackendView, Changed, ExplainRequest, ExplainView, ReloadView, StatsView, StatusView, VipView,
+    BackendRequest, BackendView, Changed, ExplainRequest, ExplainView, NodeView, ReloadView, StatsView, StatusView,
+    VipView,
 };
 
 /// A request to the daemon.
@@ -23,6 +24,10 @@ pub enum Request {
     Stats,
     Explain(ExplainRequest),
     Reload,
+    /// `node drain` (true) or `node undrain` (false).
+    Node {
+        drain: bool,
+    },
     /// Every metric, in the OpenMetrics text format.
     Metrics,
 }
@@ -37,6 +42,7 @@ pub enum Response {
     Stats(StatsView),
     Explain(ExplainView),
     Reloaded(ReloadView),
+    Node(NodeView),
     /// OpenMetrics text.
     Metrics(String),
 }
@@ -52,6 +58,7 @@ impl Response {
             Response::Stats(v) => serde_json::to_value(v),
             Response::Explain(v) => serde_json::to_value(v),
             Response::Reloaded(v) => serde_json::to_value(v),
+            Response::Node(v) => serde_json::to_value(v),
             Response::Metrics(text) => Ok(serde_json::Value::String(text.clone())),
         };
         value.expect("API views serialize to JSON")

@@ -98,6 +98,8 @@ pub fn router<S: Service>(service: S) -> Router {
         .route("/vips", only("GET", get(|State(s): State<S>| call(s, Request::Vips))))
         .route("/stats", only("GET", get(|State(s): State<S>| call(s, Request::Stats))))
         .route("/reload", only("POST", post(|State(s): State<S>| call(s, Request::Reload))))
+        .route("/node/drain", only("POST", post(|State(s): State<S>| call(s, Request::Node { drain: true }))))
+        .route("/node/undrain", only("POST", post(|State(s): State<S>| call(s, Request::Node { drain: false }))))
         .route("/metrics", only("GET", get(metrics::<S>)))
         .route(
             "/backends",

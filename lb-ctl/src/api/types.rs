@@ -182,6 +182,23 @@ pub struct StatusView {
     /// added, drained, removed): a restart keeps them, a reload undoes them.
     #[serde(default)]
     pub api_changes: usize,
+    /// The node is drained (`lb-ctl node drain`): it announces no VIP.
+    #[serde(default)]
+    pub node_drained: bool,
+    /// VIP addresses announced now (routes in `announce_table`), and that table.
+    #[serde(default)]
+    pub announced: Vec<std::net::IpAddr>,
+    #[serde(default)]
+    pub announce_table: u32,
+}
+
+/// `POST /v1/node/drain` and `/v1/node/undrain`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub drained: bool,
+    /// VIP addresses announced after the change.
+    pub announced: Vec<std::net::IpAddr>,
+    pub message: String,
 }
 
 /// `POST /v1/reload`, and the last reload in the status.

@@ -52,6 +52,10 @@ pub enum Command {
     /// The VIPs.
     #[command(subcommand)]
     Vips(VipsCommand),
+    /// This balancer as one node of several behind ECMP: drain withdraws every announced VIP
+    /// (established flows keep being forwarded); undrain announces them again.
+    #[command(subcommand)]
+    Node(NodeCommand),
     /// The daemon's state at a glance.
     Status {
         /// Print JSON instead of a table.
@@ -303,6 +307,14 @@ pub enum BackendsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// Withdraw every announced VIP, keep forwarding (kept across reloads and restarts).
+    Drain,
+    /// Announce the VIPs again (each while it has enough healthy backends).
+    Undrain,
 }
 
 #[derive(Subcommand)]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::args::{BackendsCommand, Command, VipsCommand};
+use super::args::{BackendsCommand, Command, NodeCommand, VipsCommand};
 use super::{rates, render};
 use crate::api::client::{Client, ClientError};
 use crate::api::types::{BackendRequest, ExplainRequest};
@@ -117,6 +117,7 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
     let req = |vip: String, address: String, weight: Option<u64>| BackendRequest { vip, address, weight };
     Ok(match command {
         Command::Reload => format!("reloaded: {}\n", c.reload().await?.message),
+        Command::Node(node) => c.node(matches!(node, NodeCommand::Drain)).await?.message + "\n",
         Command::Backends(BackendsCommand::Add { vip, address, weight }) => {
             c.add_backend(&req(vip, address, weight)).await?.message + "\n"
         }

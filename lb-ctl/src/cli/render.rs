@@ -136,6 +136,13 @@ pub fn status(s: &StatusView) -> String {
             s.api_changes
         ));
     }
+    if s.node_drained {
+        out.push_str("node        DRAINED (announces no VIP; `lb-ctl node undrain` to announce again)\n");
+    }
+    if !s.announced.is_empty() {
+        let list: Vec<String> = s.announced.iter().map(|a| a.to_string()).collect();
+        out.push_str(&format!("announced   {} (routes in table {})\n", list.join(" "), s.announce_table));
+    }
     if let Some(r) = &s.last_reload {
         out.push_str(&format!(
             "last reload {}: {}\n",

@@ -39,7 +39,12 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
     let paths = AttachPaths::balancer(&iface, args.pin_dir.clone(), args.state_dir.clone());
     check_pinned_ring_size(&paths, &config, &iface)?;
     let socket = config.api_socket(&iface);
-    let options = daemon::Options { interface: iface.clone(), ids_file: Some(paths.ids_file()), ..Default::default() };
+    let options = daemon::Options {
+        interface: iface.clone(),
+        ids_file: Some(paths.ids_file()),
+        kernel_routes: !args.fake_dataplane,
+        ..Default::default()
+    };
     let memory = args.fake_dataplane;
     run(config, socket, options, move |config| {
         paths::create_private_dir(&paths.state_dir)

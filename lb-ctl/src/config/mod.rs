@@ -84,7 +84,13 @@ pub struct DaemonSettings {
     pub proxy_workers: Option<u32>,
     /// What a VIP does when none of its backends is healthy (a VIP may override it).
     pub all_down: AllDownPolicy,
+    /// The kernel routing table that holds the announced VIPs' routes, for the routing
+    /// daemon (BIRD's `kernel` protocol) to learn. Fixed for the daemon's life.
+    pub announce_table: u32,
 }
+
+/// Default of `daemon.announce_table`.
+pub const DEFAULT_ANNOUNCE_TABLE: u32 = 4242;
 
 impl Default for DaemonSettings {
     fn default() -> Self {
@@ -103,6 +109,7 @@ impl Default for DaemonSettings {
             log_level: "info".into(),
             proxy_workers: None,
             all_down: AllDownPolicy::Forward,
+            announce_table: DEFAULT_ANNOUNCE_TABLE,
         }
     }
 }
@@ -125,6 +132,16 @@ pub struct VipSpec {
     pub health: Option<HealthSpec>,
     /// `[vip.proxy]`: lb-proxy's options (proxy VIPs only).
     pub proxy: Option<lb_proxy::ProxyOptions>,
+    /// `[vip.announce]`: announce the VIP's address over the routing daemon while it can be
+    /// served (scale-out behind ECMP).
+    pub announce: Option<Announce>,
+}
+
+/// `[vip.announce]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Announce {
+    /// Backends that must be healthy (and not drained) for the VIP to be announced.
+    pub min_healthy: u32,
 }
 
 /// What identifies a VIP across reloads and restarts: address, port, wire protocol.

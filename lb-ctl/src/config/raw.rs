@@ -31,6 +31,7 @@ pub(super) struct RawDaemon {
     pub resolve_hold: Option<Spanned<String>>,
     pub log_level: Option<Spanned<String>>,
     pub proxy_workers: Option<Spanned<i64>>,
+    pub announce_table: Option<Spanned<i64>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,
 }
 
@@ -60,6 +61,14 @@ pub(super) struct RawVip {
     #[serde(default)]
     pub backends: Vec<Spanned<RawBackend>>,
     pub proxy: Option<Spanned<lb_proxy::ProxyOptions>>,
+    pub announce: Option<Spanned<RawAnnounce>>,
+}
+
+/// `[vip.announce]`: when this node announces the VIP's address (see `announce/`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAnnounce {
+    pub min_healthy: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

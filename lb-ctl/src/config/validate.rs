@@ -29,12 +29,19 @@ pub(super) struct Checker<'a> {
     text: &'a str,
     resolve: &'a Resolver,
     pub(super) problems: Vec<Problem>,
+    /// What is allowed but probably not meant.
+    warnings: Vec<Problem>,
 }
 
 impl Checker<'_> {
     pub(super) fn line_of(&self, span: Range<usize>) -> usize {
         let end = span.start.min(self.text.len());
         self.text[..end].bytes().filter(|b| *b == b'\n').count() + 1
+    }
+
+    pub(super) fn warn(&mut self, span: Range<usize>, message: impl Into<String>) {
+        let line = Some(self.line_of(span));
+        self.warnings.push(Problem { file: self.file.clone(), line, message: format!("warning: {}", message.into()) });
     }
 
     pub(super) fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -74,7 +81,7 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
     let raw: RawFile = match toml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            let mut c = Checker { file, text, resolve, problems: Vec::new() };
+            let mut c = Checker { file, text, resolve, problems: Vec::new(), warnings: Vec::new() };
             let message = e.message().trim_end().replace('\n', ": ");
             match e.span() {
                 Some(span) => c.error(span, message),
@@ -83,7 +90,7 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
             return Err(ConfigError::Invalid(c.problems));
         }
     };
-    let mut c = Checker { file, text, resolve, problems: Vec::new() };
+    let mut c = Checker { file, text, resolve, problems: Vec::new(), warnings: Vec::new() };
     let daemon = match &raw.daemon {
         Some(d) => daemon(&mut c, d.get_ref()),
         None => DaemonSettings::default(),
@@ -104,7 +111,8 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
     let mut seen = HashSet::new();
     c.problems.retain(|p| seen.insert((p.line, p.message.clone())));
     if c.problems.is_empty() {
-        let warnings = vips
+        let mut warnings = std::mem::take(&mut c.warnings);
+        let no_backends = vips
             .iter()
             .filter(|v| v.backends.is_empty())
             .map(|v| Problem {
@@ -114,8 +122,8 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
                     "warning: vip {:?} has no backends: its packets are dropped (or refused by the proxy) until one is added",
                     v.label()
                 ),
-            })
-            .collect();
+            });
+        warnings.extend(no_backends);
         Ok(Config { source: path.to_path_buf(), daemon, vips, warnings })
     } else {
         Err(ConfigError::Invalid(c.problems))
@@ -227,6 +235,17 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
     }
     if let Some(s) = &d.all_down {
         out.all_down = *s.get_ref();
+    }
+    if let Some(s) = &d.announce_table {
+        // 0 is no table; 253-255 are the kernel's default, main and local tables.
+        match c.int(s, 1..=i64::from(u32::MAX), "daemon: announce_table") {
+            Some(t @ 253..=255) => c.error(
+                s.span(),
+                format!("daemon: announce_table {t} is one of the kernel's own tables: choose another"),
+            ),
+            Some(t) => out.announce_table = t as u32,
+            None => {}
+        }
     }
     out
 }
@@ -347,6 +366,7 @@ fn vip<'a>(
     if c.problems.len() > before {
         return None;
     }
+    let announce = v.announce.as_ref().and_then(|a| announce(c, &at, a, forwarding, v.backends.len()));
     let spec = VipSpec {
         name: v.name.as_ref().map(|n| n.get_ref().clone()),
         address: address?,
@@ -358,8 +378,38 @@ fn vip<'a>(
         all_down,
         health: own_health,
         proxy: if forwarding.is_xdp() { None } else { defaults.proxy_options(index) },
+        announce,
     };
     Some(VipConfig { spec, backends, hosts, line })
+}
+
+/// `[vip.announce]`, checked.
+fn announce(
+    c: &mut Checker<'_>,
+    at: &str,
+    a: &Spanned<super::raw::RawAnnounce>,
+    forwarding: Forwarding,
+    backends: usize,
+) -> Option<super::Announce> {
+    let min_healthy = match &a.get_ref().min_healthy {
+        Some(m) => c.int(m, 1..=i64::from(MAX_BACKENDS), &format!("{at}: announce.min_healthy"))? as u32,
+        None => 1,
+    };
+    if forwarding == Forwarding::Nat {
+        c.warn(
+            a.span(),
+            format!(
+                "{at}: announced NAT VIP: backends answer through the node that translated the flow, so behind ECMP over several balancers replies break when a flow moves; announce it from one node only, or use a DSR mode to scale out"
+            ),
+        );
+    }
+    if min_healthy as usize > backends {
+        c.warn(
+            a.span(),
+            format!("{at}: announce.min_healthy = {min_healthy} but the VIP has {backends} backends: it is not announced until more are added"),
+        );
+    }
+    Some(super::Announce { min_healthy })
 }
 
 /// A backend as written: one address, or each address its host name resolves to (with what

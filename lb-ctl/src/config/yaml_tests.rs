@@ -108,12 +108,8 @@ backends = [ { address = "198.51.100.3" } ]
 #[test]
 fn mistakes_name_the_yaml_line() {
     let vip = "vip:\n  - name: web\n    address: 203.0.113.10\n    port: 80\n";
-    assert_eq!(
-        errors(&format!("{vip}    colour: blue\n")),
-        [
-            "lb.yaml:5: unknown field `colour`, expected one of `name`, `address`, `port`, `protocol`, `forwarding`, `hash`, `encap_source`, `all_down`, `health`, `backends`, `proxy`"
-        ]
-    );
+    let e = errors(&format!("{vip}    colour: blue\n"));
+    assert!(e[0].starts_with("lb.yaml:5: unknown field `colour`, expected one of `name`, "), "{e:?}");
     let e = errors(&format!(
         "{vip}    backends:\n      - address: 198.51.100.1\n      - address: 198.51.100.2\n        weight: 70000\n"
     ));

@@ -23,6 +23,9 @@ impl Writer {
             ring_size: self.state.ring_size,
             last_reload: self.last_reload.clone(),
             api_changes: self.state.api_changes().len(),
+            node_drained: self.state.node_drained,
+            announced: self.routes_announced(),
+            announce_table: self.config.daemon.announce_table,
         }
     }
 

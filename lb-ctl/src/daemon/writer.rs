@@ -8,7 +8,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::resolver::{Answer, Plan};
 use super::{Command, Options, describe, unix_now};
-use crate::api::types::{Changed, ReloadView};
+use crate::announce::{self, KernelRoutes, MemoryRoutes, Routes};
+use crate::api::types::{Changed, NodeView, ReloadView};
 use crate::api::{ApiError, Request, Response};
 use crate::config::{Config, ConfigError, hosts};
 use crate::dataplane::Dataplane;
@@ -55,6 +56,8 @@ pub(super) struct Writer {
     runtime: tokio::runtime::Handle,
     /// What the resolving task resolves (the configuration in force's host names).
     resolve_plan: watch::Sender<Plan>,
+    /// The announced VIP routes; opened when the writer starts.
+    routes: Box<dyn Routes>,
 }
 
 impl Writer {
@@ -82,6 +85,7 @@ impl Writer {
             transitions: HashMap::new(),
             runtime: tokio::runtime::Handle::current(),
             resolve_plan,
+            routes: Box::new(MemoryRoutes::default()),
         };
         writer.save_ids();
         writer
@@ -109,7 +113,8 @@ impl Writer {
         started: tokio::sync::oneshot::Sender<Result<(), String>>,
     ) -> Box<dyn Dataplane> {
         let state = self.state.clone();
-        if let Err(e) = self.sync_proxy(&state) {
+        let opened = self.open_routes();
+        if let Err(e) = opened.and_then(|()| self.sync_proxy(&state).map_err(|e| e.to_string())) {
             let _ = started.send(Err(e.to_string()));
             self.checkers.stop();
             if let Some(proxy) = &self.proxy {
@@ -118,6 +123,7 @@ impl Writer {
             return self.dp;
         }
         let _ = started.send(Ok(()));
+        self.sync_routes();
         while let Some(command) = rx.blocking_recv() {
             match command {
                 Command::Call(request, reply) => {
@@ -135,10 +141,64 @@ impl Writer {
             }
         }
         self.checkers.stop();
+        // A clean stop: the routers stop sending this node traffic (a crash keeps the routes,
+        // and the pinned program keeps serving them).
+        match self.routes.apply(&Default::default()) {
+            Ok(change) if !change.withdrawn.is_empty() => {
+                tracing::info!(withdrawn = ?change.withdrawn, "stopping: VIP routes withdrawn")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "stopping: VIP routes not withdrawn"),
+        }
         if let Some(proxy) = &self.proxy {
             proxy.shutdown(self.config.daemon.shutdown_grace);
         }
         self.dp
+    }
+
+    /// Opens the kernel routing table of the announced VIPs (when the data plane is real).
+    fn open_routes(&mut self) -> Result<(), String> {
+        if !self.options.kernel_routes {
+            return Ok(());
+        }
+        let table = self.config.daemon.announce_table;
+        let routes = KernelRoutes::open(table, self.runtime.clone())
+            .map_err(|e| format!("opening routing table {table} for the announced VIPs: {e}"))?;
+        self.routes = Box::new(routes);
+        Ok(())
+    }
+
+    pub(super) fn routes_announced(&self) -> Vec<std::net::IpAddr> {
+        self.routes.announced().into_iter().collect()
+    }
+
+    /// Brings the announced routes in line with the state.
+    fn sync_routes(&mut self) {
+        let want = announce::wanted(&self.state);
+        match self.routes.apply(&want) {
+            Ok(change) if change.is_empty() => {}
+            Ok(change) => tracing::info!(
+                announced = ?change.announced,
+                withdrawn = ?change.withdrawn,
+                table = self.config.daemon.announce_table,
+                "VIP routes changed"
+            ),
+            Err(e) => tracing::error!(error = %e, "VIP routes not changed"),
+        }
+    }
+
+    /// `node drain` / `node undrain`.
+    fn node(&mut self, drain: bool) -> Result<NodeView, ApiError> {
+        let mut next = self.state.clone();
+        next.node_drained = drain;
+        self.commit(next)?;
+        let announced: Vec<std::net::IpAddr> = self.routes.announced().into_iter().collect();
+        let message = match drain {
+            true => "node drained: no VIP announced; established flows are still forwarded".to_string(),
+            false => format!("node undrained: {} VIP address(es) announced", announced.len()),
+        };
+        tracing::info!(?announced, "{message}");
+        Ok(NodeView { drained: drain, announced, message })
     }
 
     fn handle(&mut self, request: Request) -> Result<Response, ApiError> {
@@ -160,6 +220,7 @@ impl Writer {
                 .map(Response::Changed),
             Request::Stats => self.stats().map(Response::Stats),
             Request::Metrics => self.metrics().map(Response::Metrics),
+            Request::Node { drain } => self.node(drain).map(Response::Node),
             Request::Explain(r) => self.explain(&r).map(Response::Explain),
             Request::Reload => {
                 let view = self.reload();
@@ -188,6 +249,7 @@ impl Writer {
                 self.state = next;
                 self.checkers.sync(&self.state);
                 self.save_ids();
+                self.sync_routes();
                 Ok(report)
             }
             Err(e) => {
@@ -318,6 +380,7 @@ impl Writer {
             ("api_tcp", format!("{:?}", old.api_tcp), format!("{:?}", new.api_tcp)),
             ("metrics", format!("{:?}", old.metrics), format!("{:?}", new.metrics)),
             ("proxy_workers", format!("{:?}", old.proxy_workers), format!("{:?}", new.proxy_workers)),
+            ("announce_table", old.announce_table.to_string(), new.announce_table.to_string()),
         ];
         let changed: Vec<String> = fixed
             .iter()

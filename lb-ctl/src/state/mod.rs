@@ -154,6 +154,9 @@ pub struct State {
     /// Backends of the file removed through the API since it was loaded (kept across
     /// restarts, undone by a reload).
     removed_by_api: Vec<(VipIdentity, SocketAddr)>,
+    /// `lb-ctl node drain`: this node announces no VIP (and keeps forwarding). Kept across
+    /// reloads and restarts until `node undrain`.
+    pub node_drained: bool,
 }
 
 impl Default for State {
@@ -167,6 +170,7 @@ impl Default for State {
             vip_ids: IdAllocator::new(MAX_VIPS),
             backend_ids: IdAllocator::new(MAX_BACKENDS),
             removed_by_api: Vec::new(),
+            node_drained: false,
         }
     }
 }
@@ -241,6 +245,7 @@ impl State {
             vip_ids,
             backend_ids,
             removed_by_api: Vec::new(),
+            node_drained: previous.node_drained,
         })
     }
 

@@ -30,6 +30,9 @@ pub struct SavedState {
     /// Changes made through the API since the file was loaded, in order.
     #[serde(default)]
     pub api_changes: Vec<ApiChange>,
+    /// The node was drained (`lb-ctl node drain`): it announces nothing, also after a restart.
+    #[serde(default)]
+    pub node_drained: bool,
 }
 
 /// One VIP's ids in a [`SavedState`].
@@ -85,6 +88,7 @@ impl State {
             backend_ids: self.backend_ids.clone(),
             health: backends().filter(|(_, b)| b.check.is_some()).map(|(_, b)| (b.id, b.health)).collect(),
             api_changes: self.api_changes(),
+            node_drained: self.node_drained,
         }
     }
 
@@ -127,6 +131,7 @@ impl State {
                     all_down: AllDownPolicy::Forward,
                     health: None,
                     proxy: None,
+                    announce: None,
                 },
                 backends: backends
                     .iter()
@@ -151,7 +156,7 @@ impl State {
             vip_ids.reserve(v.id);
             v.backends.iter().for_each(|(_, b)| backend_ids.reserve(*b));
         }
-        State { vips, vip_ids, backend_ids, ..State::default() }
+        State { vips, vip_ids, backend_ids, node_drained: saved.node_drained, ..State::default() }
     }
 
     /// Makes again, after a restart, the API changes a previous run saved: added backends come

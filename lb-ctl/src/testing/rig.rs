@@ -72,6 +72,7 @@ impl Daemon {
             interface: "test0".into(),
             xdp_mode: None,
             ids_file: Some(dir.path().join("ids.json")),
+            kernel_routes: false,
             maps_reused,
         };
         let dp: Box<dyn Dataplane> = Box::new(fake.clone());
