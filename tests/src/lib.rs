@@ -3,6 +3,7 @@
 //! BPF_PROG_TEST_RUN; and the benchmarks, which run in the same lab.
 pub mod balancer;
 pub mod bench;
+pub mod cluster;
 pub mod fixture;
 pub mod flood;
 pub mod fuzz;

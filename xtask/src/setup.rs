@@ -13,9 +13,19 @@ const LLVM_MAJOR: &str = "22";
 /// ping (neighbour warm-up), sysctl (procps), systemd-analyze (systemd: the install tests verify
 /// the installed units), promtool (prometheus: the shipped alert rules are checked with it) and
 /// headless chromium with a font (the status page is tested in a browser; fonts are only
-/// recommended by chromium, and recommends are not installed).
-const DEBIAN_PACKAGES: &[&str] =
-    &["iproute2", "ethtool", "iputils-ping", "procps", "systemd", "prometheus", "chromium", "fonts-liberation"];
+/// recommended by chromium, and recommends are not installed), and BIRD 2 (the scale-out
+/// suite announces VIPs over BGP to a router namespace).
+const DEBIAN_PACKAGES: &[&str] = &[
+    "iproute2",
+    "ethtool",
+    "iputils-ping",
+    "procps",
+    "systemd",
+    "prometheus",
+    "chromium",
+    "fonts-liberation",
+    "bird2",
+];
 
 pub fn run() -> anyhow::Result<()> {
     nightly()?;

@@ -1,0 +1,80 @@
+//! Scale-out, end to end with BIRD: two balancer nodes run the real daemon (XDP attached) and
+//! BIRD with the shipped `docs/bird.conf`; a router namespace runs BIRD with BGP, BFD and ECMP.
+//! The router's route to the VIP must follow what the daemons announce: both nodes while each
+//! has enough healthy backends, one after `node drain` or when the other's backends fall below
+//! `min_healthy`, none after the last clean stop; and a node that dies (daemon killed, BIRD
+//! frozen so that it sends nothing) leaves the route within BFD's detection time. Needs root and BIRD 2.
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use lb_tests::cluster::{Cluster, node_addr};
+use lb_tests::lab::Daemon;
+use lb_tests::privileges::require_root;
+
+const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+/// BGP session set-up and route propagation; generous for a loaded CI machine.
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn config(socket: &std::path::Path, node: usize) -> String {
+    format!(
+        "[daemon]\n\
+         api_socket = \"{}\"\n\
+         \n\
+         [[vip]]\n\
+         name = \"web\"\n\
+         address = \"{VIP}\"\n\
+         port = 80\n\
+         forwarding = \"dsr-ipip\"\n\
+         encap_source = \"{}\"\n\
+         announce = {{ min_healthy = 2 }}\n\
+         backends = [ {{ address = \"198.51.100.11\" }}, {{ address = \"198.51.100.12\" }} ]\n",
+        socket.display(),
+        node_addr(node)
+    )
+}
+
+#[test]
+fn the_router_follows_what_the_nodes_announce() {
+    if !require_root("the_router_follows_what_the_nodes_announce") {
+        return;
+    }
+    let mut cluster = Cluster::new("an", 2);
+    let mut daemons: Vec<Daemon> = (0..2)
+        .map(|i| {
+            let mut d = Daemon::new(&cluster.nodes[i], "eth0", &format!("an{i}"), &["--xdp-mode", "skb"]);
+            d.write_config_text(&config(&d.socket(), i));
+            d.start();
+            d
+        })
+        .collect();
+    let both = [node_addr(0), node_addr(1)];
+    let took = cluster.wait_next_hops(VIP, &both, CONVERGE);
+    println!("the router had both nodes as next hops {} ms after the daemons started", took.as_millis());
+    let table = cluster.nodes[0].exec(&["ip", "route", "show", "table", "4242", "proto", "249"]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("203.0.113.10 dev lo"), "{table:?}");
+
+    // Node drain: the route loses the node; undrain brings it back.
+    daemons[0].ok(&["node", "drain"]);
+    let took = cluster.wait_next_hops(VIP, &[node_addr(1)], CONVERGE);
+    println!("node drain: the router dropped node 0 after {} ms", took.as_millis());
+    daemons[0].ok(&["node", "undrain"]);
+    cluster.wait_next_hops(VIP, &both, CONVERGE);
+
+    // Fewer healthy backends than min_healthy on node 1: it withdraws.
+    daemons[1].ok(&["backends", "drain", "web", "198.51.100.12"]);
+    cluster.wait_next_hops(VIP, &[node_addr(0)], CONVERGE);
+    daemons[1].ok(&["backends", "undrain", "web", "198.51.100.12"]);
+    cluster.wait_next_hops(VIP, &both, CONVERGE);
+
+    // Node 1 dies (daemon killed, BIRD frozen: no FIN, no BFD): BFD takes it out of the route.
+    daemons[1].kill9();
+    cluster.freeze_bird(1);
+    let took = cluster.wait_next_hops(VIP, &[node_addr(0)], Duration::from_secs(10));
+    println!("node death: the router dropped node 1 after {} ms (BFD)", took.as_millis());
+
+    // A clean stop withdraws the last node's route.
+    assert!(daemons[0].stop().success());
+    let table = cluster.nodes[0].exec(&["ip", "route", "show", "table", "4242", "proto", "249"]);
+    assert!(table.stdout.is_empty(), "a clean stop leaves no VIP route: {table:?}");
+    cluster.wait_next_hops(VIP, &[], CONVERGE);
+}
