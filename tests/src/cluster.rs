@@ -1,5 +1,5 @@
-//! A routed lab for scale-out: a router namespace and N balancer nodes, each on its own /30
-//! link to the router, every one running BIRD 2 (`docs/bird.conf` on the nodes, with their
+//! A routed lab for scale-out: a router namespace, N balancer nodes, DSR backends and a client,
+//! every node and the router running BIRD 2 (`docs/bird.conf` on the nodes, with their
 //! addresses), the router with ECMP over the nodes that announce a VIP. Everything is named
 //! with the run's prefix and removed on drop; BIRD processes die with the test.
 use std::net::Ipv4Addr;
@@ -12,7 +12,7 @@ use crate::netns::{Netns, die_with_parent, run_name};
 /// The router's configuration: BGP from every node with BFD, and equal routes merged into one
 /// multipath kernel route (ECMP).
 const ROUTER_CONF: &str = "\
-router id 192.0.2.254;
+router id 198.51.100.254;
 protocol device {}
 protocol bfd { interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; multiplier 3; }; }
 protocol kernel { merge paths on; ipv4 { import none; export all; }; }
@@ -26,51 +26,140 @@ template bgp balancer {
 }
 ";
 
-/// Node `i`'s address on its link (the router's is the next one).
+/// The VIP the cluster lab serves.
+pub const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+/// The router's address on the balancers' and backends' segment (their BGP neighbour and
+/// default gateway).
+pub const ROUTER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 254);
+/// The router's address on the client link.
+const ROUTER_CLIENT_SIDE: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 254);
+
+/// Node `i`'s address on the segment (also its router id and `encap_source`).
 pub fn node_addr(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(192, 0, 2, (4 * i + 1) as u8)
+    Ipv4Addr::new(198, 51, 100, (1 + i) as u8)
 }
 
-fn router_side(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(192, 0, 2, (4 * i + 2) as u8)
+/// Backend `j`'s address on the segment.
+pub fn backend_addr(j: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 51, 100, (11 + j) as u8)
 }
 
+/// Client address `k` (one client namespace holds them all).
+pub fn client_addr(k: usize) -> Ipv4Addr {
+    Ipv4Addr::new(192, 0, 2, (1 + k) as u8)
+}
+
+/// The lab: the router has a bridge (`br0`) that the nodes and the backends plug into, and a
+/// link to the client namespace; VIP traffic goes client → router → (ECMP) node → (DSR) backend,
+/// and replies backend → router → client.
 pub struct Cluster {
     pub router: Netns,
+    pub client: Netns,
     pub nodes: Vec<Netns>,
+    pub backends: Vec<Netns>,
     dir: PathBuf,
     router_bird: Option<Child>,
     node_birds: Vec<Option<Child>>,
+    children: Vec<Child>,
 }
 
 impl Cluster {
-    /// Builds the links and starts BIRD everywhere.
-    pub fn new(tag: &str, nodes: usize) -> Cluster {
+    /// Builds the lab with `nodes` balancer nodes (BIRD started on each and on the router),
+    /// `backends` backend namespaces (plumbed, nothing started) and `clients` client addresses.
+    pub fn new(tag: &str, nodes: usize, backends: usize, clients: usize) -> Cluster {
         let dir = std::env::temp_dir().join(run_name(&format!("{tag}-bird")));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let router = Netns::new(&format!("{tag}r"));
-        router.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-        router.exec(&["sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"]);
-        let nodes: Vec<Netns> = (0..nodes).map(|i| Netns::new(&format!("{tag}n{i}"))).collect();
-        let mut router_conf = ROUTER_CONF.to_string();
-        for (i, node) in nodes.iter().enumerate() {
-            let port = format!("r{i}");
-            router.exec(&["ip", "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &node.name]);
-            router.exec(&["ip", "addr", "add", &format!("{}/30", router_side(i)), "dev", &port]);
-            router.exec(&["ip", "link", "set", &port, "up"]);
-            node.exec(&["ip", "addr", "add", &format!("{}/30", node_addr(i)), "dev", "eth0"]);
-            node.exec(&["ip", "link", "set", "eth0", "up"]);
-            node.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-            router_conf.push_str(&format!("protocol bgp node{i} from balancer {{ neighbor {} as 65001; }}\n", node_addr(i)));
+        for key in ["net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1"] {
+            router.exec(&["sysctl", "-qw", key]);
         }
-        let mut cluster = Cluster { router, nodes, dir, router_bird: None, node_birds: Vec::new() };
+        router.exec(&["ip", "link", "add", "br0", "type", "bridge"]);
+        router.exec(&["ip", "addr", "add", &format!("{ROUTER}/24"), "dev", "br0"]);
+        router.exec(&["ip", "link", "set", "br0", "up"]);
+        let cluster = Cluster {
+            client: Netns::new(&format!("{tag}c")),
+            nodes: (0..nodes).map(|i| Netns::new(&format!("{tag}n{i}"))).collect(),
+            backends: (0..backends).map(|j| Netns::new(&format!("{tag}b{j}"))).collect(),
+            router,
+            dir,
+            router_bird: None,
+            node_birds: Vec::new(),
+            children: Vec::new(),
+        };
+        cluster.link(&cluster.client, "rc", None);
+        cluster.router.exec(&["ip", "addr", "add", &format!("{ROUTER_CLIENT_SIDE}/24"), "dev", "rc"]);
+        for k in 0..clients {
+            cluster.client.exec(&["ip", "addr", "add", &format!("{}/24", client_addr(k)), "dev", "eth0"]);
+        }
+        if clients > 0 {
+            cluster.client.exec(&["ip", "route", "add", "default", "via", &ROUTER_CLIENT_SIDE.to_string()]);
+        }
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            cluster.link(node, &format!("p-n{i}"), Some(node_addr(i)));
+            node.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        }
+        for (j, backend) in cluster.backends.iter().enumerate() {
+            cluster.link(backend, &format!("p-b{j}"), Some(backend_addr(j)));
+            backend.exec(&["ip", "addr", "add", &format!("{VIP}/32"), "dev", "lo"]);
+            // The VIP on lo must not be answered for on eth0; IPIP from the nodes arrives
+            // with sources rp_filter would refuse.
+            for key in [
+                "net.ipv4.conf.all.arp_ignore=1",
+                "net.ipv4.conf.all.arp_announce=2",
+                "net.ipv4.conf.all.rp_filter=0",
+                "net.ipv4.conf.eth0.rp_filter=0",
+            ] {
+                backend.exec(&["sysctl", "-qw", key]);
+            }
+        }
+        let mut cluster = cluster;
+        let mut router_conf = ROUTER_CONF.to_string();
+        for i in 0..nodes {
+            router_conf
+                .push_str(&format!("protocol bgp node{i} from balancer {{ neighbor {} as 65001; }}\n", node_addr(i)));
+        }
         cluster.router_bird = Some(cluster.bird(&cluster.router.name.clone(), "router", &router_conf));
-        for i in 0..cluster.nodes.len() {
+        for i in 0..nodes {
             let child = cluster.bird(&cluster.nodes[i].name.clone(), &format!("node{i}"), &node_conf(i));
             cluster.node_birds.push(Some(child));
         }
         cluster
+    }
+
+    /// Links `host` to the router: `eth0` in the host; with `addr`, the router end is a port
+    /// of `br0` and the host gets `addr`/24 with the router as default gateway; without, the
+    /// router end is `port` itself (addressed by the caller).
+    fn link(&self, host: &Netns, port: &str, addr: Option<Ipv4Addr>) {
+        self.router.exec(&["ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", &host.name]);
+        if addr.is_some() {
+            self.router.exec(&["ip", "link", "set", port, "master", "br0"]);
+        }
+        self.router.exec(&["ip", "link", "set", port, "up"]);
+        host.exec(&["ip", "link", "set", "eth0", "up"]);
+        // Complete, MTU-sized frames for XDP on the other side.
+        host.exec(&["ethtool", "-K", "eth0", "tx", "off", "tso", "off", "gso", "off"]);
+        if let Some(addr) = addr {
+            host.exec(&["ip", "addr", "add", &format!("{addr}/24"), "dev", "eth0"]);
+            host.exec(&["ip", "route", "add", "default", "via", &ROUTER.to_string()]);
+        }
+    }
+
+    /// Starts `args` in namespace `ns` in the background, stopped when the lab is dropped.
+    pub fn spawn(&mut self, ns: &str, args: &[&str]) -> u32 {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", ns]).args(args).stdin(Stdio::null()).stdout(Stdio::null());
+        let child = die_with_parent(&mut command).spawn().unwrap_or_else(|e| panic!("spawn {args:?}: {e}"));
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    /// Takes node `i` off the network as a crash would: its link goes down and its BIRD
+    /// freezes (no BGP withdrawal, no TCP FIN, no BFD). Only BFD can tell the router.
+    pub fn crash_node(&mut self, i: usize) {
+        self.freeze_bird(i);
+        self.nodes[i].exec(&["ip", "link", "set", "eth0", "down"]);
     }
 
     /// Starts BIRD in the foreground in namespace `ns` with `conf`.
@@ -151,7 +240,7 @@ pub fn node_conf(i: usize) -> String {
         let line = if line.starts_with("define NODE =") {
             format!("define NODE = {};", node_addr(i))
         } else if line.starts_with("define ROUTER =") {
-            format!("define ROUTER = {};", router_side(i))
+            format!("define ROUTER = {ROUTER};")
         } else {
             line.to_string()
         };
@@ -163,6 +252,9 @@ pub fn node_conf(i: usize) -> String {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        for child in self.children.drain(..) {
+            crate::lab::stop(child);
+        }
         for child in self.node_birds.iter_mut().chain(std::iter::once(&mut self.router_bird)).flatten() {
             let _ = child.kill();
             let _ = child.wait();

@@ -4,14 +4,12 @@
 //! has enough healthy backends, one after `node drain` or when the other's backends fall below
 //! `min_healthy`, none after the last clean stop; and a node that dies (daemon killed, BIRD
 //! frozen so that it sends nothing) leaves the route within BFD's detection time. Needs root and BIRD 2.
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use lb_tests::cluster::{Cluster, node_addr};
+use lb_tests::cluster::{Cluster, VIP, node_addr};
 use lb_tests::lab::Daemon;
 use lb_tests::privileges::require_root;
 
-const VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 /// BGP session set-up and route propagation; generous for a loaded CI machine.
 const CONVERGE: Duration = Duration::from_secs(30);
 
@@ -38,7 +36,7 @@ fn the_router_follows_what_the_nodes_announce() {
     if !require_root("the_router_follows_what_the_nodes_announce") {
         return;
     }
-    let mut cluster = Cluster::new("an", 2);
+    let mut cluster = Cluster::new("an", 2, 0, 0);
     let mut daemons: Vec<Daemon> = (0..2)
         .map(|i| {
             let mut d = Daemon::new(&cluster.nodes[i], "eth0", &format!("an{i}"), &["--xdp-mode", "skb"]);

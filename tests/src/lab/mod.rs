@@ -198,7 +198,7 @@ impl Lab {
 /// SIGTERM, then SIGKILL if it is still there after 3 s: a server with worker processes (nginx)
 /// stops them on SIGTERM, where SIGKILL to its master would leave them running, holding the
 /// deleted namespace.
-fn stop(mut child: Child) {
+pub(crate) fn stop(mut child: Child) {
     // SAFETY: kill(2) on the pid of our own child, not reaped yet. SIGCONT: a stopped process
     // (a test's hung backend) acts on SIGTERM only once continued.
     unsafe {
