@@ -34,16 +34,25 @@ impl Hold {
     }
 
     /// Reads to the end; panics unless the whole body (`secs` dots) arrived.
-    pub fn finish(mut self, what: &str) {
+    pub fn finish(self, what: &str) {
+        if let Err(e) = self.outcome() {
+            panic!("{what}: the long-lived connection broke: {e}");
+        }
+    }
+
+    /// Reads to the end: whether the whole body (`secs` dots) arrived, and if not what did.
+    pub fn outcome(mut self) -> Result<(), String> {
         let mut rest = Vec::new();
         let result = self.stream.read_to_end(&mut rest);
         let all = [&self.head[..], &rest[..]].concat();
-        let split = all.windows(4).position(|w| w == b"\r\n\r\n").expect("end of headers") + 4;
-        let body = &all[split..];
-        assert!(
-            result.is_ok() && body == ".".repeat(self.secs).as_bytes(),
-            "{what}: the long-lived connection broke: {result:?}, body {:?}",
-            String::from_utf8_lossy(body)
-        );
+        let body = match all.windows(4).position(|w| w == b"\r\n\r\n") {
+            Some(split) => &all[split + 4..],
+            None => return Err("no end of headers".into()),
+        };
+        if result.is_ok() && body == ".".repeat(self.secs).as_bytes() {
+            Ok(())
+        } else {
+            Err(format!("{result:?}, body {:?}", String::from_utf8_lossy(body)))
+        }
     }
 }

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::netns::{Netns, die_with_parent, run_name};
 
+pub mod scenario;
+
 /// The router's configuration: BGP from every node with BFD, and equal routes merged into one
 /// multipath kernel route (ECMP).
 const ROUTER_CONF: &str = "\
@@ -61,6 +63,8 @@ pub struct Cluster {
     router_bird: Option<Child>,
     node_birds: Vec<Option<Child>>,
     children: Vec<Child>,
+    /// Pins of the decapsulators attached on backends, detached on drop.
+    decaps: Vec<lb_ctl::paths::AttachPaths>,
 }
 
 impl Cluster {
@@ -86,6 +90,7 @@ impl Cluster {
             router_bird: None,
             node_birds: Vec::new(),
             children: Vec::new(),
+            decaps: Vec::new(),
         };
         cluster.link(&cluster.client, "rc", None);
         cluster.router.exec(&["ip", "addr", "add", &format!("{ROUTER_CLIENT_SIDE}/24"), "dev", "rc"]);
@@ -155,6 +160,22 @@ impl Cluster {
         pid
     }
 
+    /// `lb-ctl decap attach eth0 --from FROM` on backend `j`, as an operator runs it. nsenter
+    /// enters only the network namespace, so the pin lands in the host's bpffs and outlives
+    /// the command (`ip netns exec` would pin into a private /sys that goes with it).
+    pub fn attach_decap(&mut self, j: usize, from: &str) {
+        let ns = &self.backends[j].name;
+        let lb_ctl = crate::lb_ctl_bin();
+        let net = format!("--net=/run/netns/{ns}");
+        let args =
+            [net.as_str(), lb_ctl.to_str().unwrap(), "decap", "attach", "eth0", "--from", from, "--xdp-mode", "skb"];
+        let mut command = vec!["nsenter"];
+        command.extend(args);
+        crate::netns::sh(&command);
+        let _in = self.backends[j].enter();
+        self.decaps.push(lb_ctl::paths::AttachPaths::decap("eth0"));
+    }
+
     /// Takes node `i` off the network as a crash would: its link goes down and its BIRD
     /// freezes (no BGP withdrawal, no TCP FIN, no BFD). Only BFD can tell the router.
     pub fn crash_node(&mut self, i: usize) {
@@ -215,6 +236,12 @@ impl Cluster {
         }
     }
 
+    /// The router's route to `vip`, as `ip route` prints it (one line).
+    pub fn route_text(&self, vip: Ipv4Addr) -> String {
+        let out = self.router.exec(&["ip", "-o", "route", "show", "exact", &format!("{vip}/32")]);
+        String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
     /// Every BIRD log, for failure messages.
     pub fn logs(&self) -> String {
         let mut out = String::new();
@@ -234,7 +261,7 @@ impl Cluster {
 
 /// `docs/bird.conf` with node `i`'s addresses.
 pub fn node_conf(i: usize) -> String {
-    let shipped = include_str!("../../docs/bird.conf");
+    let shipped = include_str!("../../../docs/bird.conf");
     let mut out = String::new();
     for line in shipped.lines() {
         let line = if line.starts_with("define NODE =") {
@@ -254,6 +281,9 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         for child in self.children.drain(..) {
             crate::lab::stop(child);
+        }
+        for paths in &self.decaps {
+            let _ = lb_ctl::dataplane::attach::detach_decap_at(paths);
         }
         for child in self.node_birds.iter_mut().chain(std::iter::once(&mut self.router_bird)).flatten() {
             let _ = child.kill();

@@ -1,0 +1,150 @@
+//! The scale-out scenario the demo shows and the e2e test asserts: three nodes announce a DSR
+//! VIP over BGP, the router spreads long-lived connections over them (ECMP), then a node
+//! crashes and another is drained while the connections stream. Every connection must finish
+//! byte-exact: the surviving nodes build the same Maglev ring, so a flow ECMP moves to them
+//! reaches the backend it had.
+use std::net::{SocketAddr, SocketAddrV4};
+use std::time::Duration;
+
+use super::{Cluster, VIP, backend_addr, client_addr, node_addr};
+use crate::lab::{Daemon, Hold, http_get, pattern_byte, wait_for_listener};
+
+pub const NODES: usize = 3;
+pub const BACKENDS: usize = 3;
+/// Client addresses; one long-lived connection from each, per phase.
+pub const CLIENTS: usize = 24;
+/// Seconds each long-lived connection streams (one byte a second).
+const STREAM_SECS: usize = 6;
+/// BGP sessions coming up, routes propagating: generous for a loaded machine.
+const CONVERGE: Duration = Duration::from_secs(30);
+
+/// What the scenario measured.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Long-lived connections opened, and how many did not finish byte-exact.
+    pub connections: usize,
+    pub broken: Vec<String>,
+    /// Nodes that forwarded VIP packets before the crash (ECMP spread).
+    pub nodes_used: usize,
+    /// From the crash to the router's route without the node.
+    pub crash_failover: Duration,
+    /// From `node drain` to the router's route without the node.
+    pub drain_failover: Duration,
+    /// A 1 MiB response through the VIP arrived byte-exact.
+    pub large_exact: bool,
+}
+
+fn vip() -> SocketAddrV4 {
+    SocketAddrV4::new(VIP, 80)
+}
+
+fn node_config(socket: &std::path::Path, node: usize) -> String {
+    let backends: Vec<String> = (0..BACKENDS).map(|j| format!("{{ address = \"{}\" }}", backend_addr(j))).collect();
+    format!(
+        "[daemon]\n\
+         api_socket = \"{}\"\n\
+         \n\
+         [[vip]]\n\
+         name = \"web\"\n\
+         address = \"{VIP}\"\n\
+         port = 80\n\
+         forwarding = \"dsr-ipip\"\n\
+         encap_source = \"{}\"\n\
+         health = {{ kind = \"http\", path = \"/health\", interval = \"200ms\", timeout = \"100ms\" }}\n\
+         announce = {{ min_healthy = 2 }}\n\
+         backends = [ {} ]\n",
+        socket.display(),
+        node_addr(node),
+        backends.join(", ")
+    )
+}
+
+/// Builds the lab, starts backends (with `lb-ctl decap`) and the node daemons.
+pub fn start(tag: &str, backend_bin: &str) -> (Cluster, Vec<Daemon>) {
+    let mut cluster = Cluster::new(tag, NODES, BACKENDS, CLIENTS);
+    for j in 0..BACKENDS {
+        let ns = cluster.backends[j].name.clone();
+        cluster.spawn(&ns, &[backend_bin, "0.0.0.0:80", &format!("backend-{j}")]);
+        // As an operator sets up a DSR backend: accept IPIP from the nodes' addresses only.
+        cluster.attach_decap(j, "198.51.100.0/29");
+        let _in = cluster.backends[j].enter();
+        wait_for_listener(SocketAddr::from((backend_addr(j), 80)), Duration::from_secs(10));
+    }
+    let daemons = (0..NODES)
+        .map(|i| {
+            let mut d = Daemon::new(&cluster.nodes[i], "eth0", &format!("{tag}{i}"), &["--xdp-mode", "skb"]);
+            d.write_config_text(&node_config(&d.socket(), i));
+            d.start();
+            d
+        })
+        .collect();
+    (cluster, daemons)
+}
+
+/// Runs the scenario on a started lab; `say` narrates.
+pub fn run(cluster: &mut Cluster, daemons: &mut [Daemon], say: &mut dyn FnMut(String)) -> Outcome {
+    let mut out = Outcome::default();
+    let all: Vec<_> = (0..NODES).map(node_addr).collect();
+    let took = cluster.wait_next_hops(VIP, &all, CONVERGE);
+    say(format!("router: {VIP}/32 via {} next hops ({} ms after the daemons answered)", all.len(), took.as_millis()));
+    say(format!("router route: {}", cluster.route_text(VIP)));
+
+    let (status, body) = {
+        let _in = cluster.client.enter();
+        http_get(client_addr(0), vip(), "/bytes/1048576").expect("1 MiB through the VIP")
+    };
+    out.large_exact =
+        status == 200 && body.len() == 1 << 20 && body.iter().enumerate().all(|(i, b)| *b == pattern_byte(i));
+    say(format!("1 MiB through the VIP: status {status}, byte-exact {}", out.large_exact));
+
+    // Phase 1: a node crashes while connections stream.
+    let holds: Vec<Hold> =
+        (0..CLIENTS).map(|k| Hold::open(&cluster.client.name, vip(), client_addr(k), STREAM_SECS)).collect();
+    out.connections += holds.len();
+    let packets: Vec<u64> = daemons.iter().map(vip_packets).collect();
+    out.nodes_used = packets.iter().filter(|p| **p > 0).count();
+    say(format!("{} connections streaming; VIP packets per node {packets:?}", holds.len()));
+    std::thread::sleep(Duration::from_secs(2));
+    daemons[1].kill9();
+    cluster.crash_node(1);
+    let survivors = [node_addr(0), node_addr(2)];
+    out.crash_failover = cluster.wait_next_hops(VIP, &survivors, Duration::from_secs(10));
+    say(format!(
+        "node 1 crashed (link down, daemon and BIRD dead): the router dropped it after {} ms",
+        out.crash_failover.as_millis()
+    ));
+    finish(holds, &mut out, "after the crash", say);
+
+    // Phase 2: a node is drained while connections stream.
+    let holds: Vec<Hold> =
+        (0..CLIENTS).map(|k| Hold::open(&cluster.client.name, vip(), client_addr(k), STREAM_SECS)).collect();
+    out.connections += holds.len();
+    std::thread::sleep(Duration::from_secs(1));
+    let drained = std::time::Instant::now();
+    daemons[2].ok(&["node", "drain"]);
+    cluster.wait_next_hops(VIP, &[node_addr(0)], CONVERGE);
+    out.drain_failover = drained.elapsed();
+    say(format!(
+        "node 2 drained: the router dropped it after {} ms; route: {}",
+        out.drain_failover.as_millis(),
+        cluster.route_text(VIP)
+    ));
+    finish(holds, &mut out, "after the drain", say);
+    out
+}
+
+fn finish(holds: Vec<Hold>, out: &mut Outcome, phase: &str, say: &mut dyn FnMut(String)) {
+    let count = holds.len();
+    let broken: Vec<String> = holds.into_iter().filter_map(|h| h.outcome().err()).collect();
+    say(format!(
+        "{phase}: {} of {count} connections finished byte-exact, {} broken",
+        count - broken.len(),
+        broken.len()
+    ));
+    out.broken.extend(broken.into_iter().map(|e| format!("{phase}: {e}")));
+}
+
+fn vip_packets(d: &Daemon) -> u64 {
+    let vips: serde_json::Value = serde_json::from_str(&d.ok(&["vips", "list", "--json"])).expect("vips list --json");
+    vips[0]["packets"].as_u64().unwrap_or(0)
+}

@@ -1,0 +1,17 @@
+//! Scale-out with traffic (the scenario of `cargo xtask demo cluster`): three nodes behind a
+//! BIRD router with ECMP and BFD, DSR backends decapsulating with `lb-ctl decap`, long-lived
+//! connections streaming while a node crashes and another is drained. Needs root and BIRD 2.
+use lb_tests::cluster::scenario;
+use lb_tests::privileges::require_root;
+
+#[test]
+fn no_connection_breaks_when_a_node_crashes_or_drains() {
+    if !require_root("no_connection_breaks_when_a_node_crashes_or_drains") {
+        return;
+    }
+    let (mut cluster, mut daemons) = scenario::start("cl", env!("CARGO_BIN_EXE_lb-test-backend"));
+    let out = scenario::run(&mut cluster, &mut daemons, &mut |line| println!("{line}"));
+    assert!(out.large_exact, "a 1 MiB response through the VIP arrives byte-exact");
+    assert!(out.nodes_used >= 2, "ECMP spread the connections over several nodes: {out:?}");
+    assert!(out.broken.is_empty(), "{} of {} connections broke: {:#?}", out.broken.len(), out.connections, out.broken);
+}
