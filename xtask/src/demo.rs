@@ -4,7 +4,8 @@ use anyhow::ensure;
 
 use crate::util::{cmd, is_root, step, target_dir};
 
-pub fn run() -> anyhow::Result<()> {
+pub fn run(which: Option<&str>) -> anyhow::Result<()> {
+    ensure!(matches!(which, None | Some("cluster")), "unknown demo {which:?}: `demo` or `demo cluster`");
     ensure!(is_root(), "the demo creates network namespaces and loads XDP programs: run it as root");
     crate::setup::run()?;
     step("building lb-ctl and the lab programs (lb-demo, lb-test-backend)");
@@ -29,7 +30,10 @@ pub fn run() -> anyhow::Result<()> {
     // Ctrl-C reaches the whole process group: lb-demo tears its lab down and exits; this
     // process only waits for it.
     ctrlc::set_handler(|| {})?;
-    let status = std::process::Command::new(debug.join("lb-demo")).env("LB_CTL_BIN", debug.join("lb-ctl")).status()?;
+    let status = std::process::Command::new(debug.join("lb-demo"))
+        .args(which)
+        .env("LB_CTL_BIN", debug.join("lb-ctl"))
+        .status()?;
     ensure!(status.success(), "the demo failed: {status}");
     Ok(())
 }

@@ -25,7 +25,11 @@ enum Task {
     /// Run every suite: unit, golden packets, end to end (root ones need root).
     Test,
     /// The lab demo: a namespace lab with a client, the balancer and three backends (root).
-    Demo,
+    /// `demo cluster`: three balancer nodes behind a BIRD router with ECMP and BFD.
+    Demo {
+        /// `cluster` for the scale-out demo; nothing for the single-balancer one.
+        which: Option<String>,
+    },
     /// The data-plane fuzz step: seeded random and mutated frames through lb_ingress with
     /// BPF_PROG_TEST_RUN; fails at the first aborted, altered or malformed frame (root).
     Fuzz {
@@ -60,7 +64,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
         Task::Setup => setup::run(),
         Task::Test => test::run(),
-        Task::Demo => demo::run(),
+        Task::Demo { which } => demo::run(which.as_deref()),
         Task::Fuzz { frames, seed } => fuzz::run(frames, seed),
         Task::Bench { args } => bench::run(&args),
         Task::Install { prefix, uninstall } => install::run(prefix, uninstall),

@@ -57,7 +57,10 @@ fn main() -> Result<()> {
         }
     }));
     let started = Instant::now();
-    let result = demo();
+    let result = match std::env::args().nth(1).as_deref() {
+        Some("cluster") => demo_cluster(),
+        _ => demo(),
+    };
     match &result {
         Ok(()) => println!("\ndemo finished in {:.1} s", started.elapsed().as_secs_f64()),
         Err(e) => eprintln!("\ndemo stopped: {e:#}"),
@@ -81,6 +84,31 @@ fn leftovers(prefix: &str) -> Vec<String> {
         .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(prefix)))
         .map(|p| p.display().to_string())
         .collect()
+}
+
+/// `cargo xtask demo cluster`: the scale-out scenario ([`lb_tests::cluster::scenario`]).
+fn demo_cluster() -> Result<()> {
+    use lb_tests::cluster::scenario;
+    step(&format!(
+        "building the cluster lab: a router running BIRD (BGP, BFD, ECMP), {} balancer nodes each running `lb-ctl attach eth0` and BIRD (docs/bird.conf), {} DSR backends with `lb-ctl decap`, a client with {} addresses",
+        scenario::NODES,
+        scenario::BACKENDS,
+        scenario::CLIENTS
+    ));
+    let backend_bin = sibling_bin("lb-test-backend");
+    let (mut cluster, mut daemons) = scenario::start("", &backend_bin.to_string_lossy());
+    check_interrupt()?;
+    step("traffic through the router's ECMP route; then node 1 crashes and node 2 is drained mid-stream");
+    let out = scenario::run(&mut cluster, &mut daemons, &mut |line| println!("    {line}"));
+    step(&format!(
+        "{} long-lived connections, {} broken; router failover: crash {} ms (BFD), drain {} ms",
+        out.connections,
+        out.broken.len(),
+        out.crash_failover.as_millis(),
+        out.drain_failover.as_millis()
+    ));
+    ensure!(out.broken.is_empty(), "broken connections: {:#?}", out.broken);
+    Ok(())
 }
 
 fn demo() -> Result<()> {

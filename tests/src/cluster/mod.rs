@@ -285,6 +285,7 @@ impl Drop for Cluster {
         for paths in &self.decaps {
             let _ = lb_ctl::dataplane::attach::detach_decap_at(paths);
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
         for child in self.node_birds.iter_mut().chain(std::iter::once(&mut self.router_bird)).flatten() {
             let _ = child.kill();
             let _ = child.wait();

@@ -32,6 +32,8 @@ pub struct Outcome {
     pub drain_failover: Duration,
     /// A 1 MiB response through the VIP arrived byte-exact.
     pub large_exact: bool,
+    /// Each node's ring digest once every node announced.
+    pub rings: Vec<String>,
 }
 
 fn vip() -> SocketAddrV4 {
@@ -88,6 +90,9 @@ pub fn run(cluster: &mut Cluster, daemons: &mut [Daemon], say: &mut dyn FnMut(St
     let took = cluster.wait_next_hops(VIP, &all, CONVERGE);
     say(format!("router: {VIP}/32 via {} next hops ({} ms after the daemons answered)", all.len(), took.as_millis()));
     say(format!("router route: {}", cluster.route_text(VIP)));
+    let rings: Vec<String> = daemons.iter().map(ring_digest).collect();
+    say(format!("ring digest per node: {rings:?} (the same backends give the same ring)"));
+    out.rings = rings;
 
     let (status, body) = {
         let _in = cluster.client.enter();
@@ -142,6 +147,11 @@ fn finish(holds: Vec<Hold>, out: &mut Outcome, phase: &str, say: &mut dyn FnMut(
         broken.len()
     ));
     out.broken.extend(broken.into_iter().map(|e| format!("{phase}: {e}")));
+}
+
+fn ring_digest(d: &Daemon) -> String {
+    let vips: serde_json::Value = serde_json::from_str(&d.ok(&["vips", "list", "--json"])).expect("vips list --json");
+    vips[0]["ring_digest"].as_str().unwrap_or("-")[..8].to_string()
 }
 
 fn vip_packets(d: &Daemon) -> u64 {
