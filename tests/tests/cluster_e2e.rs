@@ -9,7 +9,7 @@ fn no_connection_breaks_when_a_node_crashes_or_drains() {
     if !require_root("no_connection_breaks_when_a_node_crashes_or_drains") {
         return;
     }
-    let (mut cluster, mut daemons) = scenario::start("cl", env!("CARGO_BIN_EXE_lb-test-backend"));
+    let (mut cluster, mut daemons) = scenario::start("cl", env!("CARGO_BIN_EXE_lb-test-backend"), true);
     let out = scenario::run(&mut cluster, &mut daemons, &mut |line| println!("{line}"));
     assert!(out.rings.windows(2).all(|w| w[0] == w[1]), "every node built the same ring: {:?}", out.rings);
     assert!(out.large_exact, "a 1 MiB response through the VIP arrives byte-exact");

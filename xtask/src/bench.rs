@@ -20,6 +20,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "proxy" => PROXY_PACKAGES,
         "lab" | "all" => LAB_PACKAGES,
         "flood" => &["nftables"],
+        "cluster" => &["bird2"],
         _ => &[],
     };
     let help = matches!(what, "help" | "-h" | "--help") || args.iter().any(|a| a == "-h" || a == "--help");

@@ -1,5 +1,6 @@
 //! The benchmarks, all in one place (`cargo xtask bench …` builds and runs `lb-bench`). They
 //! print figures, peers and floors measured in the same run, and assert nothing.
+pub mod cluster;
 pub mod control;
 pub mod cpu;
 pub mod dataplane;

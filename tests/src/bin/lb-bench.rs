@@ -26,6 +26,13 @@ enum Bench {
     },
     /// `backends remove` to the map change, Maglev ring build, daemon RSS (root).
     Control,
+    /// Scale-out: the router's failover after a node crash (BFD on and off) and a node drain,
+    /// with connections broken, in the cluster lab (root, BIRD 2).
+    Cluster {
+        /// Repetitions of each row (interleaved).
+        #[arg(long, default_value_t = 3)]
+        repetitions: usize,
+    },
     /// Packets and connections through lb-ctl, nftables DNAT, HAProxy and nginx in the
     /// namespace lab, interleaved, with plain routing as the floor (root).
     Lab {
@@ -71,6 +78,7 @@ fn main() -> anyhow::Result<()> {
         Bench::Flows => bench::flows::run().map(drop),
         Bench::Proxy => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
+        Bench::Cluster { repetitions } => bench::cluster::run(repetitions.max(1)),
         Bench::Flood { quick } => {
             let options = if quick { bench::flood::Options::quick() } else { bench::flood::Options::default() };
             bench::flood::run(options).map(drop)

@@ -96,7 +96,7 @@ fn demo_cluster() -> Result<()> {
         scenario::CLIENTS
     ));
     let backend_bin = sibling_bin("lb-test-backend");
-    let (mut cluster, mut daemons) = scenario::start("", &backend_bin.to_string_lossy());
+    let (mut cluster, mut daemons) = scenario::start("", &backend_bin.to_string_lossy(), true);
     check_interrupt()?;
     step("traffic through the router's ECMP route; then node 1 crashes and node 2 is drained mid-stream");
     let out = scenario::run(&mut cluster, &mut daemons, &mut |line| println!("    {line}"));

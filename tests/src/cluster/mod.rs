@@ -71,6 +71,12 @@ impl Cluster {
     /// Builds the lab with `nodes` balancer nodes (BIRD started on each and on the router),
     /// `backends` backend namespaces (plumbed, nothing started) and `clients` client addresses.
     pub fn new(tag: &str, nodes: usize, backends: usize, clients: usize) -> Cluster {
+        Cluster::with_bfd(tag, nodes, backends, clients, true)
+    }
+
+    /// [`Cluster::new`]; without `bfd`, BIRD runs with BFD off everywhere (a dead node is
+    /// found by the BGP hold time alone, 3 s here), for comparison.
+    pub fn with_bfd(tag: &str, nodes: usize, backends: usize, clients: usize, bfd: bool) -> Cluster {
         let dir = std::env::temp_dir().join(run_name(&format!("{tag}-bird")));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -119,14 +125,15 @@ impl Cluster {
             }
         }
         let mut cluster = cluster;
+        let bfd_off = |conf: String| if bfd { conf } else { conf.replace("bfd on;", "bfd off;") };
         let mut router_conf = ROUTER_CONF.to_string();
         for i in 0..nodes {
             router_conf
                 .push_str(&format!("protocol bgp node{i} from balancer {{ neighbor {} as 65001; }}\n", node_addr(i)));
         }
-        cluster.router_bird = Some(cluster.bird(&cluster.router.name.clone(), "router", &router_conf));
+        cluster.router_bird = Some(cluster.bird(&cluster.router.name.clone(), "router", &bfd_off(router_conf)));
         for i in 0..nodes {
-            let child = cluster.bird(&cluster.nodes[i].name.clone(), &format!("node{i}"), &node_conf(i));
+            let child = cluster.bird(&cluster.nodes[i].name.clone(), &format!("node{i}"), &bfd_off(node_conf(i)));
             cluster.node_birds.push(Some(child));
         }
         cluster

@@ -62,15 +62,15 @@ fn node_config(socket: &std::path::Path, node: usize) -> String {
 }
 
 /// Builds the lab, starts backends (with `lb-ctl decap`) and the node daemons.
-pub fn start(tag: &str, backend_bin: &str) -> (Cluster, Vec<Daemon>) {
-    let mut cluster = Cluster::new(tag, NODES, BACKENDS, CLIENTS);
+pub fn start(tag: &str, backend_bin: &str, bfd: bool) -> (Cluster, Vec<Daemon>) {
+    let mut cluster = Cluster::with_bfd(tag, NODES, BACKENDS, CLIENTS, bfd);
     for j in 0..BACKENDS {
         let ns = cluster.backends[j].name.clone();
         cluster.spawn(&ns, &[backend_bin, "0.0.0.0:80", &format!("backend-{j}")]);
         // As an operator sets up a DSR backend: accept IPIP from the nodes' addresses only.
         cluster.attach_decap(j, "198.51.100.0/29");
         let _in = cluster.backends[j].enter();
-        wait_for_listener(SocketAddr::from((backend_addr(j), 80)), Duration::from_secs(10));
+        wait_for_listener(SocketAddr::from((backend_addr(j), 80)), Duration::from_secs(15));
     }
     let daemons = (0..NODES)
         .map(|i| {

@@ -1,0 +1,56 @@
+//! `cargo xtask bench cluster` (root, BIRD 2): the scale-out scenario (`cluster::scenario`)
+//! repeated with BFD on and, as the comparison an operator without BFD gets, off (the BGP hold
+//! time, 3 s here, finds a dead node), interleaved. Prints the router's failover after a node
+//! crash and after `node drain`, and the connections broken; asserts nothing.
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::bench::stats::median;
+use crate::cluster::scenario::{self, Outcome};
+use crate::lab::sibling_bin;
+
+pub fn run(repetitions: usize) -> Result<()> {
+    let backend = sibling_bin("lb-test-backend");
+    println!(
+        "bench cluster: {} nodes behind a BIRD router (ECMP), {} DSR backends, {} long-lived connections per phase",
+        scenario::NODES,
+        scenario::BACKENDS,
+        scenario::CLIENTS
+    );
+    println!("router and nodes: BGP hold 3 s, keepalive 1 s; BFD (when on) 100 ms x 3");
+    let mut rows: Vec<(&str, Vec<Outcome>)> = vec![("BFD on", Vec::new()), ("BFD off (BGP hold time)", Vec::new())];
+    for rep in 0..repetitions {
+        for (i, (name, outcomes)) in rows.iter_mut().enumerate() {
+            let (mut cluster, mut daemons) = scenario::start(&format!("bc{i}"), &backend.to_string_lossy(), i == 0);
+            let out = scenario::run(&mut cluster, &mut daemons, &mut |_| {});
+            println!(
+                "  run {} {name}: crash failover {} ms, drain failover {} ms, broken {} of {}",
+                rep + 1,
+                out.crash_failover.as_millis(),
+                out.drain_failover.as_millis(),
+                out.broken.len(),
+                out.connections
+            );
+            outcomes.push(out);
+        }
+    }
+    println!("\n{:<26} {:>22} {:>22} {:>10}", "", "crash failover ms", "drain failover ms", "broken");
+    for (name, outcomes) in &rows {
+        let ms = |f: fn(&Outcome) -> Duration| -> String {
+            let v: Vec<f64> = outcomes.iter().map(|o| f(o).as_secs_f64() * 1000.0).collect();
+            let (lo, hi) = v.iter().fold((f64::MAX, 0.0f64), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+            format!("{:.0} ({lo:.0}-{hi:.0})", median(v.iter().copied()))
+        };
+        let broken: usize = outcomes.iter().map(|o| o.broken.len()).sum();
+        let total: usize = outcomes.iter().map(|o| o.connections).sum();
+        println!(
+            "{name:<26} {:>22} {:>22} {:>10}",
+            ms(|o| o.crash_failover),
+            ms(|o| o.drain_failover),
+            format!("{broken}/{total}")
+        );
+    }
+    println!("(median, min-max over {repetitions} runs; flow sharing between nodes is not built, so it has no row)");
+    Ok(())
+}
