@@ -249,7 +249,8 @@ fn a_vip_is_announced_while_it_can_be_served_and_node_drain_withdraws_it() {
         s["announced"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
     };
     assert_eq!(announced(&d), ["203.0.113.10"]);
-    assert!(d.ok(&["status"]).contains("announced   203.0.113.10 (routes in table 4242)"));
+    let status = d.ok(&["status"]);
+    assert!(status.contains("announced   203.0.113.10 (routes in table 4242; "), "{status}");
     d.ok(&["backends", "drain", "web", "198.51.100.2"]);
     assert!(announced(&d).is_empty(), "one backend left of the two required");
     d.ok(&["backends", "undrain", "web", "198.51.100.2"]);

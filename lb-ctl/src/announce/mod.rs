@@ -46,6 +46,20 @@ impl Change {
     }
 }
 
+/// Process names of the routing daemons that can announce the table: BIRD (documented in
+/// `docs/bird.conf`), FRR's bgpd and GoBGP.
+const ROUTING_DAEMONS: &[&str] = &["bird", "bgpd", "gobgpd"];
+
+/// The routing daemon running on this host, if any (by process name, in any namespace).
+pub fn routing_daemon() -> Option<String> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    entries.flatten().find_map(|e| {
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        let name = comm.trim();
+        ROUTING_DAEMONS.contains(&name).then(|| name.to_string())
+    })
+}
+
 /// The addresses `state` says to announce.
 pub fn wanted(state: &State) -> BTreeSet<IpAddr> {
     if state.node_drained {

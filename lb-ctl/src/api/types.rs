@@ -190,6 +190,9 @@ pub struct StatusView {
     pub announced: Vec<std::net::IpAddr>,
     #[serde(default)]
     pub announce_table: u32,
+    /// The routing daemon running on this host that can announce them (bird, bgpd, gobgpd).
+    #[serde(default)]
+    pub routing_daemon: Option<String>,
 }
 
 /// `POST /v1/node/drain` and `/v1/node/undrain`.

@@ -141,7 +141,11 @@ pub fn status(s: &StatusView) -> String {
     }
     if !s.announced.is_empty() {
         let list: Vec<String> = s.announced.iter().map(|a| a.to_string()).collect();
-        out.push_str(&format!("announced   {} (routes in table {})\n", list.join(" "), s.announce_table));
+        let by = match &s.routing_daemon {
+            Some(daemon) => format!("{daemon} runs"),
+            None => "NO routing daemon runs: nobody announces them".into(),
+        };
+        out.push_str(&format!("announced   {} (routes in table {}; {by})\n", list.join(" "), s.announce_table));
     }
     if let Some(r) = &s.last_reload {
         out.push_str(&format!(

@@ -26,6 +26,7 @@ impl Writer {
             node_drained: self.state.node_drained,
             announced: self.routes_announced(),
             announce_table: self.config.daemon.announce_table,
+            routing_daemon: crate::announce::routing_daemon(),
         }
     }
 
