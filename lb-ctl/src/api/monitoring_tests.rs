@@ -47,11 +47,12 @@ fn dashboard_exprs(value: &serde_json::Value, out: &mut Vec<String>) {
 
 #[tokio::test]
 async fn dashboard_and_alerts_use_only_exported_metrics() {
-    // A proxy VIP too: the proxy's metrics exist only with one.
+    // A proxy VIP too: the proxy's metrics exist only with one; announced, for the announce
+    // metrics.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let proxy_vip = format!(
         "[[vip]]\nname = \"app\"\naddress = \"127.0.0.1\"\nport = {port}\nforwarding = \"proxy\"\n\
-         backends = [ {{ address = \"127.0.0.1\", port = 9 }} ]\n"
+         announce = {{ min_healthy = 1 }}\nbackends = [ {{ address = \"127.0.0.1\", port = 9 }} ]\n"
     );
     let d = Daemon::start(&lb_toml(&proxy_vip)).await;
     let (_, body) = d.client.raw::<()>(Method::GET, "/v1/metrics", None).await.unwrap();

@@ -51,12 +51,24 @@ impl Writer {
         let vip_packets = family::<Counter>(&mut registry, "vip_packets", "Packets to the VIP (XDP VIPs)");
         let vip_bytes = family::<Counter>(&mut registry, "vip_bytes", "Bytes to the VIP (XDP VIPs)");
         let vip_healthy = family::<Gauge>(&mut registry, "vip_healthy_backends", "Backends that may take new flows");
+        let vip_announced = family::<Gauge>(
+            &mut registry,
+            "vip_announced",
+            "1 while this node announces the VIP's address (VIPs with [vip.announce])",
+        );
+        let announced = self.routes_announced();
         for v in self.vips()? {
-            let labels = vec![("vip", v.name.unwrap_or_else(|| format!("{}:{}", v.address, v.port)))];
+            let labels = vec![("vip", v.name.clone().unwrap_or_else(|| format!("{}:{}", v.address, v.port)))];
             vip_packets.get_or_create(&labels).inc_by(v.packets);
             vip_bytes.get_or_create(&labels).inc_by(v.bytes);
             vip_healthy.get_or_create(&labels).set(v.healthy as i64);
+            if self.state.vips.iter().any(|s| s.id == v.id && s.announce.is_some()) {
+                vip_announced.get_or_create(&labels).set(i64::from(announced.contains(&v.address)));
+            }
         }
+        let drained: Gauge = Gauge::default();
+        registry.register("node_drained", "1 while the node is drained (`lb-ctl node drain`)", drained.clone());
+        drained.set(i64::from(self.state.node_drained));
 
         let ways = lb_common::flow::flow_sets(self.config.daemon.flow_table_size) as i64 * FLOW_WAYS as i64;
         let capacity: Gauge = Gauge::default();
