@@ -36,7 +36,10 @@ pub struct NextHop {
     pub max_len: u16,
     pub smac: [u8; 6],
     pub dmac: [u8; 6],
-    pub _pad: [u8; 2],
+    /// 1 when the route goes through a gateway (`dmac` is the gateway's, not the
+    /// destination's): `dsr-l2` refuses such backends.
+    pub via_gateway: u8,
+    pub _pad: u8,
     /// `DataplaneConfig::nexthop_generation` when this was looked up.
     pub generation: u32,
 }

@@ -109,6 +109,9 @@ counters! {
     /// A TCP connection opened straight to a NAT backend's address and port (not through a
     /// VIP) across the balancer: its replies are marked to pass untouched.
     DirectToBackend = "direct_to_backend",
+    /// DSR by MAC rewrite (`dsr-l2`): the route to the backend goes through a gateway, so the
+    /// backend is not on this segment and its MAC cannot be used.
+    DropNotAdjacent = "drop_backend_not_adjacent",
 }
 
 /// Counters of the decapsulation program (DECAP_COUNTERS).

@@ -17,6 +17,9 @@ pub mod forwarding {
     pub const NAT: u8 = 0;
     /// The packet is encapsulated in IPIP to the backend, which answers the client directly.
     pub const DSR_IPIP: u8 = 1;
+    /// The packet goes unchanged to the backend's MAC address (the backend is on this
+    /// segment and holds the VIP on `lo`); the backend answers the client directly.
+    pub const DSR_L2: u8 = 2;
 }
 
 /// What the ring slot is chosen by.

@@ -28,6 +28,8 @@ pub const B_FAR: [u8; 4] = [198, 51, 100, 140];
 pub const B_NO_NEIGH: [u8; 4] = [198, 51, 100, 60];
 pub const B_NO_NEIGH_DSR: [u8; 4] = [198, 51, 100, 61];
 pub const B_NO_ROUTE: [u8; 4] = [203, 0, 113, 99];
+/// Reached through a gateway (B1): not on the segment, so `dsr-l2` cannot use it.
+pub const B_ROUTED: [u8; 4] = [203, 0, 113, 140];
 
 pub fn mac_of(addr: [u8; 4]) -> Mac {
     [2, 0, 0, 0, if addr[3] >= 128 { 1 } else { 0 }, addr[3] % 128]
@@ -59,6 +61,7 @@ pub fn lab() -> Netns {
         let m = format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
         ns.exec(&["ip", "neigh", "replace", &a, "lladdr", &m, "dev", dev, "nud", "permanent"]);
     }
+    ns.exec(&["ip", "route", "add", "203.0.113.128/25", "via", "198.51.100.11", "dev", "g0"]);
     ns.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
     ns
 }
@@ -99,6 +102,8 @@ pub fn vips() -> Vec<Vip> {
         tcp([203, 0, 113, 51], forwarding::DSR_IPIP, vec![(7, B_NO_NEIGH_DSR, 80)]),
         tcp([203, 0, 113, 52], forwarding::NAT, vec![(8, B_NO_ROUTE, 8080)]),
         Vip { hash: hash_mode::FLOW, ..tcp([203, 0, 113, 60], forwarding::NAT, vec![(9, B1, 8080), (10, B2, 8080)]) },
+        tcp([203, 0, 113, 70], forwarding::DSR_L2, vec![(11, B1, 80)]),
+        tcp([203, 0, 113, 71], forwarding::DSR_L2, vec![(12, B_ROUTED, 80)]),
     ]
 }
 

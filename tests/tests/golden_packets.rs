@@ -618,6 +618,64 @@ fn golden_packets_through_lb_ingress() {
     let big_no_df = patch_ipv4(&big.bytes(), 14, |h| h.dont_fragment = false);
     run(&mut dp, case("DSR packet too big once wrapped, no DF: drop", big_no_df, XDP_DROP, None, Counter::DropTooBig));
 
+    // ---- DSR by MAC rewrite: from the IP header on, the frame leaves as it came.
+    let to_mac = |frame: &[u8], dmac: Mac| {
+        let mut out = frame.to_vec();
+        out[0..6].copy_from_slice(&dmac);
+        out[6..12].copy_from_slice(&LB_MAC);
+        out
+    };
+    let lsyn = Frame::tcp(CLIENT, 43000, vips[9].addr, 80);
+    let mut c = case(
+        "new flow, DSR by MAC: the packet unchanged, to the backend's MAC",
+        lsyn.bytes(),
+        XDP_TX,
+        Some(to_mac(&lsyn.bytes(), mac_of(B1))),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::FlowNew];
+    run(&mut dp, c);
+    let lack = lsyn.with(|f| {
+        f.l4 = L4::TcpAck;
+        f.payload = vec![b'y'; 1400]
+    });
+    let mut c = case(
+        "established flow, DSR by MAC: unchanged again (no encapsulation, so no MTU cost)",
+        lack.bytes(),
+        XDP_TX,
+        Some(to_mac(&lack.bytes(), mac_of(B1))),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    let l2_err = icmp_frag_needed(
+        (CLIENT_MAC, LB_MAC),
+        [192, 0, 2, 254],
+        lsyn.dst,
+        64,
+        1400,
+        &Frame::tcp(lsyn.dst, 80, CLIENT, lsyn.src_port),
+    );
+    let mut c = case(
+        "ICMP error about a DSR-by-MAC flow: to its backend's MAC, unchanged",
+        l2_err.clone(),
+        XDP_TX,
+        Some(to_mac(&l2_err, mac_of(B1))),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToBackend];
+    run(&mut dp, c);
+    run(
+        &mut dp,
+        case(
+            "DSR by MAC to a backend behind a gateway: drop (its MAC is not reachable)",
+            Frame::tcp(CLIENT, 43001, vips[10].addr, 80).bytes(),
+            XDP_DROP,
+            None,
+            Counter::DropNotAdjacent,
+        ),
+    );
+
     // ---- Next hop cases.
     let far = Frame::tcp(CLIENT, 43000, vips[4].addr, 80);
     run(

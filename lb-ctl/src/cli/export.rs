@@ -74,10 +74,14 @@ pub fn nft(config: &Config) -> String {
             let _ = writeln!(out, "\t\t# skipped: {why}");
             continue;
         }
-        if v.forwarding == Forwarding::DsrIpip {
-            out.push_str(
+        match v.forwarding {
+            Forwarding::DsrIpip => out.push_str(
                 "\t\t# differs: nftables has no IPIP encapsulation; DNAT instead (replies through this host)\n",
-            );
+            ),
+            Forwarding::DsrL2 => out.push_str(
+                "\t\t# differs: nftables does not forward by MAC rewrite; DNAT instead (replies through this host)\n",
+            ),
+            Forwarding::Nat | Forwarding::Proxy => {}
         }
         let proto = l4(v.protocol);
         let matched = format!("ip daddr {} {proto} dport {}", v.address, v.port);
@@ -144,6 +148,10 @@ pub fn ipvs(config: &Config) -> String {
                      # host's address, not encap_source.\n",
                 );
                 "-i"
+            }
+            Forwarding::DsrL2 => {
+                out.push_str("# direct routing (-g, as lb-ctl's dsr-l2): the backend port is the VIP port.\n");
+                "-g"
             }
             _ => "-m",
         };

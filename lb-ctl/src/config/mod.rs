@@ -268,6 +268,9 @@ pub enum Forwarding {
     Nat,
     /// XDP encapsulates in IPIP; backends answer clients directly.
     DsrIpip,
+    /// XDP sends the packet unchanged to the backend's MAC address (the backend is on the
+    /// balancer's segment and holds the VIP on `lo`); backends answer clients directly.
+    DsrL2,
     /// The userspace proxy terminates the connection.
     Proxy,
 }
@@ -277,6 +280,7 @@ impl Forwarding {
         match self {
             Forwarding::Nat => "nat",
             Forwarding::DsrIpip => "dsr-ipip",
+            Forwarding::DsrL2 => "dsr-l2",
             Forwarding::Proxy => "proxy",
         }
     }

@@ -290,7 +290,7 @@ fn vip<'a>(
     };
     let forwarding_span = v.forwarding.as_ref().map(|f| f.span()).unwrap_or(v.address.span());
     match (protocol, forwarding) {
-        (Protocol::Http, Forwarding::Nat | Forwarding::DsrIpip) => c.error(
+        (Protocol::Http, Forwarding::Nat | Forwarding::DsrIpip | Forwarding::DsrL2) => c.error(
             forwarding_span.clone(),
             format!("{at}: protocol \"http\" is served by the userspace proxy: forwarding must be \"proxy\""),
         ),

@@ -100,6 +100,7 @@ impl MapContents {
                 id: v.id,
                 forwarding: match v.forwarding {
                     Forwarding::DsrIpip => forwarding::DSR_IPIP,
+                    Forwarding::DsrL2 => forwarding::DSR_L2,
                     Forwarding::Nat | Forwarding::Proxy => forwarding::NAT,
                 },
                 hash: v.hash.wire(),

@@ -1,6 +1,6 @@
-//! The balancer's decision for one packet: a VIP packet goes to its backend (NAT or IPIP), a
-//! NAT backend's reply back to its client, ICMP errors about VIP flows to the flow's backend;
-//! everything else passes untouched.
+//! The balancer's decision for one packet: a VIP packet goes to its backend (NAT, IPIP or MAC
+//! rewrite), a NAT backend's reply back to its client, ICMP errors about VIP flows to the
+//! flow's backend; everything else passes untouched.
 use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::programs::XdpContext;
 use lb_common::config::port_flags;
@@ -13,7 +13,7 @@ use lb_common::vip::{VipKey, forwarding};
 use crate::flow::{Flow, flow_key};
 use crate::parse::Parsed;
 use crate::verdict::Verdict;
-use crate::{encap, icmp_error, maps, nat, parse};
+use crate::{encap, icmp_error, l2, maps, nat, parse};
 
 #[inline(always)]
 pub fn try_balance(ctx: &XdpContext) -> Verdict {
@@ -59,6 +59,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
             let flow = Flow { key: &key, hash, slot: flow, new_period, tables };
             return match vip.forwarding {
                 forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, &flow),
+                forwarding::DSR_L2 => l2::balance_l2(ctx, &pkt, vip, &flow),
                 _ => nat::balance_nat(ctx, &pkt, vip, &flow),
             };
         }

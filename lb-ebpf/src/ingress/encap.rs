@@ -61,7 +61,7 @@ pub fn send_ipip(
     let (ifindex, smac, dmac) =
         match forward::lookup(ctx, outer_src, outer_dst, ip_proto::IPIP, tos, outer_len, HopCache::Backend(backend_id))
         {
-            Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
+            Route::Out { ifindex, smac, dmac, .. } => (ifindex, smac, dmac),
             Route::NoNeighbour => return Ok((XDP_DROP, Counter::DropNoNeighbour)),
             Route::TooBig { mtu } => return Err(TooBig { mtu: mtu.saturating_sub(IPV4_LEN as u16) }),
             Route::Unreachable => return Ok((XDP_DROP, Counter::DropNoRoute)),

@@ -25,8 +25,9 @@ const AF_INET: u8 = 2;
 pub const ANY_SOURCE: [u8; 4] = [0; 4];
 
 pub enum Route {
-    /// Send out of `ifindex` with these addresses.
-    Out { ifindex: u32, smac: [u8; 6], dmac: [u8; 6] },
+    /// Send out of `ifindex` with these addresses; `adjacent`: the destination itself is the
+    /// next hop (no gateway), so `dmac` is its own.
+    Out { ifindex: u32, smac: [u8; 6], dmac: [u8; 6], adjacent: bool },
     /// Routed, but the next hop's MAC is not known yet.
     NoNeighbour,
     /// Larger than the egress MTU, which is `mtu`.
@@ -54,18 +55,22 @@ pub fn lookup(
     if let Some(hop) = cached
         && tot_len <= hop.max_len
     {
-        return Route::Out { ifindex: hop.ifindex, smac: hop.smac, dmac: hop.dmac };
+        return Route::Out { ifindex: hop.ifindex, smac: hop.smac, dmac: hop.dmac, adjacent: hop.via_gateway == 0 };
     }
     maps::count(Counter::NexthopLookup);
     let route = fib(ctx, src, dst, protocol, tos, tot_len);
-    if let Route::Out { ifindex, smac, dmac } = route
+    if let Route::Out { ifindex, smac, dmac, adjacent } = route
         && generation != 0
     {
         let max_len = match cached {
             Some(hop) if hop.ifindex == ifindex && hop.max_len > tot_len => hop.max_len,
             _ => tot_len,
         };
-        maps::remember_next_hop(cache, &NextHop { key, ifindex, max_len, smac, dmac, _pad: [0; 2], generation });
+        let via_gateway = u8::from(!adjacent);
+        maps::remember_next_hop(
+            cache,
+            &NextHop { key, ifindex, max_len, smac, dmac, via_gateway, _pad: 0, generation },
+        );
     }
     route
 }
@@ -84,7 +89,14 @@ fn fib(ctx: &XdpContext, src: [u8; 4], dst: [u8; 4], protocol: u8, tos: u8, tot_
     // SAFETY: params is a valid, writable bpf_fib_lookup of the size passed.
     let rc = unsafe { fib_lookup(ctx.as_ptr(), &mut params, core::mem::size_of::<bpf_fib_lookup>() as i32, 0) };
     match rc as u32 {
-        BPF_FIB_LKUP_RET_SUCCESS => Route::Out { ifindex: params.ifindex, smac: params.smac, dmac: params.dmac },
+        // The kernel writes the gateway, if there is one, over the destination.
+        BPF_FIB_LKUP_RET_SUCCESS => Route::Out {
+            ifindex: params.ifindex,
+            smac: params.smac,
+            dmac: params.dmac,
+            // SAFETY: the kernel sets ipv4_dst with this return code.
+            adjacent: unsafe { params.__bindgen_anon_4.ipv4_dst } == u32::from_ne_bytes(dst),
+        },
         BPF_FIB_LKUP_RET_NO_NEIGH => Route::NoNeighbour,
         // SAFETY: the kernel sets mtu_result with this return code.
         BPF_FIB_LKUP_RET_FRAG_NEEDED => Route::TooBig { mtu: unsafe { params.__bindgen_anon_1.mtu_result } },

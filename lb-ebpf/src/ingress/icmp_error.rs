@@ -18,6 +18,7 @@ use lb_ebpf::packet::packet_len;
 use crate::encap::{self, TooBig};
 use crate::flow::flow_key;
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
+use crate::l2;
 use crate::maps::{self, HopCache};
 use crate::parse::IcmpError;
 use crate::verdict::Verdict;
@@ -72,6 +73,10 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
             Err(TooBig { .. }) => (XDP_DROP, Counter::DropTooBig),
         };
     }
+    if vip.forwarding == forwarding::DSR_L2 {
+        // Unchanged, to the backend's MAC; too big is dropped (no ICMP about an ICMP error).
+        return l2::send_l2(ctx, err.ip, vip, entry.backend_id, backend).unwrap_or((XDP_DROP, Counter::DropTooBig));
+    }
     to_nat_backend(ctx, err, vip, entry.backend_id, backend)
 }
 
@@ -91,7 +96,7 @@ fn to_nat_backend(ctx: &XdpContext, err: &IcmpError, vip: &VipInfo, backend_id: 
         tot_len,
         HopCache::Backend(backend_id),
     ) {
-        Route::Out { ifindex, smac, dmac } => (ifindex, smac, dmac),
+        Route::Out { ifindex, smac, dmac, .. } => (ifindex, smac, dmac),
         Route::NoNeighbour => {
             rewrite(err, backend_addr, backend.port);
             return (XDP_PASS, Counter::PassNoNeighbour);

@@ -11,6 +11,7 @@ mod flow;
 mod forward;
 mod icmp;
 mod icmp_error;
+mod l2;
 mod maps;
 mod nat;
 mod parse;

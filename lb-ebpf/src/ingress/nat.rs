@@ -161,7 +161,7 @@ fn rewrite_and_send(
     let (protocol, tos, tot_len) = unsafe { ((*pkt.ip).proto, (*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
     let (addr, port) = to;
     match forward::lookup(ctx, route.0, route.1, protocol, tos, tot_len, cache) {
-        Route::Out { ifindex, smac, dmac } => {
+        Route::Out { ifindex, smac, dmac, .. } => {
             rewrite(pkt, end, addr, port);
             decrement_ttl(pkt.ip);
             forward::send(ctx, ifindex, smac, dmac)

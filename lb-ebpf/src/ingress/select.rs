@@ -36,7 +36,7 @@ pub fn choose(vip: &VipInfo, flow: &Flow, pkt: &Ipv4Packet) -> Result<Choice, Ve
     let Some(t) = flow.tables else {
         return Err((XDP_PASS, Counter::PassNotConfigured));
     };
-    let nat = vip.forwarding != forwarding::DSR_IPIP;
+    let nat = vip.forwarding == forwarding::NAT;
     let opens_connection = pkt.opens_connection();
     if let Some(slot) = flow.slot {
         // SAFETY: a valid map value pointer; the way holds this flow.
