@@ -19,6 +19,8 @@ const CLIENTS: usize = 16;
 const RING: u32 = 65537;
 const NAT_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 const DSR_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
+/// DSR by MAC rewrite: the backends are on the balancer's segment.
+const L2_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 21);
 const LARGE: usize = 2 * 1024 * 1024 + 12345;
 const UPLOAD: usize = 1024 * 1024;
 
@@ -86,6 +88,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
         let name = format!("backend-{i}");
         let ns_name = lab.backends[i].name.clone();
         lab.backends[i].exec(&["ip", "addr", "add", &format!("{DSR_VIP}/32"), "dev", "lo"]);
+        lab.backends[i].exec(&["ip", "addr", "add", &format!("{L2_VIP}/32"), "dev", "lo"]);
         lab.spawn(&ns_name, &[backend_bin, "0.0.0.0:8080", &name]);
         lab.spawn(&ns_name, &[backend_bin, "0.0.0.0:80", &name]);
         // The product command, as an operator runs it on a DSR backend. nsenter enters only
@@ -137,6 +140,16 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
                 encap_source: Ipv4Addr::new(198, 51, 100, 1),
                 backends: backends(80),
             },
+            VipSpec {
+                id: 2,
+                addr: L2_VIP,
+                port: 80,
+                protocol: ip_proto::TCP,
+                forwarding: forwarding::DSR_L2,
+                hash: hash_mode::CLIENT_IP,
+                encap_source: Ipv4Addr::new(198, 51, 100, 1),
+                backends: (0..2).map(|i| (i as u32 + 4, backend_addr(i), 80, 100)).collect(),
+            },
         ],
     );
     // Resolve the backends' MACs on the balancer, as its health checks would.
@@ -148,7 +161,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     }
 
     let _in = lab.client.enter();
-    for (mode, vip) in [("nat", NAT_VIP), ("dsr-ipip", DSR_VIP)] {
+    for (mode, vip) in [("nat", NAT_VIP), ("dsr-ipip", DSR_VIP), ("dsr-l2", L2_VIP)] {
         let vip = SocketAddrV4::new(vip, 80);
         let tx_before = counter(&dp, Counter::ForwardTx);
         let seen = spread(vip);

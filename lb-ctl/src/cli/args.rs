@@ -157,9 +157,13 @@ pub struct BackendSetupArgs {
     #[arg(long, required = true, value_name = "ADDR")]
     pub vip: Vec<std::net::Ipv4Addr>,
     /// The balancers' encap_source addresses or prefixes the decapsulator accepts IPIP from
-    /// (repeatable).
+    /// (repeatable; dsr-ipip only).
     #[arg(long = "from", value_name = "PREFIX", value_parser = parse_prefix)]
     pub from: Vec<Ipv4Net>,
+    /// The VIPs' forwarding: ipip (`dsr-ipip`: the decapsulator too) or l2 (`dsr-l2`: this
+    /// backend must be on the balancers' segment; nothing to decapsulate).
+    #[arg(long, value_enum, default_value_t = DsrMode::Ipip)]
+    pub mode: DsrMode,
 
     /// Check this host: print what holds and what is missing (exit 1 if anything is).
     #[arg(long, conflicts_with = "apply")]
@@ -248,6 +252,14 @@ pub enum XdpMode {
     Skb,
     /// Native, falling back to skb with a warning.
     Auto,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DsrMode {
+    /// forwarding = "dsr-ipip".
+    Ipip,
+    /// forwarding = "dsr-l2".
+    L2,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

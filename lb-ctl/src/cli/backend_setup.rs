@@ -10,6 +10,8 @@ use std::process::Command;
 use anyhow::{Context as _, bail};
 use ipnet::Ipv4Net;
 
+use super::args::DsrMode;
+
 /// One thing the backend needs: how to check it, and the command that makes it so.
 struct Step {
     what: String,
@@ -27,7 +29,7 @@ enum Check {
     Decap(String),
 }
 
-fn steps(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net]) -> Vec<Step> {
+fn steps(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> Vec<Step> {
     let mut out = Vec::new();
     for vip in vips {
         out.push(Step {
@@ -56,12 +58,17 @@ fn steps(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net]) -> Vec<Step> {
             &["2"],
             "never use the VIP as the source of ARP requests",
         ));
-        out.push(sysctl(
-            format!("net.ipv4.conf.{scope}.rp_filter"),
-            "2",
-            &["0", "2"],
-            "decapsulated packets come from clients: strict reverse-path filtering may drop them",
-        ));
+        if mode == DsrMode::Ipip {
+            out.push(sysctl(
+                format!("net.ipv4.conf.{scope}.rp_filter"),
+                "2",
+                &["0", "2"],
+                "decapsulated packets come from clients: strict reverse-path filtering may drop them",
+            ));
+        }
+    }
+    if mode == DsrMode::L2 {
+        return out;
     }
     let mut decap = vec!["lb-ctl".to_string(), "decap".into(), "attach".into(), iface.to_string()];
     for prefix in from {
@@ -81,15 +88,28 @@ fn steps(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net]) -> Vec<Step> {
 }
 
 /// The script a backend runs (what `--apply` does).
-pub fn script(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net]) -> String {
+pub fn script(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> String {
     let vip_list: Vec<String> = vips.iter().map(Ipv4Addr::to_string).collect();
-    let mut out = format!(
-        "#!/bin/sh\n# A DSR (IPIP) backend of {} behind balancers {}: run as root on the backend.\nset -e\n",
-        vip_list.join(", "),
-        from.iter().map(Ipv4Net::to_string).collect::<Vec<_>>().join(", ")
-    );
-    for s in steps(iface, vips, from) {
+    let mut out = match mode {
+        DsrMode::Ipip => format!(
+            "#!/bin/sh\n# A DSR (IPIP) backend of {} behind balancers {}: run as root on the backend.\nset -e\n",
+            vip_list.join(", "),
+            from.iter().map(Ipv4Net::to_string).collect::<Vec<_>>().join(", ")
+        ),
+        DsrMode::L2 => format!(
+            "#!/bin/sh\n# A DSR (by MAC) backend of {} on the balancers' segment: run as root on the backend.\nset -e\n",
+            vip_list.join(", ")
+        ),
+    };
+    for s in steps(iface, vips, from, mode) {
         out.push_str(&format!("# {}: {}\n{}\n", s.what, s.why, s.command.join(" ")));
+    }
+    if mode == DsrMode::L2 {
+        out.push_str(
+            "# Segment: the balancers send VIP packets unchanged to this host's MAC address, so it must be\n\
+             # on their L2 segment (a neighbour, no router between); no MTU change is needed.\n",
+        );
+        return out;
     }
     out.push_str(
         "# MTU: IPIP adds 20 bytes on the way from the balancer to this backend. Give that link an MTU\n\
@@ -116,9 +136,9 @@ fn holds(check: &Check) -> anyhow::Result<bool> {
 
 /// Checks each step on this host: prints what holds and what is missing (with its command);
 /// true when everything holds.
-pub fn check(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net]) -> anyhow::Result<bool> {
+pub fn check(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> anyhow::Result<bool> {
     let mut all = true;
-    for s in steps(iface, vips, from) {
+    for s in steps(iface, vips, from, mode) {
         if holds(&s.check)? {
             println!("ok       {}", s.what);
         } else {
@@ -130,11 +150,11 @@ pub fn check(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net]) -> anyhow::Result
 }
 
 /// Makes every step hold on this host (as root): runs the commands of those that do not.
-pub fn apply(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net]) -> anyhow::Result<()> {
-    if from.is_empty() {
+pub fn apply(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> anyhow::Result<()> {
+    if from.is_empty() && mode == DsrMode::Ipip {
         bail!("--apply needs --from (the balancers' encap_source addresses) for the decapsulator");
     }
-    for s in steps(iface, vips, from) {
+    for s in steps(iface, vips, from, mode) {
         if holds(&s.check)? {
             println!("ok       {}", s.what);
             continue;
@@ -161,7 +181,8 @@ mod tests {
 
     #[test]
     fn the_script_names_every_step_with_its_reason() {
-        let text = script("eth1", &["203.0.113.20".parse().unwrap()], &["198.51.100.0/29".parse().unwrap()]);
+        let text =
+            script("eth1", &["203.0.113.20".parse().unwrap()], &["198.51.100.0/29".parse().unwrap()], DsrMode::Ipip);
         for line in [
             "ip addr replace 203.0.113.20/32 dev lo",
             "sysctl -qw net.ipv4.conf.all.arp_ignore=1",
@@ -176,7 +197,16 @@ mod tests {
         for pair in lines.chunks(2).take(8) {
             assert!(pair[0].starts_with("# ") && !pair[1].starts_with('#'), "{pair:?}");
         }
-        let without_from = script("eth0", &["203.0.113.20".parse().unwrap()], &[]);
+        let without_from = script("eth0", &["203.0.113.20".parse().unwrap()], &[], DsrMode::Ipip);
         assert!(without_from.contains("--from BALANCER_ENCAP_SOURCE"), "{without_from}");
+    }
+
+    #[test]
+    fn an_l2_backend_needs_no_decapsulator() {
+        let text = script("eth0", &["203.0.113.21".parse().unwrap()], &[], DsrMode::L2);
+        assert!(text.contains("ip addr replace 203.0.113.21/32 dev lo"), "{text}");
+        assert!(text.contains("net.ipv4.conf.all.arp_ignore=1"), "{text}");
+        assert!(!text.contains("decap") && !text.contains("rp_filter"), "{text}");
+        assert!(text.contains("on their L2 segment"), "{text}");
     }
 }

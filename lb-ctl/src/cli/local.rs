@@ -70,13 +70,14 @@ pub fn detach(
 pub fn backend_setup(args: &BackendSetupArgs) -> anyhow::Result<ExitCode> {
     use super::backend_setup::{apply, check, script};
     if args.check {
-        return Ok(if check(&args.iface, &args.vip, &args.from)? { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        let ok = check(&args.iface, &args.vip, &args.from, args.mode)?;
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     if args.apply {
-        apply(&args.iface, &args.vip, &args.from)?;
+        apply(&args.iface, &args.vip, &args.from, args.mode)?;
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", script(&args.iface, &args.vip, &args.from));
+    print!("{}", script(&args.iface, &args.vip, &args.from, args.mode));
     Ok(ExitCode::SUCCESS)
 }
 
