@@ -20,6 +20,9 @@ pub mod forwarding {
     /// The packet goes unchanged to the backend's MAC address (the backend is on this
     /// segment and holds the VIP on `lo`); the backend answers the client directly.
     pub const DSR_L2: u8 = 2;
+    /// The packet is encapsulated in UDP (GUE, `crate::gue`) to the backend, which answers
+    /// the client directly.
+    pub const DSR_GUE: u8 = 3;
 }
 
 /// What the ring slot is chosen by.

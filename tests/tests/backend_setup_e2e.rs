@@ -40,7 +40,8 @@ fn backend_setup_checks_applies_and_checks_again() {
     let text = String::from_utf8_lossy(&before.stdout).into_owned();
     assert_eq!(before.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("MISSING  VIP 203.0.113.20 on lo") && text.contains("MISSING  IPIP decapsulator on eth0"),
+        text.contains("MISSING  VIP 203.0.113.20 on lo")
+            && text.contains("MISSING  decapsulator (IPIP and GUE) on eth0"),
         "{text}"
     );
     let applied = setup("--apply");

@@ -160,8 +160,8 @@ pub struct BackendSetupArgs {
     /// (repeatable; dsr-ipip only).
     #[arg(long = "from", value_name = "PREFIX", value_parser = parse_prefix)]
     pub from: Vec<Ipv4Net>,
-    /// The VIPs' forwarding: ipip (`dsr-ipip`: the decapsulator too) or l2 (`dsr-l2`: this
-    /// backend must be on the balancers' segment; nothing to decapsulate).
+    /// The VIPs' forwarding: ipip or gue (`dsr-ipip`, `dsr-gue`: the decapsulator too), or l2
+    /// (`dsr-l2`: this backend must be on the balancers' segment; nothing to decapsulate).
     #[arg(long, value_enum, default_value_t = DsrMode::Ipip)]
     pub mode: DsrMode,
 
@@ -260,6 +260,8 @@ pub enum DsrMode {
     Ipip,
     /// forwarding = "dsr-l2".
     L2,
+    /// forwarding = "dsr-gue".
+    Gue,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -58,7 +58,7 @@ fn steps(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> Vec
             &["2"],
             "never use the VIP as the source of ARP requests",
         ));
-        if mode == DsrMode::Ipip {
+        if mode != DsrMode::L2 {
             out.push(sysctl(
                 format!("net.ipv4.conf.{scope}.rp_filter"),
                 "2",
@@ -79,8 +79,8 @@ fn steps(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> Vec
         decap.extend(["--from".into(), "BALANCER_ENCAP_SOURCE".into()]);
     }
     out.push(Step {
-        what: format!("IPIP decapsulator on {iface}"),
-        why: "removes the balancer's IPIP header (only from the balancers' addresses given with --from)",
+        what: format!("decapsulator (IPIP and GUE) on {iface}"),
+        why: "removes the balancer's outer headers (only from the balancers' addresses given with --from)",
         command: decap,
         check: Check::Decap(iface.to_string()),
     });
@@ -91,8 +91,9 @@ fn steps(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> Vec
 pub fn script(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> String {
     let vip_list: Vec<String> = vips.iter().map(Ipv4Addr::to_string).collect();
     let mut out = match mode {
-        DsrMode::Ipip => format!(
-            "#!/bin/sh\n# A DSR (IPIP) backend of {} behind balancers {}: run as root on the backend.\nset -e\n",
+        DsrMode::Ipip | DsrMode::Gue => format!(
+            "#!/bin/sh\n# A DSR ({}) backend of {} behind balancers {}: run as root on the backend.\nset -e\n",
+            if mode == DsrMode::Gue { "GUE" } else { "IPIP" },
             vip_list.join(", "),
             from.iter().map(Ipv4Net::to_string).collect::<Vec<_>>().join(", ")
         ),
@@ -111,11 +112,13 @@ pub fn script(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -
         );
         return out;
     }
-    out.push_str(
-        "# MTU: IPIP adds 20 bytes on the way from the balancer to this backend. Give that link an MTU\n\
-         # 20 bytes larger than the clients' (e.g. 1520), or the balancer answers full-size packets\n\
+    let (name, bytes) = if mode == DsrMode::Gue { ("GUE", 28) } else { ("IPIP", 20) };
+    out.push_str(&format!(
+        "# MTU: {name} adds {bytes} bytes on the way from the balancer to this backend. Give that link an MTU\n\
+         # {bytes} bytes larger than the clients' (e.g. {}), or the balancer answers full-size packets\n\
          # with ICMP \"fragmentation needed\" and clients lower their path MTU (it works, at a cost).\n",
-    );
+        1500 + bytes
+    ));
     out
 }
 
@@ -151,7 +154,7 @@ pub fn check(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) ->
 
 /// Makes every step hold on this host (as root): runs the commands of those that do not.
 pub fn apply(iface: &str, vips: &[Ipv4Addr], from: &[Ipv4Net], mode: DsrMode) -> anyhow::Result<()> {
-    if from.is_empty() && mode == DsrMode::Ipip {
+    if from.is_empty() && mode != DsrMode::L2 {
         bail!("--apply needs --from (the balancers' encap_source addresses) for the decapsulator");
     }
     for s in steps(iface, vips, from, mode) {

@@ -78,6 +78,9 @@ pub fn nft(config: &Config) -> String {
             Forwarding::DsrIpip => out.push_str(
                 "\t\t# differs: nftables has no IPIP encapsulation; DNAT instead (replies through this host)\n",
             ),
+            Forwarding::DsrGue => out.push_str(
+                "\t\t# differs: nftables has no GUE encapsulation; DNAT instead (replies through this host)\n",
+            ),
             Forwarding::DsrL2 => out.push_str(
                 "\t\t# differs: nftables does not forward by MAC rewrite; DNAT instead (replies through this host)\n",
             ),
@@ -152,6 +155,13 @@ pub fn ipvs(config: &Config) -> String {
             Forwarding::DsrL2 => {
                 out.push_str("# direct routing (-g, as lb-ctl's dsr-l2): the backend port is the VIP port.\n");
                 "-g"
+            }
+            Forwarding::DsrGue => {
+                out.push_str(
+                    "# GUE tunnelling (as lb-ctl's dsr-gue; ipvsadm 1.31+ and kernel 5.2+): the backend port is\n\
+                     # the VIP port, and IPVS picks its own outer source port.\n",
+                );
+                "-i --tun-type gue --tun-port 6080"
             }
             _ => "-m",
         };

@@ -125,7 +125,8 @@ pub struct VipSpec {
     pub protocol: Protocol,
     pub forwarding: Forwarding,
     pub hash: HashMode,
-    /// Outer source address of IPIP packets (`forwarding = "dsr-ipip"` only, required there).
+    /// Outer source address of encapsulated packets (`dsr-ipip` and `dsr-gue` only, required
+    /// there).
     pub encap_source: Option<IpAddr>,
     pub all_down: AllDownPolicy,
     /// The VIP's own health table (with defaults): what backends added at run time get.
@@ -271,6 +272,8 @@ pub enum Forwarding {
     /// XDP sends the packet unchanged to the backend's MAC address (the backend is on the
     /// balancer's segment and holds the VIP on `lo`); backends answer clients directly.
     DsrL2,
+    /// XDP encapsulates in UDP (GUE, port 6080); backends answer clients directly.
+    DsrGue,
     /// The userspace proxy terminates the connection.
     Proxy,
 }
@@ -281,6 +284,7 @@ impl Forwarding {
             Forwarding::Nat => "nat",
             Forwarding::DsrIpip => "dsr-ipip",
             Forwarding::DsrL2 => "dsr-l2",
+            Forwarding::DsrGue => "dsr-gue",
             Forwarding::Proxy => "proxy",
         }
     }

@@ -163,7 +163,7 @@ fn bad_files_give_exact_messages() {
         (
             "encap_source without dsr",
             format!("{VIP}encap_source = \"198.51.100.1\"\n"),
-            &["lb.toml:5: vip \"web\": encap_source only applies to forwarding = \"dsr-ipip\""],
+            &["lb.toml:5: vip \"web\": encap_source only applies to forwarding = \"dsr-ipip\" or \"dsr-gue\""],
         ),
         (
             "IPv6 XDP VIP",

@@ -290,7 +290,7 @@ fn vip<'a>(
     };
     let forwarding_span = v.forwarding.as_ref().map(|f| f.span()).unwrap_or(v.address.span());
     match (protocol, forwarding) {
-        (Protocol::Http, Forwarding::Nat | Forwarding::DsrIpip | Forwarding::DsrL2) => c.error(
+        (Protocol::Http, Forwarding::Nat | Forwarding::DsrIpip | Forwarding::DsrL2 | Forwarding::DsrGue) => c.error(
             forwarding_span.clone(),
             format!("{at}: protocol \"http\" is served by the userspace proxy: forwarding must be \"proxy\""),
         ),
@@ -310,7 +310,7 @@ fn vip<'a>(
     }
     let hash = v.hash.as_ref().map(|h| *h.get_ref()).unwrap_or(HashMode::Ip);
     let encap_source = match (&v.encap_source, forwarding) {
-        (Some(s), Forwarding::DsrIpip) => match c.ip(s, &format!("{at}: encap_source")) {
+        (Some(s), Forwarding::DsrIpip | Forwarding::DsrGue) => match c.ip(s, &format!("{at}: encap_source")) {
             Some(ip @ IpAddr::V4(_)) => Some(ip),
             Some(IpAddr::V6(_)) => {
                 c.error(s.span(), format!("{at}: encap_source must be an IPv4 address"));
@@ -319,13 +319,13 @@ fn vip<'a>(
             None => None,
         },
         (Some(s), _) => {
-            c.error(s.span(), format!("{at}: encap_source only applies to forwarding = \"dsr-ipip\""));
+            c.error(s.span(), format!("{at}: encap_source only applies to forwarding = \"dsr-ipip\" or \"dsr-gue\""));
             None
         }
-        (None, Forwarding::DsrIpip) => {
+        (None, Forwarding::DsrIpip | Forwarding::DsrGue) => {
             c.error(
                 forwarding_span,
-                format!("{at}: forwarding \"dsr-ipip\" needs encap_source (the outer source address)"),
+                format!("{at}: forwarding \"{}\" needs encap_source (the outer source address)", forwarding.as_str()),
             );
             None
         }

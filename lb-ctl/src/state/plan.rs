@@ -101,6 +101,7 @@ impl MapContents {
                 forwarding: match v.forwarding {
                     Forwarding::DsrIpip => forwarding::DSR_IPIP,
                     Forwarding::DsrL2 => forwarding::DSR_L2,
+                    Forwarding::DsrGue => forwarding::DSR_GUE,
                     Forwarding::Nat | Forwarding::Proxy => forwarding::NAT,
                 },
                 hash: v.hash.wire(),

@@ -1,6 +1,7 @@
-//! lb_decap: the DSR backend's half. IPIP packets arriving on the interface from an allowed
-//! outer source (the balancers: DECAP_SOURCES prefixes) lose their outer IPv4 header and go up
-//! the stack as the client's original packet (addressed to the VIP the backend holds locally).
+//! lb_decap: the DSR backend's half. IPIP packets, and GUE packets (UDP to `gue::PORT`, see
+//! `lb_common::gue`), arriving on the interface from an allowed outer source (the balancers:
+//! DECAP_SOURCES prefixes) lose their outer headers and go up the stack as the client's
+//! original packet (addressed to the VIP the backend holds locally).
 //! Everything else passes untouched: opening tunnels from anyone would let any host inject
 //! packets as if from any client. For hosts without an ipip device (`lb-ctl decap attach IFACE
 //! --from PREFIX`).
@@ -16,8 +17,8 @@ use aya_ebpf::macros::{map, xdp};
 use aya_ebpf::maps::lpm_trie::Key;
 use aya_ebpf::maps::{LpmTrie, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
-use lb_common::ip_proto;
 use lb_common::stats::DecapCounter;
+use lb_common::{gue, ip_proto};
 use lb_ebpf::packet::{ETH_P_IPV4, IPV4_LEN, link_layer, ptr_at};
 use network_types::eth::EthHdr;
 use network_types::ip::Ipv4Hdr;
@@ -56,36 +57,50 @@ fn decap(ctx: &XdpContext) -> DecapCounter {
     };
     // SAFETY: bounds checked.
     let (vihl, proto, frags) = unsafe { ((*outer).vihl, (*outer).proto, u16::from_be_bytes((*outer).frags)) };
-    // Only whole, option-less IPIP datagrams; anything else is the stack's business.
-    if proto != ip_proto::IPIP || vihl != 0x45 || frags & 0x3fff != 0 {
+    // Only whole, option-less IPIP or GUE datagrams; anything else is the stack's business.
+    if vihl != 0x45 || frags & 0x3fff != 0 {
         return DecapCounter::Passed;
     }
+    let outer_len = match proto {
+        ip_proto::IPIP => IPV4_LEN,
+        ip_proto::UDP => match ptr_at::<[u8; 4]>(ctx, l2 + IPV4_LEN) {
+            // SAFETY: bounds checked; the UDP ports.
+            Some(ports) if u16::from_be_bytes(unsafe { [(*ports)[2], (*ports)[3]] }) == gue::PORT => gue::OVERHEAD,
+            _ => return DecapCounter::Passed,
+        },
+        _ => return DecapCounter::Passed,
+    };
     // SAFETY: bounds checked.
     let source = unsafe { (*outer).src_addr };
     if DECAP_SOURCES.get(Key::new(32, source)).is_none() {
         return DecapCounter::Refused;
     }
-    let Some(inner) = ptr_at::<Ipv4Hdr>(ctx, l2 + IPV4_LEN) else {
+    let Some(inner) = ptr_at::<Ipv4Hdr>(ctx, l2 + outer_len) else {
         return DecapCounter::Malformed;
     };
     // SAFETY: bounds checked.
     if unsafe { (*inner).vihl } >> 4 != 4 {
         return DecapCounter::Malformed;
     }
-    let removed = if l2 == EthHdr::LEN { strip::<14>(ctx) } else { strip::<18>(ctx) };
+    let removed = match (l2 == EthHdr::LEN, outer_len == IPV4_LEN) {
+        (true, true) => strip::<14, IPV4_LEN>(ctx),
+        (false, true) => strip::<18, IPV4_LEN>(ctx),
+        (true, false) => strip::<14, { gue::OVERHEAD }>(ctx),
+        (false, false) => strip::<18, { gue::OVERHEAD }>(ctx),
+    };
     if removed { DecapCounter::Decapsulated } else { DecapCounter::Malformed }
 }
 
-/// Moves the `L2`-byte link header forward over the outer IPv4 header and drops the latter.
+/// Moves the `L2`-byte link header forward over the `N` bytes of outer headers and drops them.
 #[inline(always)]
-fn strip<const L2: usize>(ctx: &XdpContext) -> bool {
+fn strip<const L2: usize, const N: usize>(ctx: &XdpContext) -> bool {
     let Some(l2) = ptr_at::<[u8; L2]>(ctx, 0) else {
         return false;
     };
     // SAFETY: bounds checked.
     let saved = unsafe { *l2 };
     // SAFETY: helper call on our own context.
-    if unsafe { bpf_xdp_adjust_head(ctx.ctx, IPV4_LEN as i32) } != 0 {
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, N as i32) } != 0 {
         return false;
     }
     let Some(l2) = ptr_at::<[u8; L2]>(ctx, 0) else {

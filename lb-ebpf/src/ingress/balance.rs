@@ -1,5 +1,5 @@
-//! The balancer's decision for one packet: a VIP packet goes to its backend (NAT, IPIP or MAC
-//! rewrite), a NAT backend's reply back to its client, ICMP errors about VIP flows to the
+//! The balancer's decision for one packet: a VIP packet goes to its backend (NAT, IPIP, GUE or
+//! MAC rewrite), a NAT backend's reply back to its client, ICMP errors about VIP flows to the
 //! flow's backend; everything else passes untouched.
 use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::programs::XdpContext;
@@ -58,7 +58,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
         if let Some(vip) = vip {
             let flow = Flow { key: &key, hash, slot: flow, new_period, tables };
             return match vip.forwarding {
-                forwarding::DSR_IPIP => encap::balance_ipip(ctx, &pkt, vip, &flow),
+                forwarding::DSR_IPIP | forwarding::DSR_GUE => encap::balance_encap(ctx, &pkt, vip, &flow),
                 forwarding::DSR_L2 => l2::balance_l2(ctx, &pkt, vip, &flow),
                 _ => nat::balance_nat(ctx, &pkt, vip, &flow),
             };

@@ -12,10 +12,10 @@ use lb_common::config::port_flags;
 use lb_common::csum::{replace16, replace32};
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, VipKey, forwarding};
-use lb_common::{family, ip_proto, ipv4_octets};
+use lb_common::{family, gue, ip_proto, ipv4_octets};
 use lb_ebpf::packet::packet_len;
 
-use crate::encap::{self, TooBig};
+use crate::encap::{self, Encap, TooBig};
 use crate::flow::flow_key;
 use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
 use crate::l2;
@@ -66,9 +66,15 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
     maps::count(Counter::IcmpToBackend);
-    if vip.forwarding == forwarding::DSR_IPIP {
+    let encap = match vip.forwarding {
+        forwarding::DSR_IPIP => Some(Encap::Ipip),
+        // Any source port: errors are rare, and spreading them over queues does not matter.
+        forwarding::DSR_GUE => Some(Encap::Gue { source_port: gue::source_port(0) }),
+        _ => None,
+    };
+    if let Some(encap) = encap {
         // Never an ICMP error about an ICMP error (RFC 1122): too big is dropped.
-        return match encap::send_ipip(ctx, err.l3_offset, err.ip, vip, entry.backend_id, backend) {
+        return match encap::send_encapsulated(ctx, err.l3_offset, err.ip, vip, entry.backend_id, backend, encap) {
             Ok(verdict) => verdict,
             Err(TooBig { .. }) => (XDP_DROP, Counter::DropTooBig),
         };
