@@ -104,6 +104,7 @@ pub fn vips() -> Vec<Vip> {
         Vip { hash: hash_mode::FLOW, ..tcp([203, 0, 113, 60], forwarding::NAT, vec![(9, B1, 8080), (10, B2, 8080)]) },
         tcp([203, 0, 113, 70], forwarding::DSR_L2, vec![(11, B1, 80)]),
         tcp([203, 0, 113, 71], forwarding::DSR_L2, vec![(12, B_ROUTED, 80)]),
+        tcp([203, 0, 113, 72], forwarding::DSR_GUE, vec![(13, B1, 80)]),
     ]
 }
 

@@ -137,6 +137,42 @@ pub fn ipip_frame(
     out
 }
 
+/// The frame the balancer must emit for a `dsr-gue` packet: `inner` (a whole frame, its IPv4
+/// header at `l3`) with its IPv4 datagram behind an outer IPv4 header `outer_src → outer_dst`
+/// and a UDP header `source_port → gue::PORT` without checksum, behind new MACs.
+pub fn gue_frame(
+    inner_bytes: &[u8],
+    l3: usize,
+    outer: ([u8; 4], [u8; 4]),
+    source_port: u16,
+    src_mac: Mac,
+    dst_mac: Mac,
+) -> Vec<u8> {
+    let datagram = &inner_bytes[l3..];
+    let udp = etherparse::UdpHeader {
+        source_port,
+        destination_port: lb_common::gue::PORT,
+        length: (8 + datagram.len()) as u16,
+        checksum: 0,
+    };
+    let mut ip = Ipv4Header::new(udp.length, 64, IpNumber::UDP, outer.0, outer.1).unwrap();
+    ip.dont_fragment = false;
+    ip.header_checksum = ip.calc_header_checksum();
+    let mut out = Vec::new();
+    if l3 == 18 {
+        out.extend_from_slice(&dst_mac);
+        out.extend_from_slice(&src_mac);
+        out.extend_from_slice(&inner_bytes[12..18]);
+    } else {
+        let eth = Ethernet2Header { source: src_mac, destination: dst_mac, ether_type: etherparse::EtherType::IPV4 };
+        out.extend_from_slice(&eth.to_bytes());
+    }
+    out.extend_from_slice(&ip.to_bytes());
+    out.extend_from_slice(&udp.to_bytes());
+    out.extend_from_slice(datagram);
+    out
+}
+
 /// An ICMP "fragmentation needed" (next-hop MTU `mtu`) from `from` to `to`, quoting the IPv4
 /// header and the first 8 bytes behind it of `quoted` (untagged).
 pub fn icmp_frag_needed(macs: (Mac, Mac), from: [u8; 4], to: [u8; 4], ttl: u8, mtu: u16, quoted: &Frame) -> Vec<u8> {

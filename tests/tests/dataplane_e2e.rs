@@ -21,6 +21,8 @@ const NAT_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 const DSR_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
 /// DSR by MAC rewrite: the backends are on the balancer's segment.
 const L2_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 21);
+/// DSR over GUE: lb_decap removes the outer IPv4 and UDP headers.
+const GUE_VIP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 22);
 const LARGE: usize = 2 * 1024 * 1024 + 12345;
 const UPLOAD: usize = 1024 * 1024;
 
@@ -89,6 +91,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
         let ns_name = lab.backends[i].name.clone();
         lab.backends[i].exec(&["ip", "addr", "add", &format!("{DSR_VIP}/32"), "dev", "lo"]);
         lab.backends[i].exec(&["ip", "addr", "add", &format!("{L2_VIP}/32"), "dev", "lo"]);
+        lab.backends[i].exec(&["ip", "addr", "add", &format!("{GUE_VIP}/32"), "dev", "lo"]);
         lab.spawn(&ns_name, &[backend_bin, "0.0.0.0:8080", &name]);
         lab.spawn(&ns_name, &[backend_bin, "0.0.0.0:80", &name]);
         // The product command, as an operator runs it on a DSR backend. nsenter enters only
@@ -150,6 +153,16 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
                 encap_source: Ipv4Addr::new(198, 51, 100, 1),
                 backends: (0..2).map(|i| (i as u32 + 4, backend_addr(i), 80, 100)).collect(),
             },
+            VipSpec {
+                id: 3,
+                addr: GUE_VIP,
+                port: 80,
+                protocol: ip_proto::TCP,
+                forwarding: forwarding::DSR_GUE,
+                hash: hash_mode::CLIENT_IP,
+                encap_source: Ipv4Addr::new(198, 51, 100, 1),
+                backends: (0..2).map(|i| (i as u32 + 6, backend_addr(i), 80, 100)).collect(),
+            },
         ],
     );
     // Resolve the backends' MACs on the balancer, as its health checks would.
@@ -161,7 +174,7 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     }
 
     let _in = lab.client.enter();
-    for (mode, vip) in [("nat", NAT_VIP), ("dsr-ipip", DSR_VIP), ("dsr-l2", L2_VIP)] {
+    for (mode, vip) in [("nat", NAT_VIP), ("dsr-ipip", DSR_VIP), ("dsr-l2", L2_VIP), ("dsr-gue", GUE_VIP)] {
         let vip = SocketAddrV4::new(vip, 80);
         let tx_before = counter(&dp, Counter::ForwardTx);
         let seen = spread(vip);

@@ -19,7 +19,7 @@ use lb_ctl::dataplane::load::{allow_decap_sources, load_decap, program};
 use lb_tests::fixture::*;
 use lb_tests::golden::*;
 use lb_tests::netns::ifindex;
-use lb_tests::packets::{Frame, L4, Mac, icmp_frag_needed, ipip, ipip_frame, patch_ipv4};
+use lb_tests::packets::{Frame, L4, Mac, gue_frame, icmp_frag_needed, ipip, ipip_frame, patch_ipv4};
 use lb_tests::privileges::require_root;
 use lb_tests::testrun::{RunResult, action_name, run_xdp};
 
@@ -618,6 +618,72 @@ fn golden_packets_through_lb_ingress() {
     let big_no_df = patch_ipv4(&big.bytes(), 14, |h| h.dont_fragment = false);
     run(&mut dp, case("DSR packet too big once wrapped, no DF: drop", big_no_df, XDP_DROP, None, Counter::DropTooBig));
 
+    // ---- DSR over GUE: outer IPv4 + UDP to port 6080, source port from the flow's hash.
+    let gsyn = Frame::tcp(CLIENT, 44000, vips[11].addr, 80);
+    let gport = lb_common::gue::source_port(dp.table_hash_of(&flow_key(CLIENT, vips[11].addr, 44000, 80)));
+    let gue = |f: &Frame, port: u16| gue_frame(&f.bytes(), f.l3_offset(), (LB_ADDR, B1), port, LB_MAC, mac_of(B1));
+    let mut c = case(
+        "new flow, DSR over GUE: UDP to the backend, inner packet untouched",
+        gsyn.bytes(),
+        XDP_TX,
+        Some(gue(&gsyn, gport)),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::FlowNew];
+    run(&mut dp, c);
+    let gack = gsyn.with(|f| {
+        f.l4 = L4::TcpAck;
+        f.payload = vec![b'g'; 100]
+    });
+    let mut c = case(
+        "established flow, DSR over GUE: the same outer source port",
+        gack.bytes(),
+        XDP_TX,
+        Some(gue(&gack, gport)),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    let gtag = gack.with(|f| f.vlan = Some(42));
+    run(
+        &mut dp,
+        case(
+            "802.1Q GUE: tag kept in front of the outer headers",
+            gtag.bytes(),
+            XDP_TX,
+            Some(gue(&gtag, gport)),
+            Counter::ForwardTx,
+        ),
+    );
+    let gue_err = icmp_frag_needed(
+        (CLIENT_MAC, LB_MAC),
+        [192, 0, 2, 254],
+        gsyn.dst,
+        64,
+        1400,
+        &Frame::tcp(gsyn.dst, 80, CLIENT, gsyn.src_port),
+    );
+    let mut c = case(
+        "ICMP error about a GUE flow: to its backend, encapsulated untouched",
+        gue_err.clone(),
+        XDP_TX,
+        Some(gue_frame(&gue_err, 14, (LB_ADDR, B1), lb_common::gue::source_port(0), LB_MAC, mac_of(B1))),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToBackend];
+    run(&mut dp, c);
+    let gbig = gack.with(|f| f.payload = vec![0; 1480 - 40]);
+    run(
+        &mut dp,
+        case(
+            "GUE packet too big once wrapped, DF set: ICMP fragmentation needed (MTU 1472)",
+            gbig.bytes(),
+            XDP_TX,
+            Some(frag_needed(&gbig.bytes(), 14, 1472)),
+            Counter::ForwardIcmpTooBig,
+        ),
+    );
+
     // ---- DSR by MAC rewrite: from the IP header on, the frame leaves as it came.
     let to_mac = |frame: &[u8], dmac: Mac| {
         let mut out = frame.to_vec();
@@ -947,6 +1013,15 @@ fn golden_packets_through_lb_decap() {
     let mut want_tagged = wrapped_tagged[..18].to_vec();
     want_tagged.extend_from_slice(&tagged.bytes()[18..]);
     let stranger = ipip(&inner, [198, 51, 100, 77], B1, LB_MAC, mac_of(B1));
+    let gue =
+        |f: &Frame, from: [u8; 4], port| gue_frame(&f.bytes(), f.l3_offset(), (from, B1), port, LB_MAC, mac_of(B1));
+    let gue_wrapped = gue(&inner, LB_ADDR, 50000);
+    let gue_tagged = gue(&tagged, LB_ADDR, 50000);
+    let gue_stranger = gue(&inner, [198, 51, 100, 77], 50000);
+    // UDP to another port from an allowed source: not ours to open.
+    let mut other_port = gue_wrapped.clone();
+    other_port[36..38].copy_from_slice(&6081u16.to_be_bytes());
+    let (want_gue, want_gue_tagged) = (want.clone(), want_tagged.clone());
     let mut short = wrapped[..14 + 20 + 8].to_vec();
     short[16..18].copy_from_slice(&28u16.to_be_bytes());
 
@@ -956,6 +1031,10 @@ fn golden_packets_through_lb_decap() {
         ("plain TCP: untouched", inner.bytes(), inner.bytes(), DecapCounter::Passed),
         ("IPIP too short for an inner header: untouched", short.clone(), short, DecapCounter::Malformed),
         ("IPIP from outside the allowed sources: untouched", stranger.clone(), stranger, DecapCounter::Refused),
+        ("GUE: outer IPv4 and UDP headers removed", gue_wrapped, want_gue, DecapCounter::Decapsulated),
+        ("802.1Q GUE: outer headers removed, tag kept", gue_tagged, want_gue_tagged, DecapCounter::Decapsulated),
+        ("GUE from outside the allowed sources: untouched", gue_stranger.clone(), gue_stranger, DecapCounter::Refused),
+        ("UDP to another port: untouched", other_port.clone(), other_port, DecapCounter::Passed),
     ];
     let prog = program(&mut ebpf, program_names::DECAP).unwrap();
     let prog: &Xdp = prog;

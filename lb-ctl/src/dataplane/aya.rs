@@ -70,6 +70,12 @@ impl AyaDataplane {
         Self { ebpf, ring_size, config, rings_mmap, flow_sets, table_seed, flows_mmap }
     }
 
+    /// The connection tables' hash of `key` (which set it lives in; what `dsr-gue` derives
+    /// the outer source port from).
+    pub fn table_hash_of(&self, key: &FlowKey) -> u32 {
+        table_hash(key, self.table_seed)
+    }
+
     /// The FLOWS (and REVERSE_FLOWS) set `key` lives in.
     pub fn flow_set_of(&self, key: &FlowKey) -> u32 {
         self.set_of_hash(table_hash(key, self.table_seed))
