@@ -109,6 +109,10 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
         ..new_flow_key
     };
     let dsr_flow_key = FlowKey { dst: ipv4_bytes(vips[2].addr), src_port: 46001u16.to_be(), ..new_flow_key };
+    // The fixture's dsr-l2 and dsr-gue VIPs (each with one backend on the segment).
+    let (l2_vip, gue_vip) = (vips[9].addr, vips[11].addr);
+    let l2_flow_key = FlowKey { dst: ipv4_bytes(l2_vip), src_port: 46101u16.to_be(), ..new_flow_key };
+    let gue_flow_key = FlowKey { dst: ipv4_bytes(gue_vip), src_port: 46201u16.to_be(), ..new_flow_key };
     let established = |f: Frame| {
         f.with(|f| {
             f.l4 = L4::TcpAck;
@@ -192,6 +196,42 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             action: 3,
             forget: None,
             target: None,
+            katran: None,
+            budget: UNSPENT,
+        },
+        Path {
+            name: "GUE encapsulation (DSR)",
+            frame: established(Frame::tcp(CLIENT, 46200, gue_vip, 80)),
+            action: 3,
+            forget: None,
+            target: None,
+            katran: None,
+            budget: UNSPENT,
+        },
+        Path {
+            name: "new TCP flow (SYN, GUE)",
+            frame: Frame::tcp(CLIENT, 46201, gue_vip, 80).bytes(),
+            action: 3,
+            forget: Some((dp.flow_set_of(&gue_flow_key), None)),
+            target: Some(250.0),
+            katran: None,
+            budget: UNSPENT,
+        },
+        Path {
+            name: "MAC rewrite (DSR by MAC)",
+            frame: established(Frame::tcp(CLIENT, 46100, l2_vip, 80)),
+            action: 3,
+            forget: None,
+            target: None,
+            katran: None,
+            budget: UNSPENT,
+        },
+        Path {
+            name: "new TCP flow (SYN, L2)",
+            frame: Frame::tcp(CLIENT, 46101, l2_vip, 80).bytes(),
+            action: 3,
+            forget: Some((dp.flow_set_of(&l2_flow_key), None)),
+            target: Some(250.0),
             katran: None,
             budget: UNSPENT,
         },
