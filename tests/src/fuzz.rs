@@ -1,6 +1,6 @@
 //! Seeded fuzzing of lb_ingress through BPF_PROG_TEST_RUN: random frames, frames mutated from
-//! every kind of valid frame, and random but well-formed TCP/UDP/ICMP frames aimed at the
-//! fixture's VIPs and backends. Reproducible: the same seed gives the same frames.
+//! every kind of valid frame (IPv6 ones too: neighbour discovery, extension headers), and
+//! random but well-formed TCP/UDP/ICMP frames aimed at the fixture's VIPs and backends. Reproducible: the same seed gives the same frames.
 //!
 //! What must hold for every frame: the verdict is a defined action (never XDP_ABORTED); a frame
 //! that concerns no VIP and no NAT backend (judged from its raw header fields here, apart from
@@ -123,6 +123,39 @@ fn seeds(vips: &[Vip]) -> Vec<Vec<u8>> {
         Frame::tcp(B_FAR, 8080, CLIENT2, 40000).with(|f| f.l4 = L4::TcpAck).bytes(),
         Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(),
     ]
+    .into_iter()
+    .chain(ipv6_seeds())
+    .collect()
+}
+
+/// IPv6 frames (the balancer serves no IPv6 VIP yet: every one must pass untouched, neighbour
+/// discovery and router traffic included): TCP and UDP to a VIP-like address, ND neighbour
+/// solicitation and router advertisement, and TCP behind hop-by-hop and fragment headers.
+fn ipv6_seeds() -> Vec<Vec<u8>> {
+    use etherparse::PacketBuilder;
+    let client = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+    let vip = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10];
+    let base = || PacketBuilder::ethernet2([2, 0, 0, 0, 0, 7], [2, 0, 0, 0, 0, 1]).ipv6(client, vip, 64);
+    let mut tcp = Vec::new();
+    base().tcp(40000, 80, 1, 64000).syn().write(&mut tcp, &[]).unwrap();
+    let mut udp = Vec::new();
+    base().udp(5000, 53).write(&mut udp, b"query").unwrap();
+    let mut solicit = Vec::new();
+    // Neighbour solicitation for the VIP (type 135), and a router advertisement (134).
+    base().icmpv6_raw(135, 0, [0; 4]).write(&mut solicit, &vip).unwrap();
+    let mut advert = Vec::new();
+    base().icmpv6_raw(134, 0, [64, 0, 7, 8]).write(&mut advert, &[0; 8]).unwrap();
+    // The TCP frame behind an 8-byte extension header of type `kind` (0 hop-by-hop, 44 fragment).
+    let behind = |kind: u8| {
+        let mut f = tcp.clone();
+        let next = f[14 + 6];
+        f[14 + 6] = kind;
+        let len = u16::from_be_bytes([f[18], f[19]]) + 8;
+        f[18..20].copy_from_slice(&len.to_be_bytes());
+        f.splice(54..54, [next, 0, 0, 0, 0, 0, 0, 0]);
+        f
+    };
+    vec![tcp.clone(), udp, solicit, advert, behind(0), behind(44)]
 }
 
 /// One frame: random bytes, a mutated seed, or a random well-formed frame aimed at a target.
@@ -130,8 +163,10 @@ fn frame(rng: &mut Rng, seeds: &[Vec<u8>], targets: &Targets) -> Vec<u8> {
     match rng.below(10) {
         0 => {
             let mut f: Vec<u8> = (0..ETH_LEN + rng.below(160)).map(|_| rng.next_u64() as u8).collect();
-            if rng.below(2) == 0 {
-                f[12..14].copy_from_slice(&[0x08, 0x00]);
+            match rng.below(3) {
+                0 => f[12..14].copy_from_slice(&[0x08, 0x00]),
+                1 => f[12..14].copy_from_slice(&[0x86, 0xdd]),
+                _ => {}
             }
             f
         }
