@@ -24,6 +24,9 @@ pub struct DataplaneConfig {
     /// Past it, new flows are still placed by the ring but not recorded
     /// (`new_flow_unrecorded`): a flood cannot churn the tables faster than this.
     pub new_flow_budget: u32,
+    /// Nonzero: every flow recorded is also reported on FLOW_EVENTS ([`crate::flow::SharedFlow`])
+    /// for userspace to share with the other balancers (`[cluster]`).
+    pub share_flows: u32,
 }
 
 /// PORT_FLAGS bits, indexed by L4 port (host order). They let the program skip the VIPS and

@@ -173,7 +173,21 @@ pub const fn flow_sets(entries: u32) -> u32 {
     if sets <= 1 { 1 } else { sets.next_power_of_two() }
 }
 
-crate::user_pod!(FlowKey, FlowEntry, ReverseEntry, ForwardSet, ReverseSet);
+/// A flow the program recorded, reported on FLOW_EVENTS when `DataplaneConfig::share_flows` is
+/// set: userspace turns the ids into addresses and tells the other balancers (flow sharing).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharedFlow {
+    pub key: FlowKey,
+    pub backend_id: u32,
+    pub vip_id: u32,
+}
+
+/// Bytes of the FLOW_EVENTS ring buffer: room for about 20,000 flows between two reads.
+pub const FLOW_EVENTS_BYTES: u32 = 1 << 20;
+
+crate::user_pod!(FlowKey, FlowEntry, ReverseEntry, ForwardSet, ReverseSet, SharedFlow);
+const _: () = assert!(core::mem::size_of::<SharedFlow>() == 48);
 const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
 const _: () = assert!(core::mem::size_of::<FlowEntry>() == 16);
 const _: () = assert!(core::mem::size_of::<ReverseEntry>() == 24);

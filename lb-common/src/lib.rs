@@ -37,6 +37,7 @@ pub mod map_names {
     pub const NEXT_HOPS: &str = "NEXT_HOPS";
     pub const BACKEND_HOPS: &str = "BACKEND_HOPS";
     pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
+    pub const FLOW_EVENTS: &str = "FLOW_EVENTS";
 }
 
 /// Program names (the `#[xdp]` function names) in the two objects.

@@ -112,6 +112,9 @@ counters! {
     /// DSR by MAC rewrite (`dsr-l2`): the route to the backend goes through a gateway, so the
     /// backend is not on this segment and its MAC cannot be used.
     DropNotAdjacent = "drop_backend_not_adjacent",
+    /// Flow sharing on, but FLOW_EVENTS was full: a recorded flow not reported to userspace
+    /// (so not shared with the other balancers).
+    FlowShareOverflow = "flow_share_overflow",
 }
 
 /// Counters of the decapsulation program (DECAP_COUNTERS).

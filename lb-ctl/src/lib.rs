@@ -3,6 +3,7 @@
 pub mod announce;
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;

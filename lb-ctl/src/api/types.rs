@@ -193,6 +193,9 @@ pub struct StatusView {
     /// The routing daemon running on this host that can announce them (bird, bgpd, gobgpd).
     #[serde(default)]
     pub routing_daemon: Option<String>,
+    /// Flow sharing counters (`[cluster]`), by name; absent without a cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_sharing: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// `POST /v1/node/drain` and `/v1/node/undrain`.

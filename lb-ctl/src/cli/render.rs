@@ -147,6 +147,19 @@ pub fn status(s: &StatusView) -> String {
         };
         out.push_str(&format!("announced   {} (routes in table {}; {by})\n", list.join(" "), s.announce_table));
     }
+    if let Some(share) = &s.flow_sharing {
+        let get = |k: &str| share.get(k).copied().unwrap_or(0);
+        let refused: u64 = share.iter().filter(|(k, _)| k.starts_with("refused_")).map(|(_, v)| *v).sum();
+        out.push_str(&format!(
+            "flow share  sent {} flows ({} messages); received {} ({} messages), recorded {}, unknown {}; refused {refused} messages\n",
+            get("flows_sent"),
+            get("messages_sent"),
+            get("flows_received"),
+            get("messages_received"),
+            get("flows_recorded"),
+            get("flows_unknown"),
+        ));
+    }
     if let Some(r) = &s.last_reload {
         out.push_str(&format!(
             "last reload {}: {}\n",

@@ -4,6 +4,7 @@
 //! reported as `FILE:LINE: what is wrong`, all of them at once, and a file with any mistake
 //! yields no [`Config`]. Every key is documented in `lb-ctl/lb.toml.example`. A file named
 //! `*.yaml` or `*.yml` holds the same schema in YAML (see `yaml.rs`).
+pub mod cluster;
 mod defaults;
 mod health;
 pub mod hosts;
@@ -36,6 +37,8 @@ pub struct Config {
     /// The file it was read from, for reloads and messages.
     pub source: PathBuf,
     pub daemon: DaemonSettings,
+    /// `[cluster]`: the other balancers flows are shared with; None: no sharing.
+    pub cluster: Option<cluster::ClusterSettings>,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
     /// What is allowed but probably not meant (a VIP with no backends), FILE:LINE like

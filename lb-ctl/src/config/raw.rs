@@ -10,6 +10,7 @@ use super::{AllDownPolicy, Forwarding, HashMode, HealthKind, Protocol};
 pub(super) struct RawFile {
     pub daemon: Option<Spanned<RawDaemon>>,
     pub defaults: Option<Spanned<RawDefaults>>,
+    pub cluster: Option<Spanned<RawCluster>>,
     #[serde(default)]
     pub vip: Vec<Spanned<RawVip>>,
 }
@@ -33,6 +34,17 @@ pub(super) struct RawDaemon {
     pub proxy_workers: Option<Spanned<i64>>,
     pub announce_table: Option<Spanned<i64>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,
+}
+
+/// `[cluster]`: the other balancers, for flow sharing (`cluster.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCluster {
+    pub listen: Spanned<String>,
+    #[serde(default)]
+    pub peers: Vec<Spanned<String>>,
+    pub key_file: Spanned<String>,
+    pub max_messages_per_second: Option<Spanned<i64>>,
 }
 
 /// `[defaults]`: what VIPs inherit (see `defaults.rs`).

@@ -95,6 +95,7 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
         Some(d) => daemon(&mut c, d.get_ref()),
         None => DaemonSettings::default(),
     };
+    let cluster = raw.cluster.as_ref().and_then(|r| super::cluster::cluster(&mut c, r, path));
     let defaults = Defaults::of(&raw, text);
     if let Some(h) = defaults.health {
         // Checked where it is written, once (VIPs and backends add their layers to it).
@@ -107,6 +108,19 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
         }
     }
     across_vips(&mut c, &raw.vip, &vips);
+    if raw.cluster.is_some() {
+        // Announced from several nodes, a NAT VIP's replies break whenever ECMP moves a flow.
+        for v in vips.iter().filter(|v| v.announce.is_some() && v.forwarding == Forwarding::Nat) {
+            let span = line_span(c.text, v.line);
+            c.error(
+                span,
+                format!(
+                    "vip {:?}: forwarding \"nat\" with announce in a [cluster]: backends answer through the node that translated each flow, so replies break when ECMP moves a flow to another node; use a DSR mode (dsr-ipip, dsr-gue, dsr-l2) to scale out",
+                    v.label()
+                ),
+            );
+        }
+    }
     // A VIP's health table is checked once per backend: report each mistake once.
     let mut seen = HashSet::new();
     c.problems.retain(|p| seen.insert((p.line, p.message.clone())));
@@ -124,7 +138,7 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
                 ),
             });
         warnings.extend(no_backends);
-        Ok(Config { source: path.to_path_buf(), daemon, vips, warnings })
+        Ok(Config { source: path.to_path_buf(), daemon, cluster, vips, warnings })
     } else {
         Err(ConfigError::Invalid(c.problems))
     }

@@ -66,6 +66,16 @@ impl Writer {
                 vip_announced.get_or_create(&labels).set(i64::from(announced.contains(&v.address)));
             }
         }
+        if let Some((_, counters)) = &self.sharing {
+            let share = family::<Counter>(
+                &mut registry,
+                "flow_share",
+                "Flow sharing ([cluster]): messages and flows sent, received, recorded, and messages refused, by what",
+            );
+            for (what, value) in counters.values() {
+                share.get_or_create(&vec![("what", what.to_string())]).inc_by(value);
+            }
+        }
         let drained: Gauge = Gauge::default();
         registry.register("node_drained", "1 while the node is drained (`lb-ctl node drain`)", drained.clone());
         drained.set(i64::from(self.state.node_drained));

@@ -35,6 +35,8 @@ enum Command {
     RefreshNextHops,
     /// A backend host name resolved again.
     Resolved(resolver::Answer),
+    /// Flows a peer balancer placed (`[cluster]` flow sharing), to record.
+    SharedFlows(Vec<crate::cluster::wire::WireFlow>),
     Stop,
 }
 
@@ -50,6 +52,9 @@ pub enum DaemonError {
     /// A proxy VIP could not start (its address is in use, or not this host's).
     #[error("the proxy VIPs could not start: {0}")]
     Proxy(String),
+    /// Flow sharing could not listen on `[cluster] listen`.
+    #[error("cluster: cannot listen on {0}: {1}")]
+    Cluster(std::net::SocketAddr, std::io::Error),
 }
 
 /// How to reach the writer; cheap to clone.
@@ -156,7 +161,26 @@ impl Daemon {
         checkers.sync(&state);
         let (plan, plan_rx) = watch::channel(resolver::Plan::of(&config));
         resolver::spawn(plan_rx, crate::config::hosts::system_resolver(), tx.clone());
-        let writer = Writer::new(dataplane, state, applier, checkers, config, options, plan);
+        let sharing = match &config.cluster {
+            Some(settings) => {
+                let book = Arc::new(std::sync::RwLock::new(crate::cluster::IdBook::of(&state)));
+                let counters = Arc::new(crate::cluster::Counters::default());
+                let share_tx = tx.clone();
+                let deliver = move |flows| share_tx.send(Command::SharedFlows(flows)).is_ok();
+                crate::cluster::share::start(
+                    settings,
+                    dataplane.take_flow_events(),
+                    book.clone(),
+                    counters.clone(),
+                    deliver,
+                )
+                .map_err(|e| DaemonError::Cluster(settings.listen, e))?;
+                Some((book, counters))
+            }
+            None => None,
+        };
+        let mut writer = Writer::new(dataplane, state, applier, checkers, config, options, plan);
+        writer.sharing = sharing;
         let (started_tx, started_rx) = oneshot::channel();
         let writer = tokio::task::spawn_blocking(move || writer.run(rx, started_tx));
         Ok(Daemon { handle: DaemonHandle { tx }, writer: Some(writer), started: Some(started_rx) })

@@ -27,6 +27,10 @@ impl Writer {
             announced: self.routes_announced(),
             announce_table: self.config.daemon.announce_table,
             routing_daemon: crate::announce::routing_daemon(),
+            flow_sharing: self
+                .sharing
+                .as_ref()
+                .map(|(_, counters)| counters.values().into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
         }
     }
 

@@ -11,13 +11,19 @@ use super::{Command, Options, describe, unix_now};
 use crate::announce::{self, KernelRoutes, MemoryRoutes, Routes};
 use crate::api::types::{Changed, NodeView, ReloadView};
 use crate::api::{ApiError, Request, Response};
+use crate::cluster::wire::WireFlow;
+use crate::cluster::{Counters, IdBook};
+use crate::config::Forwarding;
 use crate::config::{Config, ConfigError, hosts};
 use crate::dataplane::Dataplane;
 use crate::health::{self, Checkers};
 use crate::proxy::ProxyRuntime;
 use crate::state::plan::{Applier, ApplyReport, MapContents};
 use crate::state::{SavedState, State, StateError};
+use lb_common::flow::{FlowKey, SharedFlow};
+use std::net::IpAddr;
 use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
 
 /// Why a reload changed nothing.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +64,8 @@ pub(super) struct Writer {
     resolve_plan: watch::Sender<Plan>,
     /// The announced VIP routes; opened when the writer starts.
     routes: Box<dyn Routes>,
+    /// Flow sharing (`[cluster]`): the ids as addresses for the sender, and its counters.
+    pub(super) sharing: Option<(Arc<RwLock<IdBook>>, Arc<Counters>)>,
 }
 
 impl Writer {
@@ -86,6 +94,7 @@ impl Writer {
             runtime: tokio::runtime::Handle::current(),
             resolve_plan,
             routes: Box::new(MemoryRoutes::default()),
+            sharing: None,
         };
         writer.save_ids();
         writer
@@ -132,6 +141,7 @@ impl Writer {
                 }
                 Command::Health(event) => self.on_health(event),
                 Command::Resolved(answer) => self.on_resolved(answer),
+                Command::SharedFlows(flows) => self.on_shared_flows(&flows),
                 Command::RefreshNextHops => {
                     if let Err(e) = self.dp.refresh_next_hops() {
                         tracing::warn!(error = %e, "could not start a new next-hop cache generation");
@@ -190,6 +200,45 @@ impl Writer {
                 "VIP routes changed"
             ),
             Err(e) => tracing::error!(error = %e, "VIP routes not changed"),
+        }
+    }
+
+    /// Flows a peer placed: recorded as if this node had placed them (DSR VIPs only: a NAT
+    /// flow's replies are tied to the node that translated it).
+    fn on_shared_flows(&mut self, flows: &[WireFlow]) {
+        let Some((_, counters)) = &self.sharing else { return };
+        let mut shared = Vec::with_capacity(flows.len());
+        for f in flows {
+            let vip = self
+                .state
+                .vips
+                .iter()
+                .find(|v| v.address == f.vip.ip() && v.port == f.vip.port() && v.protocol.ip_proto() == f.protocol);
+            let found =
+                vip.filter(|v| matches!(v.forwarding, Forwarding::DsrIpip | Forwarding::DsrGue | Forwarding::DsrL2));
+            match (found, f.client.ip(), f.vip.ip()) {
+                (Some(v), IpAddr::V4(client), IpAddr::V4(vip_ip)) => match v.backend(f.backend) {
+                    Some(b) => shared.push(SharedFlow {
+                        key: FlowKey {
+                            src: lb_common::ipv4_bytes(client.octets()),
+                            dst: lb_common::ipv4_bytes(vip_ip.octets()),
+                            src_port: f.client.port().to_be(),
+                            dst_port: f.vip.port().to_be(),
+                            protocol: f.protocol,
+                            family: lb_common::family::IPV4,
+                            _pad: [0; 2],
+                        },
+                        backend_id: b.id,
+                        vip_id: v.id,
+                    }),
+                    None => Counters::add(&counters.flows_unknown, 1),
+                },
+                _ => Counters::add(&counters.flows_unknown, 1),
+            }
+        }
+        match self.dp.record_shared_flows(&shared) {
+            Ok(n) => Counters::add(&counters.flows_recorded, n as u64),
+            Err(e) => tracing::warn!(error = %e, "flow sharing: flows not recorded"),
         }
     }
 
@@ -256,6 +305,9 @@ impl Writer {
                 self.checkers.sync(&self.state);
                 self.save_ids();
                 self.sync_routes();
+                if let Some((book, _)) = &self.sharing {
+                    *book.write().expect("the id book is never poisoned") = IdBook::of(&self.state);
+                }
                 Ok(report)
             }
             Err(e) => {
@@ -388,6 +440,12 @@ impl Writer {
             ("proxy_workers", format!("{:?}", old.proxy_workers), format!("{:?}", new.proxy_workers)),
             ("announce_table", old.announce_table.to_string(), new.announce_table.to_string()),
         ];
+        if self.config.cluster != config.cluster {
+            return Err(ReloadError::Fixed(vec![format!(
+                "{}: [cluster] cannot change without a restart",
+                config.source.display()
+            )]));
+        }
         let changed: Vec<String> = fixed
             .iter()
             .filter(|(_, a, b)| a != b)

@@ -76,6 +76,16 @@ impl AyaDataplane {
         table_hash(key, self.table_seed)
     }
 
+    pub(super) fn table_seed(&self) -> u32 {
+        self.table_seed
+    }
+
+    /// FLOWS set of `hash` in the memory mapping (None without one).
+    pub(super) fn flow_set_ptr(&self, hash: u32) -> Option<*mut ForwardSet> {
+        let mmap = self.flows_mmap.as_ref()?;
+        Some(mmap.element::<ForwardSet>(self.set_of_hash(hash) as usize))
+    }
+
     /// The FLOWS (and REVERSE_FLOWS) set `key` lives in.
     pub fn flow_set_of(&self, key: &FlowKey) -> u32 {
         self.set_of_hash(table_hash(key, self.table_seed))
@@ -119,7 +129,7 @@ impl AyaDataplane {
     }
 
     /// BACKENDS entry `id` as it is now (None if never written).
-    fn backend(&self, id: u32) -> Result<Option<Backend>> {
+    pub(super) fn backend(&self, id: u32) -> Result<Option<Backend>> {
         let map: Array<&MapData, Backend> =
             Array::try_from(self.map(map_names::BACKENDS)?).map_err(map_err(map_names::BACKENDS))?;
         let backend = map.get(&id, 0).map_err(map_err(map_names::BACKENDS))?;
@@ -315,6 +325,13 @@ impl Dataplane for AyaDataplane {
         Ok(out)
     }
 
+    fn record_shared_flows(&mut self, flows: &[lb_common::flow::SharedFlow]) -> Result<usize> {
+        self.write_shared_flows(flows)
+    }
+    fn take_flow_events(&mut self) -> Option<aya::maps::RingBuf<MapData>> {
+        let map = self.ebpf.take_map(map_names::FLOW_EVENTS)?;
+        aya::maps::RingBuf::try_from(map).ok()
+    }
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>> {
         if self.flow_sets == 0 {
             return Ok(None);

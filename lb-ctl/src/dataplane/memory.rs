@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use lb_common::backend::{BACKEND_NONE, Backend, NatBackendKey, backend_generation};
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FlowEntry, FlowKey};
+use lb_common::flow::{FlowEntry, FlowKey, SharedFlow};
 use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
@@ -117,6 +117,20 @@ impl Dataplane for MemoryDataplane {
             *out.entry(entry.backend_id).or_default() += 1;
         }
         Ok(out)
+    }
+    fn record_shared_flows(&mut self, flows: &[SharedFlow]) -> Result<usize> {
+        let mut written = 0;
+        for f in flows {
+            let Some(backend) = self.backends.get(&f.backend_id) else { continue };
+            if self.lookup_flow(&f.key)?.is_some() {
+                continue;
+            }
+            let entry =
+                FlowEntry { backend_id: f.backend_id, vip_id: f.vip_id, generation: backend.generation, reply_hash: 0 };
+            self.flows.insert(f.key, entry);
+            written += 1;
+        }
+        Ok(written)
     }
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>> {
         let current = |e: &FlowEntry| {

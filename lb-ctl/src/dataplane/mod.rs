@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use lb_common::backend::{Backend, NatBackendKey};
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FlowEntry, FlowKey};
+use lb_common::flow::{FlowEntry, FlowKey, SharedFlow};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
@@ -19,6 +19,7 @@ pub mod load;
 pub mod memory;
 pub mod objects;
 mod rings_mmap;
+mod shared_flows;
 
 /// A failed map operation.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +98,15 @@ pub trait Dataplane: Send {
     fn lookup_flow(&self, key: &FlowKey) -> Result<Option<FlowEntry>>;
     /// The ring slot value last written for VIP `vip_id` (for `explain`).
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32>;
+    /// Records flows another balancer placed (flow sharing), each pinned to its backend id's
+    /// current holder, proven (they are established). A flow this table already holds keeps
+    /// its own entry. Returns how many were written.
+    fn record_shared_flows(&mut self, flows: &[SharedFlow]) -> Result<usize>;
+    /// The FLOW_EVENTS ring buffer (flows the program recorded), taken once by the flow
+    /// sharer; None for a data plane without one.
+    fn take_flow_events(&mut self) -> Option<::aya::maps::RingBuf<::aya::maps::MapData>> {
+        None
+    }
 }
 
 /// The generation after `current`: never 0, which means "cache off".

@@ -157,6 +157,8 @@ pub struct State {
     /// `lb-ctl node drain`: this node announces no VIP (and keeps forwarding). Kept across
     /// reloads and restarts until `node undrain`.
     pub node_drained: bool,
+    /// `[cluster]` is configured: the program reports the flows it records, to be shared.
+    pub share_flows: bool,
 }
 
 impl Default for State {
@@ -171,6 +173,7 @@ impl Default for State {
             backend_ids: IdAllocator::new(MAX_BACKENDS),
             removed_by_api: Vec::new(),
             node_drained: false,
+            share_flows: false,
         }
     }
 }
@@ -246,6 +249,7 @@ impl State {
             backend_ids,
             removed_by_api: Vec::new(),
             node_drained: previous.node_drained,
+            share_flows: config.cluster.is_some(),
         })
     }
 

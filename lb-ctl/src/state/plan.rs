@@ -91,6 +91,7 @@ impl MapContents {
                 flow_sets: 0,
                 table_seed: 0,
                 new_flow_budget: state.new_flow_budget,
+                share_flows: u32::from(state.share_flows),
             },
             ..MapContents::default()
         };

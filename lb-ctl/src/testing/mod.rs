@@ -124,4 +124,7 @@ impl Dataplane for SharedFake {
     fn ring_slot(&self, vip_id: u32, slot: u32) -> Result<u32> {
         self.lock().fake.ring_slot(vip_id, slot)
     }
+    fn record_shared_flows(&mut self, flows: &[lb_common::flow::SharedFlow]) -> Result<usize> {
+        self.lock().fake.record_shared_flows(flows)
+    }
 }

@@ -3,10 +3,12 @@
 //! FLOWS, REVERSE_FLOWS and the statistics, which only this program writes.
 use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray};
+use aya_ebpf::maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray, RingBuf};
 use lb_common::backend::{Backend, NatBackendKey};
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FlowEntry, FlowKey, FlowSlot, ForwardSet, ReverseEntry, ReverseSet, flow_sets};
+use lb_common::flow::{
+    FLOW_EVENTS_BYTES, FlowEntry, FlowKey, FlowSlot, ForwardSet, ReverseEntry, ReverseSet, SharedFlow, flow_sets,
+};
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RINGS_ENTRIES, MAX_BACKENDS, MAX_VIPS, PORTS};
 use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::{Counter, Traffic};
@@ -51,6 +53,10 @@ static NAT_BACKENDS: HashMap<NatBackendKey, u32> = HashMap::with_max_entries(MAX
 static NEW_FLOW_BUDGET: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static CONFIG: Array<DataplaneConfig> = Array::with_max_entries(1, 0);
+/// Flows recorded, for userspace to share with the other balancers (only while
+/// `DataplaneConfig::share_flows` is set).
+#[map]
+static FLOW_EVENTS: RingBuf = RingBuf::with_byte_size(FLOW_EVENTS_BYTES, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
 #[map]
@@ -128,7 +134,15 @@ pub fn flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<(*mut FlowSlot<FlowE
 
 #[inline(always)]
 pub fn record_flow(key: &FlowKey, hash: u32, entry: &FlowEntry, proven: bool, t: &Tables) -> Recorded {
-    table::record(&FLOWS, key, hash, entry, proven, t)
+    let recorded = table::record(&FLOWS, key, hash, entry, proven, t);
+    if t.share_flows && !matches!(recorded, Recorded::Protected | Recorded::Failed) {
+        let event = SharedFlow { key: *key, backend_id: entry.backend_id, vip_id: entry.vip_id };
+        if FLOW_EVENTS.output::<SharedFlow>(&event, 0).is_err() {
+            // Userspace is behind: this flow is not shared (its node still serves it).
+            count(Counter::FlowShareOverflow);
+        }
+    }
+    recorded
 }
 
 /// The way of a NAT reply's entry (keyed backend → client), if the table holds it.

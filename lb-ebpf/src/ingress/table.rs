@@ -26,6 +26,8 @@ pub struct Tables {
     now: u32,
     /// `DataplaneConfig::new_flow_budget`.
     pub new_flow_budget: u32,
+    /// `DataplaneConfig::share_flows`: report recorded flows on FLOW_EVENTS.
+    pub share_flows: bool,
 }
 
 impl Tables {
@@ -45,6 +47,7 @@ impl Tables {
             set_mask: config.flow_sets - 1,
             now,
             new_flow_budget: config.new_flow_budget,
+            share_flows: config.share_flows != 0,
         })
     }
 

@@ -1,0 +1,187 @@
+//! The sender (FLOW_EVENTS → peers) and the receiver (peers → the writer) of flow sharing.
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use aya::maps::{MapData, RingBuf};
+use lb_common::flow::SharedFlow;
+use tokio::io::unix::AsyncFd;
+use tokio::net::UdpSocket;
+
+use super::wire::{self, MAX_FLOWS, WireError, WireFlow};
+use super::{Counters, IdBook};
+use crate::config::cluster::ClusterSettings;
+
+/// Starts the receiver, and the sender when the data plane reports flows. `deliver` hands
+/// accepted flows to the writer. Fails when `listen` cannot be bound.
+pub fn start(
+    settings: &ClusterSettings,
+    events: Option<RingBuf<MapData>>,
+    book: Arc<RwLock<IdBook>>,
+    counters: Arc<Counters>,
+    deliver: impl Fn(Vec<WireFlow>) -> bool + Send + 'static,
+) -> std::io::Result<()> {
+    let std_socket = std::net::UdpSocket::bind(settings.listen)?;
+    std_socket.set_nonblocking(true)?;
+    let socket = Arc::new(UdpSocket::from_std(std_socket)?);
+    tokio::spawn(receive(socket.clone(), settings.clone(), counters.clone(), deliver));
+    if let Some(events) = events {
+        tokio::spawn(send(events, socket, settings.clone(), book, counters));
+    }
+    Ok(())
+}
+
+/// A token bucket: `rate` messages a second, bursts up to `rate`.
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(rate: u32) -> Bucket {
+        Bucket { rate: rate as f64, tokens: rate as f64, at: Instant::now() }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.rate);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+async fn receive(
+    socket: Arc<UdpSocket>,
+    settings: ClusterSettings,
+    counters: Arc<Counters>,
+    deliver: impl Fn(Vec<WireFlow>) -> bool,
+) {
+    let mut bucket = Bucket::new(settings.max_messages_per_second);
+    let mut buf = vec![0u8; 2048];
+    let mut warned = Instant::now() - Duration::from_secs(60);
+    loop {
+        let (n, from) = match socket.recv_from(&mut buf).await {
+            Ok(got) => got,
+            Err(e) => {
+                tracing::warn!(error = %e, "flow sharing: receive failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let refused = if !settings.peers.iter().any(|p| p.ip() == from.ip()) {
+            Some((&counters.refused_not_peer, "not a peer"))
+        } else if !bucket.take(Instant::now()) {
+            Some((&counters.refused_rate, "over max_messages_per_second"))
+        } else {
+            match wire::decode(&buf[..n], &settings.key) {
+                Ok(flows) => {
+                    Counters::add(&counters.messages_received, 1);
+                    Counters::add(&counters.flows_received, flows.len() as u64);
+                    if !deliver(flows) {
+                        return; // the writer has stopped
+                    }
+                    None
+                }
+                Err(WireError::BadMac) => Some((&counters.refused_bad_key, "wrong key")),
+                Err(WireError::Malformed) => Some((&counters.refused_malformed, "malformed")),
+            }
+        };
+        if let Some((counter, why)) = refused {
+            Counters::add(counter, 1);
+            // One line a minute at most: a flood must not flood the log too.
+            if warned.elapsed() > Duration::from_secs(60) {
+                warned = Instant::now();
+                tracing::warn!(%from, why, "flow sharing: message refused (counted; further ones for a minute only counted)");
+            }
+        }
+    }
+}
+
+async fn send(
+    events: RingBuf<MapData>,
+    socket: Arc<UdpSocket>,
+    settings: ClusterSettings,
+    book: Arc<RwLock<IdBook>>,
+    counters: Arc<Counters>,
+) {
+    // SAFETY: the ring buffer owns its descriptor, open and unchanged until the AsyncFd (which
+    // owns the ring buffer) is dropped.
+    let registered = unsafe { AsyncFd::register_with_interest(events, tokio::io::Interest::READABLE) };
+    let mut events = match registered {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::error!(error = %e, "flow sharing: cannot watch FLOW_EVENTS; flows are not shared");
+            return;
+        }
+    };
+    loop {
+        let mut guard = match events.readable_mut().await {
+            Ok(guard) => guard,
+            Err(e) => {
+                tracing::error!(error = %e, "flow sharing: FLOW_EVENTS failed; flows are no longer shared");
+                return;
+            }
+        };
+        let mut flows = Vec::new();
+        {
+            let ring = guard.get_inner_mut();
+            let book = book.read().expect("the id book is never poisoned");
+            while let Some(item) = ring.next() {
+                if item.len() < size_of::<SharedFlow>() {
+                    continue;
+                }
+                // SAFETY: the program writes whole SharedFlow records (plain old data).
+                let event: SharedFlow = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+                if let Some(flow) = addresses(&event, &book) {
+                    flows.push(flow);
+                }
+            }
+        }
+        guard.clear_ready();
+        for batch in flows.chunks(MAX_FLOWS) {
+            let message = wire::encode(batch, &settings.key);
+            for peer in &settings.peers {
+                match socket.send_to(&message, peer).await {
+                    Ok(_) => {
+                        Counters::add(&counters.messages_sent, 1);
+                        Counters::add(&counters.flows_sent, batch.len() as u64);
+                    }
+                    Err(e) => tracing::debug!(%peer, error = %e, "flow sharing: send failed"),
+                }
+            }
+        }
+    }
+}
+
+/// The flow by addresses; None for ids this node no longer knows (changed meanwhile).
+fn addresses(event: &SharedFlow, book: &IdBook) -> Option<WireFlow> {
+    let vip = book.vips.get(&event.vip_id)?;
+    let backend = *book.backends.get(&event.backend_id)?;
+    let key = &event.key;
+    let ip = |bytes: &lb_common::IpBytes| std::net::IpAddr::from(lb_common::ipv4_octets(bytes));
+    Some(WireFlow {
+        protocol: key.protocol,
+        client: SocketAddr::new(ip(&key.src), u16::from_be(key.src_port)),
+        vip: SocketAddr::new(vip.address, vip.port),
+        backend,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_allows_its_rate_and_refills() {
+        let mut b = Bucket::new(3);
+        let t0 = b.at;
+        assert!((0..3).all(|_| b.take(t0)));
+        assert!(!b.take(t0), "the burst is spent");
+        assert!(b.take(t0 + Duration::from_millis(400)), "a third of a second refills one");
+    }
+}

@@ -1,0 +1,134 @@
+//! Flow sharing through a daemon: a peer's signed flows land in the connection table (DSR
+//! VIPs only), and messages from strangers, with a wrong key or malformed are refused and
+//! counted, changing nothing.
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lb_common::flow::FlowKey;
+
+use super::wire::{WireFlow, encode};
+use crate::testing::SharedFake;
+use crate::testing::rig::{Daemon, lb_toml};
+
+const KEY: &str = "0123456789abcdef0123456789abcdef";
+
+fn dsr_flow(client_port: u16, backend: &str) -> WireFlow {
+    WireFlow {
+        protocol: 6,
+        client: SocketAddr::from(([192, 0, 2, 7], client_port)),
+        vip: "203.0.113.12:80".parse().unwrap(),
+        backend: backend.parse().unwrap(),
+    }
+}
+
+fn key_of(f: &WireFlow) -> FlowKey {
+    let v4 = |a: SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(v4) => lb_common::ipv4_bytes(v4.octets()),
+        _ => unreachable!(),
+    };
+    FlowKey {
+        src: v4(f.client),
+        dst: v4(f.vip),
+        src_port: f.client.port().to_be(),
+        dst_port: f.vip.port().to_be(),
+        protocol: f.protocol,
+        family: lb_common::family::IPV4,
+        _pad: [0; 2],
+    }
+}
+
+async fn sharing(d: &Daemon) -> std::collections::BTreeMap<String, u64> {
+    d.client.status().await.unwrap().flow_sharing.expect("a cluster daemon reports flow sharing")
+}
+
+async fn wait_for(d: &Daemon, what: &str, pred: impl Fn(&std::collections::BTreeMap<String, u64>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = sharing(d).await;
+        if pred(&s) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_peers_flows_are_recorded_and_everything_else_is_refused_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.key"), format!("{KEY}\n")).unwrap();
+    let listen = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let extra = format!(
+        "\n[[vip]]\nname = \"dsr\"\naddress = \"203.0.113.12\"\nport = 80\nforwarding = \"dsr-ipip\"\nencap_source = \"198.51.100.254\"\n\
+         backends = [ {{ address = \"198.51.100.21\" }}, {{ address = \"198.51.100.22\" }} ]\n\n\
+         [cluster]\nlisten = \"{listen}\"\npeers = [\"127.0.0.1:9\"]\nkey_file = \"cluster.key\"\n"
+    );
+    let fake = SharedFake::default();
+    let d = Daemon::start_on(dir, fake.clone(), &lb_toml(&extra)).await;
+    let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+
+    // A peer's flows: recorded, pinned to this node's id of the named backend.
+    let shared = [dsr_flow(40000, "198.51.100.22:80"), dsr_flow(40001, "198.51.100.21:80")];
+    peer.send_to(&encode(&shared, KEY.as_bytes()), listen).await.unwrap();
+    wait_for(&d, "the peer's flows recorded", |s| s["flows_recorded"] == 2).await;
+    let backend_22 = d.list().await.into_iter().find(|b| b.address.to_string() == "198.51.100.22:80").unwrap();
+    let entry = fake.lock().fake.flows.get(&key_of(&shared[0])).copied().expect("recorded");
+    assert_eq!(entry.backend_id, backend_22.id);
+
+    // Flows of a NAT VIP, of no VIP here, of a backend not here: counted, not recorded.
+    let nat = WireFlow { vip: "203.0.113.10:80".parse().unwrap(), ..dsr_flow(40002, "198.51.100.1:8080") };
+    let nowhere = WireFlow { vip: "203.0.113.99:80".parse().unwrap(), ..dsr_flow(40003, "198.51.100.21:80") };
+    let stranger_backend = dsr_flow(40004, "198.51.100.99:80");
+    peer.send_to(&encode(&[nat, nowhere, stranger_backend], KEY.as_bytes()), listen).await.unwrap();
+    wait_for(&d, "unknown flows counted", |s| s["flows_unknown"] == 3).await;
+
+    // A wrong key, a malformed message, a sender that is no peer: refused, counted.
+    let forged = [dsr_flow(40005, "198.51.100.21:80")];
+    peer.send_to(&encode(&forged, b"not the cluster's key, no"), listen).await.unwrap();
+    peer.send_to(b"LBF1 and nothing else", listen).await.unwrap();
+    let stranger = tokio::net::UdpSocket::bind("127.0.0.2:0").await.unwrap();
+    stranger.send_to(&encode(&forged, KEY.as_bytes()), listen).await.unwrap();
+    wait_for(&d, "refusals counted", |s| {
+        s["refused_bad_key"] == 1 && s["refused_malformed"] == 1 && s["refused_not_peer"] == 1
+    })
+    .await;
+    assert!(!fake.lock().fake.flows.contains_key(&key_of(&forged[0])), "nothing refused was recorded");
+    assert_eq!(sharing(&d).await["flows_recorded"], 2);
+    let status = crate::cli::render::status(&d.client.status().await.unwrap());
+    assert!(status.contains("flow share  sent 0 flows"), "{status}");
+    d.stop().await;
+}
+
+#[test]
+fn cluster_settings_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("short.key"), "too short").unwrap();
+    let path = dir.path().join("lb.toml");
+    let problems = |text: &str| crate::config::Config::parse(text, &path).unwrap_err().problems();
+    let p = problems("[cluster]\nlisten = \"nowhere\"\npeers = []\nkey_file = \"short.key\"\n");
+    let file = path.display().to_string();
+    assert_eq!(
+        p,
+        [
+            format!("{file}:2: cluster: listen \"nowhere\" is not ADDR:PORT"),
+            format!("{file}:1: cluster: peers is empty (the other nodes' listen addresses)"),
+            format!(
+                "{file}:4: cluster: key_file {} holds 9 bytes; at least 16 (e.g. `openssl rand -hex 32`)",
+                dir.path().join("short.key").display()
+            ),
+        ]
+    );
+    let p =
+        problems("[cluster]\nlisten = \"192.0.2.1:7946\"\npeers = [\"192.0.2.2:7946\"]\nkey_file = \"missing.key\"\n");
+    assert!(p[0].contains("cluster: key_file") && p[0].contains("No such file"), "{p:?}");
+    std::fs::write(dir.path().join("good.key"), KEY).unwrap();
+    let nat_announced = "[cluster]\nlisten = \"192.0.2.1:7946\"\npeers = [\"192.0.2.2:7946\"]\nkey_file = \"good.key\"\n\n\
+                         [[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\nannounce = { min_healthy = 1 }\n\
+                         backends = [ { address = \"198.51.100.1\" } ]\n";
+    let p = problems(nat_announced);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with(&format!("{file}:8: vip \"web\": forwarding \"nat\" with announce in a [cluster]")),
+        "{p:?}"
+    );
+}
