@@ -105,6 +105,7 @@ pub fn vips() -> Vec<Vip> {
         tcp([203, 0, 113, 70], forwarding::DSR_L2, vec![(11, B1, 80)]),
         tcp([203, 0, 113, 71], forwarding::DSR_L2, vec![(12, B_ROUTED, 80)]),
         tcp([203, 0, 113, 72], forwarding::DSR_GUE, vec![(13, B1, 80)]),
+        tcp([203, 0, 113, 73], forwarding::DSR_IPIP, vec![(14, B1, 80), (15, B2, 80)]),
     ]
 }
 

@@ -7,8 +7,10 @@ use std::collections::HashMap;
 
 use aya::programs::Xdp;
 use lb_common::backend::BACKEND_NONE;
+use lb_common::config::DataplaneConfig;
 use lb_common::config::port_flags;
 use lb_common::flow::FLOW_WAYS;
+use lb_common::flow::SharedFlow;
 use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::{Counter, DecapCounter};
 use lb_common::vip::VipInfo;
@@ -1056,6 +1058,63 @@ fn golden_packets_through_lb_decap() {
         assert_eq!(total, seen.get(c).copied().unwrap_or(0), "decap counter {}", c.name());
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Flow sharing: with `share_flows` on, each flow the program records is reported on
+/// FLOW_EVENTS (key, backend id, VIP id), and a flow recorded from a peer
+/// (`record_shared_flows`) is followed even where this node's ring would choose otherwise.
+#[test]
+fn flows_are_reported_for_sharing_and_shared_flows_are_followed() {
+    if !require_root("flows_are_reported_for_sharing_and_shared_flows_are_followed") {
+        return;
+    }
+    let ns = lab();
+    let _inside = ns.enter();
+    let g0 = ifindex("g0");
+    let mut dp = balancer();
+    let vips = vips();
+    configure(&mut dp, &vips);
+    let two = &vips[12];
+    let mut events = dp.take_flow_events().expect("FLOW_EVENTS");
+    let ingress = |dp: &mut AyaDataplane, frame: &Frame| {
+        let prog: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS).unwrap();
+        run_xdp(prog, &frame.bytes(), g0)
+    };
+
+    // Off (the default): nothing reported.
+    ingress(&mut dp, &Frame::tcp(CLIENT, 41000, two.addr, 80));
+    assert!(events.next().is_none(), "no events while sharing is off");
+    let on = DataplaneConfig {
+        ring_size: RING,
+        hash_seed: SEED,
+        nexthop_generation: 1,
+        share_flows: 1,
+        ..Default::default()
+    };
+    dp.set_config(on).unwrap();
+    let syn = Frame::tcp(CLIENT, 41001, two.addr, 80);
+    assert_eq!(ingress(&mut dp, &syn).action, XDP_TX);
+    let item = events.next().expect("the recorded flow is reported");
+    // SAFETY: the program writes whole SharedFlow records.
+    let event: SharedFlow = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+    drop(item);
+    let chosen = by_hash(two, client_hash(&ipv4_bytes(CLIENT), SEED)).0;
+    let chosen_id = if chosen == B1 { 14 } else { 15 };
+    assert_eq!(event, SharedFlow { key: flow_key(CLIENT, two.addr, 41001, 80), backend_id: chosen_id, vip_id: 12 });
+    // An established packet of a known flow records nothing new.
+    ingress(&mut dp, &syn.with(|f| f.l4 = L4::TcpAck));
+    assert!(events.next().is_none(), "only recorded flows are reported");
+
+    // A peer placed this client's flow on the other backend: the entry wins over the ring.
+    let (other, other_id) = if chosen == B1 { (B2, 15) } else { (B1, 14) };
+    let shared = SharedFlow { key: flow_key(CLIENT, two.addr, 41002, 80), backend_id: other_id, vip_id: 12 };
+    assert_eq!(dp.record_shared_flows(&[shared]).unwrap(), 1);
+    assert_eq!(dp.record_shared_flows(&[shared]).unwrap(), 0, "a flow the table holds keeps its entry");
+    let ack = Frame::tcp(CLIENT, 41002, two.addr, 80).with(|f| f.l4 = L4::TcpAck);
+    let r = ingress(&mut dp, &ack);
+    assert_eq!(r.action, XDP_TX);
+    assert_eq!(r.output, ipip(&ack, LB_ADDR, other, LB_MAC, mac_of(other)), "sent to the shared flow's backend");
+    assert!(events.next().is_none(), "a shared flow is not reported again (no echo between peers)");
 }
 
 /// Mutated frames (a fixed-seed generator: truncations, flipped bytes, random lengths, based

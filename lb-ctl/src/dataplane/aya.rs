@@ -59,7 +59,8 @@ impl AyaDataplane {
             Some(aya::maps::Map::Array(data)) => data.info().map_or(0, |info| info.max_entries()),
             _ => 0,
         };
-        let flows_mmap = flows.and_then(|m| ArrayMmap::new(m, flow_sets as usize, size_of::<ForwardSet>(), false));
+        // Writable: flows shared by peer balancers are written into it (`shared_flows.rs`).
+        let flows_mmap = flows.and_then(|m| ArrayMmap::new(m, flow_sets as usize, size_of::<ForwardSet>(), true));
         // Reused (pinned) maps keep the config in force: the hash seed finds flows already there.
         let config = ebpf
             .map(map_names::CONFIG)
