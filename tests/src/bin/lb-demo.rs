@@ -96,9 +96,12 @@ fn demo_cluster() -> Result<()> {
         scenario::CLIENTS
     ));
     let backend_bin = sibling_bin("lb-test-backend");
-    let (mut cluster, mut daemons) = scenario::start("", &backend_bin.to_string_lossy(), true);
+    let (mut cluster, mut daemons) =
+        scenario::start("", &backend_bin.to_string_lossy(), scenario::Options { bfd: true, share: true });
     check_interrupt()?;
-    step("traffic through the router's ECMP route; then node 1 crashes and node 2 is drained mid-stream");
+    step(
+        "traffic through the router's ECMP route; mid-stream a backend is added on every node, node 1 crashes, node 2 is drained",
+    );
     let out = scenario::run(&mut cluster, &mut daemons, &mut |line| println!("    {line}"));
     step(&format!(
         "{} long-lived connections, {} broken; router failover: crash {} ms (BFD), drain {} ms",
