@@ -20,6 +20,7 @@ use aya::sys::{Stats, enable_stats};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, ForwardSet, ReverseSet};
 use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
+use lb_ctl::dataplane::Dataplane as _;
 use lb_ctl::dataplane::load::{load_decap, program};
 
 const ROUNDS: usize = 31;
@@ -36,6 +37,8 @@ struct Path {
     katran: Option<f64>,
     /// `DataplaneConfig::new_flow_budget` while this row runs.
     budget: u32,
+    /// `DataplaneConfig::share_flows` while this row runs (recorded flows are reported).
+    share: bool,
 }
 
 /// No budget limit in practice, but the budget is checked.
@@ -80,6 +83,8 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
     let mut dp = balancer();
     let vips = vips();
     configure(&mut dp, &vips);
+    // The shared-flow row's reports, drained after every round as the daemon's sender would.
+    let mut events = dp.take_flow_events();
     let mut flows: Array<_, ForwardSet> = Array::try_from(dp.ebpf_mut().take_map(map_names::FLOWS).expect("FLOWS"))?;
     let mut reverse: Array<_, ReverseSet> =
         Array::try_from(dp.ebpf_mut().take_map(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS"))?;
@@ -135,6 +140,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: Some(20.0),
             katran: Some(60.0),
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "established TCP (NAT)",
@@ -144,6 +150,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: Some(100.0),
             katran: Some(153.0),
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "new TCP flow (SYN, NAT)",
@@ -153,6 +160,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: Some(250.0),
             katran: Some(387.0),
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "new TCP flow (SYN, DSR)",
@@ -162,6 +170,17 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: Some(250.0),
             katran: Some(387.0),
             budget: UNSPENT,
+            share: false,
+        },
+        Path {
+            name: "new TCP flow (SYN, DSR, shared)",
+            frame: Frame::tcp(CLIENT, 46001, vips[2].addr, 80).bytes(),
+            action: 3,
+            forget: Some((dp.flow_set_of(&dsr_flow_key), None)),
+            target: None,
+            katran: None,
+            budget: UNSPENT,
+            share: true,
         },
         Path {
             name: "SYN, NAT, budget spent",
@@ -171,6 +190,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: None,
             katran: None,
             budget: 1,
+            share: false,
         },
         Path {
             name: "SYN, NAT, set of proven flows",
@@ -180,6 +200,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: None,
             katran: None,
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "established UDP (NAT)",
@@ -189,6 +210,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: None,
             katran: Some(199.0),
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "IPIP encapsulation (DSR)",
@@ -198,6 +220,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: None,
             katran: None,
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "GUE encapsulation (DSR)",
@@ -207,6 +230,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: None,
             katran: None,
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "new TCP flow (SYN, GUE)",
@@ -216,6 +240,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: Some(250.0),
             katran: None,
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "MAC rewrite (DSR by MAC)",
@@ -225,6 +250,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: None,
             katran: None,
             budget: UNSPENT,
+            share: false,
         },
         Path {
             name: "new TCP flow (SYN, L2)",
@@ -234,12 +260,14 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             target: Some(250.0),
             katran: None,
             budget: UNSPENT,
+            share: false,
         },
     ];
     let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
-    let set_budget = |config: &mut Array<_, DataplaneConfig>, budget: u32| -> anyhow::Result<()> {
+    let set_row = |config: &mut Array<_, DataplaneConfig>, path: &Path| -> anyhow::Result<()> {
         let current = config.get(&0, 0)?;
-        config.set(0, DataplaneConfig { new_flow_budget: budget, ..current }, 0)?;
+        let share_flows = u32::from(path.share);
+        config.set(0, DataplaneConfig { new_flow_budget: path.budget, share_flows, ..current }, 0)?;
         Ok(())
     };
     for port in &proven_ports {
@@ -249,7 +277,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
     }
     // Warm up: establish the flows, and check each path takes the branch it is named after.
     for path in &paths {
-        set_budget(&mut config, path.budget)?;
+        set_row(&mut config, path)?;
         for _ in 0..2 {
             if let Some((key, reply)) = &path.forget {
                 forget(&mut flows, key)?;
@@ -278,7 +306,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
     );
     let mut costs = Vec::new();
     for path in &paths {
-        set_budget(&mut config, path.budget)?;
+        set_row(&mut config, path)?;
         let (mut b_state, mut o_state) = ((0, 0), (0, 0));
         ns_per_run(bare, &mut b_state);
         ns_per_run(ours, &mut o_state);
@@ -296,6 +324,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
             }
             let b = ns_per_run(bare, &mut b_state);
             let o = ns_per_run(ours, &mut o_state);
+            while events.as_mut().and_then(|e| e.next()).is_some() {}
             b_all.push(b);
             o_all.push(o);
             extra.push(o - b);
