@@ -99,6 +99,32 @@ async fn a_peers_flows_are_recorded_and_everything_else_is_refused_and_counted()
     d.stop().await;
 }
 
+/// A peer that floods: past `max_messages_per_second` its messages are refused and counted,
+/// and the daemon keeps answering.
+#[tokio::test]
+async fn a_flooding_peer_is_held_to_the_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.key"), KEY).unwrap();
+    let listen = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let extra = format!(
+        "\n[[vip]]\nname = \"dsr\"\naddress = \"203.0.113.12\"\nport = 80\nforwarding = \"dsr-ipip\"\nencap_source = \"198.51.100.254\"\n\
+         backends = [ {{ address = \"198.51.100.21\" }} ]\n\n\
+         [cluster]\nlisten = \"{listen}\"\npeers = [\"127.0.0.1:9\"]\nkey_file = \"cluster.key\"\nmax_messages_per_second = 5\n"
+    );
+    let d = Daemon::start_on(dir, SharedFake::default(), &lb_toml(&extra)).await;
+    let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for i in 0..200u16 {
+        let message = encode(&[dsr_flow(30000 + i, "198.51.100.21:80")], KEY.as_bytes());
+        peer.send_to(&message, listen).await.unwrap();
+    }
+    wait_for(&d, "the flood counted", |s| s["messages_received"] + s["refused_rate"] >= 150).await;
+    let s = sharing(&d).await;
+    assert!(s["refused_rate"] >= 100, "most of the flood refused: {s:?}");
+    assert!(s["messages_received"] <= 20, "at most about the rate accepted: {s:?}");
+    assert!(d.client.status().await.is_ok(), "the daemon keeps answering");
+    d.stop().await;
+}
+
 #[test]
 fn cluster_settings_are_checked() {
     let dir = tempfile::tempdir().unwrap();
