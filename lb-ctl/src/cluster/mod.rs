@@ -39,6 +39,9 @@ pub struct Counters {
     pub refused_bad_key: AtomicU64,
     pub refused_malformed: AtomicU64,
     pub refused_rate: AtomicU64,
+    /// Messages refused as played again (a sequence not above the last one of that peer) or
+    /// stale (far from this node's clock).
+    pub refused_replay: AtomicU64,
 }
 
 impl Counters {
@@ -60,6 +63,7 @@ impl Counters {
             ("refused_bad_key", get(&self.refused_bad_key)),
             ("refused_malformed", get(&self.refused_malformed)),
             ("refused_rate", get(&self.refused_rate)),
+            ("refused_replay", get(&self.refused_replay)),
         ]
     }
 }

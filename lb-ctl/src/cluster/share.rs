@@ -1,5 +1,6 @@
 //! The sender (FLOW_EVENTS → peers) and the receiver (peers → the writer) of flow sharing.
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -62,6 +63,7 @@ async fn receive(
     deliver: impl Fn(Vec<WireFlow>) -> bool,
 ) {
     let mut bucket = Bucket::new(settings.max_messages_per_second);
+    let mut last_sequence: HashMap<IpAddr, u64> = HashMap::new();
     let mut buf = vec![0u8; 2048];
     let mut warned = Instant::now() - Duration::from_secs(60);
     loop {
@@ -79,7 +81,12 @@ async fn receive(
             Some((&counters.refused_rate, "over max_messages_per_second"))
         } else {
             match wire::decode(&buf[..n], &settings.key) {
-                Ok(flows) => {
+                Ok(message) if !fresh(message.sequence, last_sequence.get(&from.ip()).copied(), now_micros()) => {
+                    Some((&counters.refused_replay, "replayed or stale (sequence)"))
+                }
+                Ok(message) => {
+                    last_sequence.insert(from.ip(), message.sequence);
+                    let flows = message.flows;
                     Counters::add(&counters.messages_received, 1);
                     Counters::add(&counters.flows_received, flows.len() as u64);
                     if !deliver(flows) {
@@ -119,6 +126,7 @@ async fn send(
             return;
         }
     };
+    let mut sequence = 0u64;
     loop {
         let mut guard = match events.readable_mut().await {
             Ok(guard) => guard,
@@ -144,7 +152,9 @@ async fn send(
         }
         guard.clear_ready();
         for batch in flows.chunks(MAX_FLOWS) {
-            let message = wire::encode(batch, &settings.key);
+            // Strictly increasing, and near the clock: what receivers check (`fresh`).
+            sequence = now_micros().max(sequence + 1);
+            let message = wire::encode(sequence, batch, &settings.key);
             for peer in &settings.peers {
                 match socket.send_to(&message, peer).await {
                     Ok(_) => {
@@ -156,6 +166,20 @@ async fn send(
             }
         }
     }
+}
+
+/// How far a message's sequence (its sender's clock) may be from the receiver's clock.
+const CLOCK_SKEW_MICROS: u64 = 30_000_000;
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Whether a message numbered `sequence` is new from its sender (after `last`, the sequence
+/// last accepted from it) and near the clock (`now`, µs): a captured message played again is
+/// neither.
+fn fresh(sequence: u64, last: Option<u64>, now: u64) -> bool {
+    last.is_none_or(|last| sequence > last) && sequence.abs_diff(now) <= CLOCK_SKEW_MICROS
 }
 
 /// The flow by addresses; None for ids this node no longer knows (changed meanwhile).
@@ -175,6 +199,17 @@ fn addresses(event: &SharedFlow, book: &IdBook) -> Option<WireFlow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_counts_once_and_only_near_the_clock() {
+        let now = 1_700_000_000_000_000;
+        assert!(fresh(now, None, now));
+        assert!(fresh(now + 1, Some(now), now));
+        assert!(!fresh(now, Some(now), now), "played again");
+        assert!(!fresh(now - 5, Some(now), now), "older than the last accepted");
+        assert!(!fresh(now - CLOCK_SKEW_MICROS - 1, None, now), "too old");
+        assert!(!fresh(now + CLOCK_SKEW_MICROS + 1, None, now), "from the future");
+    }
 
     #[test]
     fn the_bucket_allows_its_rate_and_refills() {

@@ -7,6 +7,11 @@ use std::time::{Duration, Instant};
 use lb_common::flow::FlowKey;
 
 use super::wire::{WireFlow, encode};
+
+/// A sequence now (the sender's clock in µs), as the sender numbers messages.
+fn seq() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64
+}
 use crate::testing::SharedFake;
 use crate::testing::rig::{Daemon, lb_toml};
 
@@ -69,8 +74,12 @@ async fn a_peers_flows_are_recorded_and_everything_else_is_refused_and_counted()
 
     // A peer's flows: recorded, pinned to this node's id of the named backend.
     let shared = [dsr_flow(40000, "198.51.100.22:80"), dsr_flow(40001, "198.51.100.21:80")];
-    peer.send_to(&encode(&shared, KEY.as_bytes()), listen).await.unwrap();
+    let first = encode(seq(), &shared, KEY.as_bytes());
+    peer.send_to(&first, listen).await.unwrap();
     wait_for(&d, "the peer's flows recorded", |s| s["flows_recorded"] == 2).await;
+    // The same message played again (by anyone on the path): refused.
+    peer.send_to(&first, listen).await.unwrap();
+    wait_for(&d, "the replay refused", |s| s["refused_replay"] == 1).await;
     let backend_22 = d.list().await.into_iter().find(|b| b.address.to_string() == "198.51.100.22:80").unwrap();
     let entry = fake.lock().fake.flows.get(&key_of(&shared[0])).copied().expect("recorded");
     assert_eq!(entry.backend_id, backend_22.id);
@@ -79,15 +88,15 @@ async fn a_peers_flows_are_recorded_and_everything_else_is_refused_and_counted()
     let nat = WireFlow { vip: "203.0.113.10:80".parse().unwrap(), ..dsr_flow(40002, "198.51.100.1:8080") };
     let nowhere = WireFlow { vip: "203.0.113.99:80".parse().unwrap(), ..dsr_flow(40003, "198.51.100.21:80") };
     let stranger_backend = dsr_flow(40004, "198.51.100.99:80");
-    peer.send_to(&encode(&[nat, nowhere, stranger_backend], KEY.as_bytes()), listen).await.unwrap();
+    peer.send_to(&encode(seq(), &[nat, nowhere, stranger_backend], KEY.as_bytes()), listen).await.unwrap();
     wait_for(&d, "unknown flows counted", |s| s["flows_unknown"] == 3).await;
 
     // A wrong key, a malformed message, a sender that is no peer: refused, counted.
     let forged = [dsr_flow(40005, "198.51.100.21:80")];
-    peer.send_to(&encode(&forged, b"not the cluster's key, no"), listen).await.unwrap();
+    peer.send_to(&encode(seq(), &forged, b"not the cluster's key, no"), listen).await.unwrap();
     peer.send_to(b"LBF1 and nothing else", listen).await.unwrap();
     let stranger = tokio::net::UdpSocket::bind("127.0.0.2:0").await.unwrap();
-    stranger.send_to(&encode(&forged, KEY.as_bytes()), listen).await.unwrap();
+    stranger.send_to(&encode(seq(), &forged, KEY.as_bytes()), listen).await.unwrap();
     wait_for(&d, "refusals counted", |s| {
         s["refused_bad_key"] == 1 && s["refused_malformed"] == 1 && s["refused_not_peer"] == 1
     })
@@ -114,7 +123,7 @@ async fn a_flooding_peer_is_held_to_the_rate() {
     let d = Daemon::start_on(dir, SharedFake::default(), &lb_toml(&extra)).await;
     let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     for i in 0..200u16 {
-        let message = encode(&[dsr_flow(30000 + i, "198.51.100.21:80")], KEY.as_bytes());
+        let message = encode(seq(), &[dsr_flow(30000 + i, "198.51.100.21:80")], KEY.as_bytes());
         peer.send_to(&message, listen).await.unwrap();
     }
     wait_for(&d, "the flood counted", |s| s["messages_received"] + s["refused_rate"] >= 150).await;

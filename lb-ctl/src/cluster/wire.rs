@@ -3,10 +3,13 @@
 //! bytes: no fragmentation on any usual MTU).
 //!
 //! ```text
-//! "LBF1" | count: u16 | count × flow (56 bytes) | HMAC-SHA256 of everything before it (32)
+//! "LBF1" | count: u16 | sequence: u64 | count × flow (56 bytes) | HMAC-SHA256 of all before (32)
 //! flow: protocol u8 | 0 u8 | client IP (16) port (2) | VIP IP (16) port (2) | backend IP (16) port (2)
 //! ```
-//! Addresses are 16 bytes, IPv4 ones IPv4-mapped (`::ffff:a.b.c.d`); ports big-endian.
+//! Addresses are 16 bytes, IPv4 ones IPv4-mapped (`::ffff:a.b.c.d`); numbers big-endian. The
+//! sequence is the sender's clock in microseconds since the Unix epoch, strictly increasing: a
+//! receiver refuses a sequence not above the last it accepted from that peer, or too far from
+//! its own clock, so a captured message cannot be played again.
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use hmac::{Hmac, Mac};
@@ -15,7 +18,7 @@ use sha2::Sha256;
 const MAGIC: &[u8; 4] = b"LBF1";
 /// Flows in one message at most.
 pub const MAX_FLOWS: usize = 20;
-const HEADER: usize = 6;
+const HEADER: usize = 14;
 const FLOW: usize = 56;
 const MAC_LEN: usize = 32;
 
@@ -57,12 +60,20 @@ fn get(bytes: &[u8]) -> SocketAddr {
     SocketAddr::new(ip, u16::from_be_bytes([bytes[16], bytes[17]]))
 }
 
-/// The message carrying `flows` (at most [`MAX_FLOWS`]), signed with `key`.
-pub fn encode(flows: &[WireFlow], key: &[u8]) -> Vec<u8> {
+/// A message's contents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub sequence: u64,
+    pub flows: Vec<WireFlow>,
+}
+
+/// The message carrying `flows` (at most [`MAX_FLOWS`]) as number `sequence`, signed with `key`.
+pub fn encode(sequence: u64, flows: &[WireFlow], key: &[u8]) -> Vec<u8> {
     assert!(flows.len() <= MAX_FLOWS, "at most {MAX_FLOWS} flows a message");
     let mut out = Vec::with_capacity(HEADER + flows.len() * FLOW + MAC_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(flows.len() as u16).to_be_bytes());
+    out.extend_from_slice(&sequence.to_be_bytes());
     for f in flows {
         out.extend_from_slice(&[f.protocol, 0]);
         put(&mut out, f.client);
@@ -75,8 +86,8 @@ pub fn encode(flows: &[WireFlow], key: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The flows of a message, if it is well formed and signed with `key`.
-pub fn decode(message: &[u8], key: &[u8]) -> Result<Vec<WireFlow>, WireError> {
+/// A message's sequence and flows, if it is well formed and signed with `key`.
+pub fn decode(message: &[u8], key: &[u8]) -> Result<Message, WireError> {
     if message.len() < HEADER + MAC_LEN || &message[..4] != MAGIC {
         return Err(WireError::Malformed);
     }
@@ -88,10 +99,12 @@ pub fn decode(message: &[u8], key: &[u8]) -> Result<Vec<WireFlow>, WireError> {
     let mut m = mac(key);
     m.update(body);
     m.verify_slice(tag).map_err(|_| WireError::BadMac)?;
-    Ok(body[HEADER..]
+    let sequence = u64::from_be_bytes(body[6..14].try_into().expect("8 bytes"));
+    let flows = body[HEADER..]
         .chunks_exact(FLOW)
         .map(|f| WireFlow { protocol: f[0], client: get(&f[2..]), vip: get(&f[20..]), backend: get(&f[38..]) })
-        .collect())
+        .collect();
+    Ok(Message { sequence, flows })
 }
 
 #[cfg(test)]
@@ -111,9 +124,9 @@ mod tests {
     fn a_message_carries_its_flows_and_only_the_key_opens_it() {
         let key = b"0123456789abcdef0123";
         let flows: Vec<WireFlow> = (0..MAX_FLOWS as u16).map(flow).collect();
-        let message = encode(&flows, key);
+        let message = encode(7, &flows, key);
         assert!(message.len() < 1200, "{} bytes", message.len());
-        assert_eq!(decode(&message, key), Ok(flows));
+        assert_eq!(decode(&message, key), Ok(Message { sequence: 7, flows }));
         assert_eq!(decode(&message, b"another key of 20 b"), Err(WireError::BadMac));
         let mut tampered = message.clone();
         tampered[10] ^= 1;
@@ -121,6 +134,6 @@ mod tests {
         assert_eq!(decode(&message[..message.len() - 1], key), Err(WireError::Malformed));
         assert_eq!(decode(b"LBF1", key), Err(WireError::Malformed));
         let v6 = WireFlow { client: "[2001:db8::7]:40000".parse().unwrap(), ..flow(0) };
-        assert_eq!(decode(&encode(&[v6], key), key), Ok(vec![v6]));
+        assert_eq!(decode(&encode(8, &[v6], key), key).map(|m| m.flows), Ok(vec![v6]));
     }
 }

@@ -84,12 +84,14 @@ fn absorb_rate() -> Result<()> {
         backend: std::net::SocketAddr::from((vip.backends[i % 2].1, 80)),
     };
     let messages: Vec<Vec<u8>> = (0..MESSAGES)
-        .map(|m| wire::encode(&(0..MAX_FLOWS).map(|f| wire_flow(m * MAX_FLOWS + f)).collect::<Vec<_>>(), key))
+        .map(|m| {
+            wire::encode(m as u64 + 1, &(0..MAX_FLOWS).map(|f| wire_flow(m * MAX_FLOWS + f)).collect::<Vec<_>>(), key)
+        })
         .collect();
     let started = std::time::Instant::now();
     let mut recorded = 0;
     for message in &messages {
-        let flows = wire::decode(message, key).expect("signed");
+        let flows = wire::decode(message, key).expect("signed").flows;
         let shared: Vec<SharedFlow> = flows
             .iter()
             .map(|f| SharedFlow {
