@@ -17,9 +17,9 @@ fn main() -> ExitCode {
         Command::Attach(args) => start::attach(args).map(|()| ExitCode::SUCCESS),
         Command::Proxy(args) => start::proxy(args, cli.socket).map(|()| ExitCode::SUCCESS),
         Command::Validate { config } => local::validate(&config),
-        Command::Detach { iface, pin_dir, state_dir } => {
+        Command::Detach { iface, pin_dir, state_dir, announce_table } => {
             let socket = cli.socket.or_else(|| std::env::var_os("LB_CTL_SOCKET").map(PathBuf::from));
-            local::detach(&iface, pin_dir, state_dir, socket).map(|()| ExitCode::SUCCESS)
+            local::detach(&iface, pin_dir, state_dir, socket, announce_table).map(|()| ExitCode::SUCCESS)
         }
         Command::Decap(command) => local::decap(command).map(|()| ExitCode::SUCCESS),
         Command::BackendSetup(args) => local::backend_setup(&args),

@@ -66,9 +66,22 @@ fn the_router_follows_what_the_nodes_announce() {
 
     // Node 1 dies (daemon killed, BIRD frozen: no FIN, no BFD): BFD takes it out of the route.
     daemons[1].kill9();
+    let table = |cluster: &Cluster, i: usize| {
+        let out = cluster.nodes[i].exec(&["ip", "route", "show", "table", "4242", "proto", "249"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        table(&cluster, 1).contains("203.0.113.10"),
+        "a killed daemon leaves its routes (the program still forwards)"
+    );
     cluster.freeze_bird(1);
     let took = cluster.wait_next_hops(VIP, &[node_addr(0)], Duration::from_secs(10));
     println!("node death: the router dropped node 1 after {} ms (BFD)", took.as_millis());
+    // Taking the balancer off the killed node withdraws what its daemon left announced.
+    let detached = daemons[1].detach().unwrap();
+    assert!(detached.status.success(), "{}", String::from_utf8_lossy(&detached.stderr));
+    assert!(String::from_utf8_lossy(&detached.stdout).contains("announced VIP routes withdrawn"));
+    assert!(table(&cluster, 1).is_empty(), "detach withdrew the routes: {}", table(&cluster, 1));
 
     // A clean stop withdraws the last node's route.
     assert!(daemons[0].stop().success());

@@ -45,6 +45,10 @@ pub enum Command {
         /// Directory of the saved ids, as given to attach (default /run/lb-ctl).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// The routing table of the announced VIPs (`[daemon] announce_table`): its routes are
+        /// withdrawn too, so routers stop sending this node traffic it no longer balances.
+        #[arg(long, default_value_t = crate::config::DEFAULT_ANNOUNCE_TABLE)]
+        announce_table: u32,
     },
     /// Backends of the VIPs.
     #[command(subcommand)]

@@ -54,6 +54,7 @@ pub fn detach(
     pin_dir: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     socket: Option<PathBuf>,
+    announce_table: u32,
 ) -> anyhow::Result<()> {
     let socket = socket.unwrap_or_else(|| paths::api_socket(iface));
     if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
@@ -62,6 +63,18 @@ pub fn detach(
     let paths = AttachPaths::balancer(iface, pin_dir, state_dir);
     attach::detach(&paths).with_context(|| format!("detaching from {iface} ({})", paths.pin_dir.display()))?;
     println!("{iface}: pinned maps and saved ids removed");
+    // A daemon that did not stop cleanly (killed, crashed) left its VIP routes announced.
+    // A worker thread drives the netlink connection while `KernelRoutes` blocks on its
+    // requests through the handle (a current-thread runtime's handle cannot drive it).
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let mut routes = crate::announce::KernelRoutes::open(announce_table, runtime.handle().clone())
+        .with_context(|| format!("reading routing table {announce_table}"))?;
+    use crate::announce::Routes as _;
+    let change = routes.apply(&Default::default()).map_err(anyhow::Error::msg)?;
+    if !change.withdrawn.is_empty() {
+        let list: Vec<String> = change.withdrawn.iter().map(|a| a.to_string()).collect();
+        println!("{iface}: announced VIP routes withdrawn from table {announce_table}: {}", list.join(" "));
+    }
     Ok(())
 }
 

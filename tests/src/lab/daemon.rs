@@ -130,6 +130,21 @@ impl Daemon {
         }
     }
 
+    /// `lb-ctl detach IFACE` in the daemon's namespace (its pins, saved ids and announced
+    /// routes there), as an operator runs it after a stop.
+    pub fn detach(&self) -> std::io::Result<Output> {
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(crate::lb_ctl_bin())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["detach", &self.iface, "--pin-dir"])
+            .arg(&self.pins)
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .output()
+    }
+
     /// SIGKILL (a crash, as an outsider would cause it), and reaps it.
     pub fn kill9(&mut self) {
         let mut child = self.child.take().expect("the daemon is running");
@@ -246,14 +261,7 @@ impl Drop for Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let detached = Command::new(crate::lb_ctl_bin())
-            .arg("--socket")
-            .arg(self.socket())
-            .args(["detach", &self.iface, "--pin-dir"])
-            .arg(&self.pins)
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
-            .output();
+        let detached = self.detach();
         if !detached.is_ok_and(|o| o.status.success()) && self.pins.exists() {
             let paths = lb_ctl::paths::AttachPaths::balancer(
                 &self.iface,
