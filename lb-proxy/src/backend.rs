@@ -32,6 +32,7 @@ impl Backend {
     /// Counts a failed request or connect for outlier detection; an ejection is logged.
     pub(crate) fn record_failure(&self, cfg: &crate::config::Outlier) {
         if self.outlier.record_failure(cfg, now_ms()) {
+            self.counters.ejections.fetch_add(1, Relaxed);
             tracing::info!(backend = %self.addr, "backend ejected by outlier detection");
         }
     }
@@ -90,6 +91,8 @@ impl Backend {
             requests: self.counters.requests.load(Relaxed),
             errors: self.counters.errors.load(Relaxed),
             active: self.active(),
+            queued: self.gate.waiting() as u64,
+            ejections: self.counters.ejections.load(Relaxed),
         }
     }
 }

@@ -30,6 +30,11 @@ impl BackendGate {
         }
     }
 
+    /// Requests waiting for a slot now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Relaxed)
+    }
+
     pub(crate) async fn admit(&self, wait: Duration) -> Result<Slot, GateFull> {
         let Some(slots) = &self.slots else {
             return Ok(None);

@@ -49,10 +49,13 @@ async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
     let header = proxy_protocol::header(opts.proxy_protocol, client, vip.local_addr);
     let dial_how = vip.dial();
     let mut tried = Vec::new();
-    for _ in 0..=opts.retries.max {
+    for attempt in 0..=opts.retries.max {
         let Some(backend) = vip.pick_for_name(server_name.as_deref(), hash, &tried) else {
             break;
         };
+        if attempt > 0 {
+            vip.counters.retries.fetch_add(1, Relaxed);
+        }
         tried.push(backend.addr);
         let Ok(slot) = backend.gate.admit(spec.options.timeouts.queue).await else {
             continue;

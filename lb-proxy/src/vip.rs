@@ -112,6 +112,9 @@ impl Vip {
             client_timeouts: self.counters.client_timeouts.load(Relaxed),
             tls_failures: self.counters.tls_failures.load(Relaxed),
             listening: !self.counters.listener_lost.load(Relaxed),
+            responses: crate::stats::StatusClasses(self.counters.responses.each_ref().map(|c| c.load(Relaxed))),
+            retries: self.counters.retries.load(Relaxed),
+            response_time: self.counters.response_time.snapshot(),
             backends,
         }
     }

@@ -86,4 +86,6 @@ impl From<crate::dataplane::DataplaneError> for ApiError {
 #[cfg(test)]
 mod monitoring_tests;
 #[cfg(test)]
+mod proxy_metrics_tests;
+#[cfg(test)]
 mod tests;

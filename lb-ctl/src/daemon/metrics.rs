@@ -13,10 +13,10 @@ use super::writer::Writer;
 use crate::api::ApiError;
 use crate::state::Health;
 
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 /// A family of counters or gauges, registered under `name`.
-fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
+pub(super) fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
 where
     M: prometheus_client::metrics::TypedMetric
         + prometheus_client::encoding::EncodeMetric
@@ -127,6 +127,14 @@ impl Writer {
             if let Some(n) = b.errors {
                 errors.get_or_create(&labels).inc_by(n);
             }
+        }
+        registry.register(
+            "map_write_duration_seconds",
+            "How long the map writes of one change (API, health, reload) took",
+            self.map_writes.clone(),
+        );
+        if let Some(proxy) = &self.proxy {
+            super::proxy_metrics::register(&mut registry, proxy.handle().stats());
         }
         let mut out = String::new();
         encode(&mut out, &registry).map_err(|e| ApiError::internal(format!("encoding metrics: {e}")))?;

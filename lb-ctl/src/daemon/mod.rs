@@ -7,6 +7,7 @@
 //! difference, and kept only if the data plane accepted it.
 mod explain;
 mod metrics;
+mod proxy_metrics;
 mod resolver;
 mod serve;
 mod views;

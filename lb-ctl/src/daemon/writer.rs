@@ -66,6 +66,8 @@ pub(super) struct Writer {
     routes: Box<dyn Routes>,
     /// Flow sharing (`[cluster]`): the ids as addresses for the sender, and its counters.
     pub(super) sharing: Option<(Arc<RwLock<IdBook>>, Arc<Counters>)>,
+    /// How long each change's map writes took (`lb_map_write_duration_seconds`).
+    pub(super) map_writes: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Writer {
@@ -95,6 +97,10 @@ impl Writer {
             resolve_plan,
             routes: Box::new(MemoryRoutes::default()),
             sharing: None,
+            // 10 µs to ~2.6 s: one slot is microseconds, a whole ring rebuild milliseconds.
+            map_writes: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.00001, 4.0, 10),
+            ),
         };
         writer.save_ids();
         writer
@@ -290,7 +296,10 @@ impl Writer {
     /// Makes `next` the state: applies its map difference, or, if the data plane refuses,
     /// puts the maps back to the current state and keeps it.
     fn commit(&mut self, next: State) -> Result<ApplyReport, ApiError> {
-        match self.applier.apply(&mut *self.dp, &MapContents::of(&next)) {
+        let writing = Instant::now();
+        let applied = self.applier.apply(&mut *self.dp, &MapContents::of(&next));
+        self.map_writes.observe(writing.elapsed().as_secs_f64());
+        match applied {
             Ok(report) => {
                 if let Err(e) = self.sync_proxy(&next) {
                     tracing::error!(error = %e, "proxy update failed; restoring the previous state");

@@ -46,7 +46,9 @@ pub(crate) struct ConnCtx {
 pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ClientResponse> {
     let busy = ctx.shared.as_ref().map(|s| s.begin());
     let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req));
+    let started = std::time::Instant::now();
     let resp = forward(req, ctx).await;
+    ctx.vip.counters.responded(resp.status(), started.elapsed());
     if let Some(request) = logged {
         access_log::write(&request, &resp, ctx);
     }
@@ -156,13 +158,16 @@ async fn attempts(
     let mut tried: Vec<SocketAddr> = Vec::new();
     let mut req = Some(req);
     let mut last = UpstreamError::NoBackend;
-    for _ in 0..=opts.retries.max {
+    for attempt in 0..=opts.retries.max {
         let Some(out) = req.take().or_else(|| replay.as_ref().map(Replay::request)) else {
             break;
         };
         let Some(backend) = ctx.vip.pick(hash, &tried) else {
             break;
         };
+        if attempt > 0 {
+            ctx.vip.counters.retries.fetch_add(1, Relaxed);
+        }
         tried.push(backend.addr);
         let slot = match backend.gate.admit(opts.timeouts.queue).await {
             Ok(s) => s,
