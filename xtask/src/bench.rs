@@ -7,11 +7,22 @@ use anyhow::ensure;
 use crate::util::{cmd, is_root, target_dir};
 
 /// Debian packages of the proxy benchmark: the load generator and the peers.
-const PROXY_PACKAGES: &[&str] = &["wrk", "nginx", "libnginx-mod-stream", "haproxy"];
+const PROXY_PACKAGES: &[&str] =
+    &["wrk", "nghttp2-client", "iperf3", "openssl", "nginx", "libnginx-mod-stream", "haproxy"];
 /// Debian packages of the lab benchmark (and so of `all`): generators (trafgen, wrk, iperf3),
 /// nftables (the DNAT peer and the backends' counters) and the proxy peers.
-const LAB_PACKAGES: &[&str] =
-    &["netsniff-ng", "wrk", "iperf3", "nftables", "haproxy", "nginx", "libnginx-mod-stream", "linux-perf"];
+const LAB_PACKAGES: &[&str] = &[
+    "netsniff-ng",
+    "wrk",
+    "nghttp2-client",
+    "iperf3",
+    "openssl",
+    "nftables",
+    "haproxy",
+    "nginx",
+    "libnginx-mod-stream",
+    "linux-perf",
+];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     crate::setup::run()?;

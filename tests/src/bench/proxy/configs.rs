@@ -1,8 +1,17 @@
 //! nginx and HAProxy configured as an operator would for this test: the same worker count
-//! as lb-proxy, keep-alive to the backends, no logging.
+//! as lb-proxy, keep-alive to the backends, no logging, buffers sized for the payload, the
+//! same certificate and a TLS session cache.
 use std::path::Path;
 
-use super::WORKERS;
+use super::{Ports, WORKERS};
+
+/// The certificate every peer serves (ECDSA P-256, self-signed, made for the run).
+pub struct Cert<'a> {
+    pub chain: &'a Path,
+    pub key: &'a Path,
+    /// Chain and key in one file, as HAProxy's `crt` takes them.
+    pub combined: &'a Path,
+}
 
 /// nginx's main context: in the foreground under the benchmark, the stream module loaded,
 /// `workers` worker processes, files in `dir`, errors only to stderr.
@@ -20,7 +29,8 @@ events {{ worker_connections {connections}; }}
     )
 }
 
-pub fn nginx_conf(dir: &Path, http: u16, tcp: u16, backends: &[u16]) -> String {
+pub fn nginx_conf(dir: &Path, ports: &Ports, cert: &Cert, backends: &[u16], bulk_server: u16) -> String {
+    let Ports { http, tcp, tls, h2c, bulk } = *ports;
     let servers: String = backends.iter().map(|p| format!("        server 127.0.0.1:{p};\n")).collect();
     format!(
         "{main}http {{
@@ -39,8 +49,15 @@ pub fn nginx_conf(dir: &Path, http: u16, tcp: u16, backends: &[u16]) -> String {
     upstream backends {{
 {servers}        keepalive 128;
     }}
+    ssl_certificate {chain};
+    ssl_certificate_key {key};
+    ssl_session_cache shared:SSL:10m;
+    # h2c (prior knowledge) needs a listener of its own in nginx 1.22.
     server {{
         listen 127.0.0.1:{http};
+        listen 127.0.0.1:{tls} ssl;
+        listen 127.0.0.1:{h2c} http2;
+        http2_max_concurrent_streams 128;
         location / {{
             proxy_pass http://backends;
             proxy_http_version 1.1;
@@ -55,14 +72,23 @@ stream {{
         listen 127.0.0.1:{tcp};
         proxy_pass tcp_backends;
     }}
+    server {{
+        listen 127.0.0.1:{bulk};
+        proxy_pass 127.0.0.1:{bulk_server};
+        proxy_buffer_size 64k;
+    }}
 }}
 ",
         main = nginx_main(dir, WORKERS, 4096),
-        dir = dir.display()
+        dir = dir.display(),
+        chain = cert.chain.display(),
+        key = cert.key.display(),
     )
 }
 
-pub fn haproxy_conf(http: u16, tcp: u16, backends: &[u16]) -> String {
+pub fn haproxy_conf(ports: &Ports, cert: &Cert, backends: &[u16], bulk_server: u16) -> String {
+    let Ports { http, tcp, tls, h2c, bulk } = *ports;
+    let crt = cert.combined.display();
     let servers: String =
         backends.iter().enumerate().map(|(i, p)| format!("    server b{i} 127.0.0.1:{p}\n")).collect();
     format!(
@@ -78,6 +104,8 @@ defaults
 frontend http_in
     mode http
     bind 127.0.0.1:{http}
+    bind 127.0.0.1:{tls} ssl crt {crt} alpn http/1.1
+    bind 127.0.0.1:{h2c} proto h2
     default_backend http_out
 backend http_out
     mode http
@@ -90,6 +118,13 @@ backend http_out
 backend tcp_out
     mode tcp
     balance roundrobin
-{servers}"
+{servers}frontend bulk_in
+    mode tcp
+    bind 127.0.0.1:{bulk}
+    default_backend bulk_out
+backend bulk_out
+    mode tcp
+    server bulk 127.0.0.1:{bulk_server}
+"
     )
 }

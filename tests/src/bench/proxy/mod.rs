@@ -1,9 +1,12 @@
-//! `cargo xtask bench proxy`: wrk against lb-proxy, nginx and HAProxy in one run, over the same
-//! local backends and with equal worker counts. Prints requests/s and p50/p99 latency for 1 KiB
-//! and 300 KiB responses and for TCP mode; asserts nothing. `LB_BENCH_ROUNDS=N` repeats every
-//! test N times (peers interleaved) and compares medians. Everything listens on 127.0.0.1,
-//! and every process started here is stopped by its pid when the run ends (also on error).
+//! `cargo xtask bench proxy`: lb-proxy, nginx and HAProxy in one run, over the same local
+//! backends and with equal worker counts. Per workload (keep-alive, new connection per request,
+//! 300 KiB, h2 multiplexed, TLS keep-alive and new connection, TCP mode, TCP bulk) it prints
+//! requests/s (MiB/s for bulk), p50/p99/p99.9 latency, errors and the proxy's CPU time per
+//! request (per MiB for bulk); asserts nothing. `LB_BENCH_ROUNDS=N` repeats every workload N
+//! times (peers interleaved) and compares medians. Everything listens on 127.0.0.1, and every
+//! process started here is stopped by its pid when the run ends (also on error).
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,37 +14,67 @@ use anyhow::{Context, Result, bail};
 
 use super::stats::median;
 pub use configs::nginx_main;
-use configs::{haproxy_conf, nginx_conf};
+use configs::{Cert, haproxy_conf, nginx_conf};
 pub use wrk::parse_wrk;
-use wrk::{WrkResult, fmt_ms, print_row, wrk};
+use wrk::{Measured, fmt_ms, print_row, wrk};
 
 pub mod backend;
 mod configs;
 pub mod frontend;
+mod loads;
 mod wrk;
 
-/// Worker threads/processes for each proxy (and wrk's threads).
+/// Worker threads/processes for each proxy (and the generators' threads).
 const WORKERS: usize = 2;
 const BACKENDS: usize = 4;
 const CONNECTIONS: usize = 50;
-const DURATION: &str = "4s";
-/// One workload: wrk fetching `path` from the peer's HTTP port, or its TCP-mode port.
+const DURATION_SECS: u32 = 4;
+
+/// Where one peer listens, by what it serves.
+#[derive(Clone, Copy)]
+pub struct Ports {
+    /// HTTP/1.1 (and, for lb-proxy, h2c: it reads the client's preface).
+    http: u16,
+    /// TCP mode over the HTTP backends.
+    tcp: u16,
+    /// HTTPS: TLS terminated, HTTP/1.1 to the backends.
+    tls: u16,
+    /// h2c with prior knowledge (nginx needs a listener of its own for it).
+    h2c: u16,
+    /// TCP mode to the one bulk (iperf3) server.
+    bulk: u16,
+}
+
+/// What a workload's generator is.
+#[derive(Clone, Copy, PartialEq)]
+enum Load {
+    /// wrk on a port (`tls`: over HTTPS), `close`: a new connection for every request.
+    Wrk { tcp: bool, tls: bool, close: bool },
+    /// h2load over h2c, streams multiplexed.
+    H2,
+    /// iperf3 through the bulk port.
+    Bulk,
+}
+
 #[derive(Clone, Copy)]
 struct Test {
     name: &'static str,
     path: &'static str,
-    tcp: bool,
-    /// A new connection for every request (`Connection: close`): the connection setup and
-    /// teardown of the proxy, as the small balancers lb-ctl replaces were measured (with ab,
-    /// which alone would saturate a core here; wrk spreads the same load over its threads).
-    new_connection: bool,
+    load: Load,
 }
 
-const TESTS: [Test; 4] = [
-    Test { name: "HTTP 1 KiB", path: "/1k", tcp: false, new_connection: false },
-    Test { name: "HTTP 1 KiB, new conn", path: "/1k", tcp: false, new_connection: true },
-    Test { name: "HTTP 300 KiB", path: "/300k", tcp: false, new_connection: false },
-    Test { name: "TCP mode, 1 KiB", path: "/1k", tcp: true, new_connection: false },
+/// A new connection for every request (`Connection: close`) measures the connection setup
+/// and teardown of the proxy, as the small balancers lb-ctl replaces were measured (with ab,
+/// which alone would saturate a core here; wrk spreads the same load over its threads).
+const TESTS: [Test; 8] = [
+    Test { name: "HTTP 1 KiB", path: "/1k", load: Load::Wrk { tcp: false, tls: false, close: false } },
+    Test { name: "HTTP 1 KiB, new conn", path: "/1k", load: Load::Wrk { tcp: false, tls: false, close: true } },
+    Test { name: "HTTP 300 KiB", path: "/300k", load: Load::Wrk { tcp: false, tls: false, close: false } },
+    Test { name: "h2 1 KiB, 10x10 streams", path: "/1k", load: Load::H2 },
+    Test { name: "TLS 1 KiB", path: "/1k", load: Load::Wrk { tcp: false, tls: true, close: false } },
+    Test { name: "TLS 1 KiB, new conn", path: "/1k", load: Load::Wrk { tcp: false, tls: true, close: true } },
+    Test { name: "TCP mode, 1 KiB", path: "/1k", load: Load::Wrk { tcp: true, tls: false, close: false } },
+    Test { name: "TCP bulk (iperf3)", path: "", load: Load::Bulk },
 ];
 
 /// Rounds of all tests (env `LB_BENCH_ROUNDS`, default 1); with more than one, the summary
@@ -50,18 +83,39 @@ fn rounds() -> usize {
     std::env::var("LB_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize).max(1)
 }
 
-/// One wrk run of a peer, for the report.
+/// One run of a peer, for the report.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ProxyRun {
     pub peer: String,
     pub test: String,
+    /// Requests a second, or MiB a second when `unit` is "MiB" (bulk).
     pub requests_per_sec: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: Option<f64>,
     pub errors: u64,
-    /// CPU time of the proxy's processes per request, in microseconds (not for `direct`).
+    /// CPU time of the proxy's processes per request (per MiB for bulk), in microseconds
+    /// (not for `direct`).
     pub cpu_us_per_request: Option<f64>,
+    pub unit: String,
+}
+
+/// A self-signed ECDSA P-256 certificate for 127.0.0.1 (openssl), served by every peer.
+fn make_cert(dir: &Path) -> Result<()> {
+    let status = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("chain.pem"))
+        .stderr(Stdio::null())
+        .status()
+        .context("running openssl")?;
+    anyhow::ensure!(status.success(), "openssl could not make the benchmark's certificate");
+    let combined = std::fs::read_to_string(dir.join("chain.pem"))? + &std::fs::read_to_string(dir.join("key.pem"))?;
+    std::fs::write(dir.join("combined.pem"), combined)?;
+    Ok(())
 }
 
 pub fn run() -> Result<Vec<ProxyRun>> {
@@ -76,78 +130,112 @@ pub fn run() -> Result<Vec<ProxyRun>> {
         println!("--- {name} ---\n{}", text.trim_end());
         Ok(path)
     };
-    let mut procs = Procs::default();
+    make_cert(dir.path())?;
+    let (chain, key, combined) =
+        (dir.path().join("chain.pem"), dir.path().join("key.pem"), dir.path().join("combined.pem"));
+    let cert = Cert { chain: &chain, key: &key, combined: &combined };
+    // The peers' own messages go to files beside their configurations, shown if one stops.
+    let mut procs = Procs { logs: dir.path().to_path_buf(), running: Vec::new() };
 
     let backend_ports: Vec<u16> = (0..BACKENDS).map(|_| free_port()).collect::<Result<_>>()?;
     let mut cmd = Command::new(&me);
     cmd.arg("proxy-backend").arg(WORKERS.to_string()).args(backend_ports.iter().map(u16::to_string));
     procs.spawn("backends", cmd)?;
-    for &p in &backend_ports {
+    let bulk_server = free_port()?;
+    let mut cmd = Command::new("iperf3");
+    cmd.args(["-s", "-B", "127.0.0.1", "-p", &bulk_server.to_string()]);
+    procs.spawn("iperf3", cmd)?;
+    for &p in backend_ports.iter().chain([&bulk_server]) {
         wait_port(p)?;
     }
+    let ports = || -> Result<Ports> {
+        Ok(Ports { http: free_port()?, tcp: free_port()?, tls: free_port()?, h2c: free_port()?, bulk: free_port()? })
+    };
 
-    let mut peers: Vec<(&str, u16, u16)> = Vec::new();
-    let (lb_http, lb_tcp) = (free_port()?, free_port()?);
+    let mut peers: Vec<(&str, Ports)> = Vec::new();
+    let mut lb = ports()?;
+    lb.h2c = lb.http;
     let mut cmd = Command::new(&me);
     cmd.arg("proxy-frontend")
-        .args([WORKERS.to_string(), lb_http.to_string(), lb_tcp.to_string()])
+        .args(
+            [WORKERS, lb.http.into(), lb.tcp.into(), lb.tls.into(), lb.bulk.into(), bulk_server.into()]
+                .map(|n: usize| n.to_string()),
+        )
+        .args([&chain, &key])
         .args(backend_ports.iter().map(u16::to_string));
     println!(
-        "--- lb-proxy ---\nlb-bench proxy-frontend: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin), X-Forwarded-* off, no access log"
+        "--- lb-proxy ---\nlb-bench proxy-frontend: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin, rustls with its default session cache), X-Forwarded-* off, no access log; h2c on the HTTP port"
     );
     procs.spawn("lb-proxy", cmd)?;
-    peers.push(("lb-proxy", lb_http, lb_tcp));
+    peers.push(("lb-proxy", lb));
 
-    let (ng_http, ng_tcp) = (free_port()?, free_port()?);
-    let conf = write("nginx.conf", &nginx_conf(dir.path(), ng_http, ng_tcp, &backend_ports))?;
+    let ng = ports()?;
+    let conf = write("nginx.conf", &nginx_conf(dir.path(), &ng, &cert, &backend_ports, bulk_server))?;
     let mut cmd = Command::new("nginx");
     cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path()).args(["-e", "stderr"]);
     procs.spawn("nginx", cmd)?;
-    peers.push(("nginx", ng_http, ng_tcp));
+    peers.push(("nginx", ng));
 
-    let (ha_http, ha_tcp) = (free_port()?, free_port()?);
-    let conf = write("haproxy.cfg", &haproxy_conf(ha_http, ha_tcp, &backend_ports))?;
+    let ha = ports()?;
+    let conf = write("haproxy.cfg", &haproxy_conf(&ha, &cert, &backend_ports, bulk_server))?;
     let mut cmd = Command::new("haproxy");
     cmd.arg("-db").arg("-f").arg(&conf);
     procs.spawn("haproxy", cmd)?;
-    peers.push(("haproxy", ha_http, ha_tcp));
+    peers.push(("haproxy", ha));
 
-    for &(_, h, t) in &peers {
-        wait_port(h)?;
-        wait_port(t)?;
+    for (_, p) in &peers {
+        for port in [p.http, p.tcp, p.tls, p.h2c, p.bulk] {
+            wait_port(port)?;
+        }
     }
     procs.check_alive()?;
 
     println!(
-        "lb-proxy vs nginx vs HAProxy: {BACKENDS} backends, {WORKERS} workers each, wrk -t{WORKERS} -c{CONNECTIONS} -d{DURATION}, loopback, {} CPUs shared by all",
+        "lb-proxy vs nginx vs HAProxy: {BACKENDS} backends, {WORKERS} workers each, wrk -t{WORKERS} -c{CONNECTIONS} -d{DURATION_SECS}s, h2load -t{WORKERS} -c10 -m10, iperf3 -P{WORKERS}; loopback, {} CPUs shared by all",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<10} {:<22} {:>12} {:>10} {:>10} {:>10} {:>8} {:>10}",
+        "{:<10} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>12}",
         "peer", "test", "requests/s", "p50", "p99", "p99.9", "errors", "CPU/req"
     );
     let p999 = dir.path().join("p999.lua");
     std::fs::write(&p999, wrk::P999_SCRIPT)?;
+    let h2_log = dir.path().join("h2load.log");
+    let measure = |load: Load, path: &str, port: Option<&Ports>| -> Result<Measured> {
+        // No peer: the backends (or the bulk server) directly, the floor of the same run.
+        match (load, port) {
+            (Load::Wrk { tls: true, close, .. }, Some(p)) => wrk(p.tls, path, &p999, close, true),
+            (Load::Wrk { tcp: true, close, .. }, Some(p)) => wrk(p.tcp, path, &p999, close, false),
+            (Load::Wrk { close, .. }, Some(p)) => wrk(p.http, path, &p999, close, false),
+            (Load::Wrk { close, .. }, None) => wrk(backend_ports[0], path, &p999, close, false),
+            (Load::H2, Some(p)) => loads::h2load(p.h2c, path, &h2_log),
+            (Load::H2, None) => bail!("the backends speak HTTP/1.1 only: h2 has no direct row"),
+            (Load::Bulk, Some(p)) => loads::iperf3(p.bulk),
+            (Load::Bulk, None) => loads::iperf3(bulk_server),
+        }
+    };
     let rounds = rounds();
     let mut results = Vec::new();
     for round in 1..=rounds {
         if rounds > 1 {
             println!("round {round}/{rounds}");
         }
-        for Test { name: test, path, tcp, new_connection } in TESTS {
-            // A direct run gives the backends' own ceiling in the same conditions.
-            let direct = wrk(backend_ports[0], path, &p999, new_connection)?;
-            print_row("direct", &format!("{test} (1 backend)"), &direct);
-            for &(name, h, t) in &peers {
+        for Test { name: test, path, load } in TESTS {
+            // A direct run gives the backends' own ceiling in the same conditions (the
+            // backends speak HTTP/1.1 in the clear only: no direct row for h2 and TLS).
+            if matches!(load, Load::Bulk | Load::Wrk { tls: false, .. }) {
+                print_row("direct", &format!("{test} (1 backend)"), &measure(load, path, None)?);
+            }
+            for (name, p) in &peers {
                 let pid = procs.pid(name);
                 let before = pid.map(super::cpu::tree_seconds);
-                let mut r = wrk(if tcp { t } else { h }, path, &p999, new_connection)?;
+                let mut r = measure(load, path, Some(p))?;
                 if let (Some(pid), Some(before)) = (pid, before) {
                     let used = super::cpu::tree_seconds(pid) - before;
                     r.cpu_us_per_request = Some(used * 1e6 / r.requests.max(1) as f64);
                 }
                 print_row(name, test, &r);
-                results.push((name, test, r));
+                results.push((*name, test, r));
             }
             procs.check_alive()?;
         }
@@ -156,9 +244,9 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     if rounds > 1 {
         println!("medians of {rounds} rounds:");
     }
-    for Test { name: test, .. } in TESTS {
+    for Test { name: test, load, .. } in TESTS {
         let median = |peer: &str| {
-            let runs: Vec<&WrkResult> =
+            let runs: Vec<&Measured> =
                 results.iter().filter(|(n, t, _)| *n == peer && *t == test).map(|(_, _, r)| r).collect();
             (!runs.is_empty()).then(|| {
                 (
@@ -168,17 +256,25 @@ pub fn run() -> Result<Vec<ProxyRun>> {
                 )
             })
         };
-        if let (Some((lb_rps, lb_p99, lb_cpu)), Some((ng_rps, ng_p99, ng_cpu))) = (median("lb-proxy"), median("nginx"))
-        {
+        let Some((lb_rate, lb_p99, lb_cpu)) = median("lb-proxy") else { continue };
+        for peer in ["nginx", "haproxy"] {
+            let Some((rate, p99, cpu)) = median(peer) else { continue };
+            let latency = if load == Load::Bulk {
+                String::new()
+            } else {
+                format!("   p99 {} vs {}", fmt_ms(lb_p99), fmt_ms(p99))
+            };
             println!(
-                "{test:<16} lb-proxy/nginx CPU per request: {:.2}x (target <= 1, <= 0.8 keep-alive and TCP)   requests/s: {:.2}x (target >= 1)   p99 lb-proxy {} vs nginx {} (target: no worse)",
-                lb_cpu / ng_cpu.max(f64::MIN_POSITIVE),
-                lb_rps / ng_rps.max(1.0),
-                fmt_ms(lb_p99),
-                fmt_ms(ng_p99)
+                "{test:<24} lb-proxy/{peer:<8} CPU per {}: {:.2}x   rate: {:.2}x{latency}",
+                if load == Load::Bulk { "MiB" } else { "request" },
+                lb_cpu / cpu.max(f64::MIN_POSITIVE),
+                lb_rate / rate.max(f64::MIN_POSITIVE),
             );
         }
     }
+    println!(
+        "targets (issue): CPU per request <= nginx's everywhere, <= 0.8x keep-alive and TCP; p99 <= nginx's; rate >= nginx's"
+    );
     Ok(results
         .into_iter()
         .map(|(peer, test, r)| ProxyRun {
@@ -190,6 +286,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
             p999_ms: r.p999_ms,
             errors: r.errors,
             cpu_us_per_request: r.cpu_us_per_request,
+            unit: r.unit.to_string(),
         })
         .collect())
 }
@@ -210,26 +307,31 @@ fn wait_port(port: u16) -> Result<()> {
     bail!("nothing listens on 127.0.0.1:{port} after 10 s")
 }
 
-/// The processes this run started; each is killed by its own pid and reaped on drop.
-#[derive(Default)]
-struct Procs(Vec<(&'static str, Child)>);
+/// The processes this run started; each is killed by its own pid and reaped on drop. Their
+/// stderr goes to `logs/NAME.log`.
+struct Procs {
+    logs: std::path::PathBuf,
+    running: Vec<(&'static str, Child)>,
+}
 
 impl Procs {
     fn spawn(&mut self, name: &'static str, mut cmd: Command) -> Result<()> {
-        let child = cmd.stdout(Stdio::null()).spawn().with_context(|| format!("starting {name}"))?;
-        self.0.push((name, child));
+        let log = std::fs::File::create(self.logs.join(format!("{name}.log")))?;
+        let child = cmd.stdout(Stdio::null()).stderr(log).spawn().with_context(|| format!("starting {name}"))?;
+        self.running.push((name, child));
         Ok(())
     }
 
     /// The pid of the process started as `name`.
     fn pid(&self, name: &str) -> Option<u32> {
-        self.0.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
+        self.running.iter().find(|(n, _)| *n == name).map(|(_, c)| c.id())
     }
 
     fn check_alive(&mut self) -> Result<()> {
-        for (name, child) in &mut self.0 {
+        for (name, child) in &mut self.running {
             if let Some(status) = child.try_wait()? {
-                bail!("{name} exited early: {status}");
+                let log = std::fs::read_to_string(self.logs.join(format!("{name}.log"))).unwrap_or_default();
+                bail!("{name} exited early: {status}\n{log}");
             }
         }
         Ok(())
@@ -238,7 +340,7 @@ impl Procs {
 
 impl Drop for Procs {
     fn drop(&mut self) {
-        for (_, child) in self.0.iter_mut().rev() {
+        for (_, child) in self.running.iter_mut().rev() {
             // SIGTERM first, so nginx's master also stops its workers; then make sure.
             let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
             let deadline = Instant::now() + Duration::from_secs(3);

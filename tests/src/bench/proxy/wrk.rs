@@ -1,11 +1,12 @@
-//! wrk runs against one port, and what they print.
+//! wrk runs against one port, and what they print; [`Measured`] is every generator's result.
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use super::{CONNECTIONS, DURATION, WORKERS};
+use super::{CONNECTIONS, DURATION_SECS, WORKERS};
 
-pub struct WrkResult {
+pub struct Measured {
+    /// Requests a second, or MiB a second for a bulk transfer (`unit`).
     pub rps: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -16,18 +17,17 @@ pub struct WrkResult {
     pub requests: u64,
     /// CPU time (user + system) of the proxy's processes per request, in microseconds.
     pub cpu_us_per_request: Option<f64>,
+    /// What `rps`, `requests` and the CPU figure count: "req", or "MiB" for a bulk transfer.
+    pub unit: &'static str,
 }
 
-pub fn print_row(peer: &str, test: &str, r: &WrkResult) {
-    let cpu = r.cpu_us_per_request.map_or("-".to_string(), |us| format!("{us:.1}us"));
+pub fn print_row(peer: &str, test: &str, r: &Measured) {
+    let per = if r.unit == "req" { String::new() } else { format!("/{}", r.unit) };
+    let cpu = r.cpu_us_per_request.map_or("-".to_string(), |us| format!("{us:.1}us{per}"));
     let p999 = r.p999_ms.map_or("-".to_string(), fmt_ms);
-    println!(
-        "{peer:<10} {test:<22} {:>12.0} {:>10} {:>10} {p999:>10} {:>8} {cpu:>10}",
-        r.rps,
-        fmt_ms(r.p50_ms),
-        fmt_ms(r.p99_ms),
-        r.errors
-    );
+    let (p50, p99) = if r.unit == "req" { (fmt_ms(r.p50_ms), fmt_ms(r.p99_ms)) } else { ("-".into(), "-".into()) };
+    let rate = if r.unit == "req" { format!("{:.0}", r.rps) } else { format!("{:.0} {}/s", r.rps, r.unit) };
+    println!("{peer:<10} {test:<36} {rate:>12} {p50:>10} {p99:>10} {p999:>10} {:>8} {cpu:>12}", r.errors);
 }
 
 pub fn fmt_ms(ms: f64) -> String {
@@ -37,9 +37,10 @@ pub fn fmt_ms(ms: f64) -> String {
 /// wrk's Lua hook that prints the 99.9th latency percentile in `--latency`'s format.
 pub const P999_SCRIPT: &str = "done = function(summary, latency, requests)\n  io.write(string.format(\"99.9%% %.2fus\\n\", latency:percentile(99.9)))\nend\n";
 
-/// Runs wrk against `port`; `script` is [`P999_SCRIPT`] written to a file; `close`: a new
-/// connection for every request.
-pub fn wrk(port: u16, path: &str, script: &std::path::Path, close: bool) -> Result<WrkResult> {
+/// Runs wrk against `port` (over TLS with `tls`); `script` is [`P999_SCRIPT`] written to a
+/// file; `close`: a new connection for every request.
+pub fn wrk(port: u16, path: &str, script: &std::path::Path, close: bool, tls: bool) -> Result<Measured> {
+    let scheme = if tls { "https" } else { "http" };
     let close_header: &[&str] = if close { &["-H", "Connection: close"] } else { &[] };
     let out = Command::new("wrk")
         .arg("-s")
@@ -48,11 +49,11 @@ pub fn wrk(port: u16, path: &str, script: &std::path::Path, close: bool) -> Resu
         .args([
             format!("-t{WORKERS}"),
             format!("-c{CONNECTIONS}"),
-            format!("-d{DURATION}"),
+            format!("-d{DURATION_SECS}s"),
             "--timeout".into(),
             "5s".into(),
             "--latency".into(),
-            format!("http://127.0.0.1:{port}{path}"),
+            format!("{scheme}://127.0.0.1:{port}{path}"),
         ])
         .output()
         .context("running wrk")?;
@@ -63,7 +64,7 @@ pub fn wrk(port: u16, path: &str, script: &std::path::Path, close: bool) -> Resu
     parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))
 }
 
-pub fn parse_wrk(text: &str) -> Option<WrkResult> {
+pub fn parse_wrk(text: &str) -> Option<Measured> {
     let mut rps = None;
     let (mut p50, mut p99, mut p999) = (None, None, None);
     let mut errors = 0u64;
@@ -84,7 +85,16 @@ pub fn parse_wrk(text: &str) -> Option<WrkResult> {
             _ => {}
         }
     }
-    Some(WrkResult { rps: rps?, p50_ms: p50?, p99_ms: p99?, p999_ms: p999, errors, requests, cpu_us_per_request: None })
+    Some(Measured {
+        rps: rps?,
+        p50_ms: p50?,
+        p99_ms: p99?,
+        p999_ms: p999,
+        errors,
+        requests,
+        cpu_us_per_request: None,
+        unit: "req",
+    })
 }
 
 /// wrk prints latencies like `812.00us`, `1.23ms`, `2.01s`.

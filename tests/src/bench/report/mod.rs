@@ -290,7 +290,8 @@ fn html(all: &Everything) -> Page {
     }
 
     body.push_str("<h2>lb-proxy against nginx and HAProxy (wrk, loopback)</h2>\n");
-    let mut tests: Vec<&str> = all.proxy.iter().map(|r| r.test.as_str()).collect();
+    // Latency charts of the request workloads (a bulk transfer has no request latency).
+    let mut tests: Vec<&str> = all.proxy.iter().filter(|r| r.unit == "req").map(|r| r.test.as_str()).collect();
     tests.dedup();
     for test in tests {
         let mut peers: Vec<&str> = all.proxy.iter().filter(|r| r.test == test).map(|r| r.peer.as_str()).collect();
