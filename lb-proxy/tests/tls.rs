@@ -293,3 +293,30 @@ async fn tls_versions_and_garbage_on_a_terminating_vip() {
     assert_eq!(p.handle.stats()[0].tls_failures, 3);
     assert_eq!(b[0].hits(), 0);
 }
+
+/// The server's suite order decides, and it puts AES-128-GCM-SHA256 first: a client that
+/// prefers AES-256-GCM-SHA384 (rustls's and OpenSSL's default order) gets AES-128, whose
+/// SHA-256 runs on the CPU's SHA extensions. With only SHA-384 offered, SHA-384 is used.
+#[tokio::test]
+async fn the_server_prefers_the_sha256_suites() {
+    use rustls::CipherSuite::{TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384};
+    let ca = Ca::new();
+    let a = ca.leaf("a", &["a.test"]);
+    let b = backends(1).await;
+    let p = proxy(tls_spec(&b, &[&a])).await;
+    let default = ca.client_config(&["http/1.1"]);
+    let offered: Vec<_> = default.crypto_provider().cipher_suites.iter().map(|s| s.suite()).collect();
+    assert_eq!(offered[0], TLS13_AES_256_GCM_SHA384, "the client prefers SHA-384");
+    let s = connect(default.clone(), p.addr, "a.test").await.unwrap();
+    assert_eq!(s.get_ref().1.negotiated_cipher_suite().map(|c| c.suite()), Some(TLS13_AES_128_GCM_SHA256));
+
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites.retain(|s| s.suite() == TLS13_AES_256_GCM_SHA384);
+    let only_sha384 = rustls::ClientConfig::builder_with_provider(provider.into())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(ca.roots())
+        .with_no_client_auth();
+    let s = connect(std::sync::Arc::new(only_sha384), p.addr, "a.test").await.unwrap();
+    assert_eq!(s.get_ref().1.negotiated_cipher_suite().map(|c| c.suite()), Some(TLS13_AES_256_GCM_SHA384));
+}
