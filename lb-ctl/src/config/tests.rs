@@ -81,7 +81,7 @@ const VIP: &str = "[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 8
 #[test]
 fn bad_files_give_exact_messages() {
     let cases: &[(&str, String, &[&str])] = &[
-        ("syntax error", "[[vip]\n".into(), &["lb.toml:1: invalid table header: expected `.`, `]]`"]),
+        ("syntax error", "[[vip]\n".into(), &["lb.toml:1: unclosed array table, expected `]`"]),
         (
             "unknown key in a backend",
             format!("{VIP}backends = [ {{ address = \"198.51.100.1\", wieght = 3 }} ]\n"),
@@ -429,4 +429,33 @@ fn proxy_workers_are_a_count() {
     assert_eq!(parse("").unwrap().daemon.proxy_workers, None);
     assert_eq!(parse("[daemon]\nproxy_workers = 4\n").unwrap().daemon.proxy_workers, Some(4));
     assert_eq!(errors("[daemon]\nproxy_workers = 0\n"), ["lb.toml:2: daemon: proxy_workers must be 1-256, got 0"]);
+}
+
+/// Certificate, key and CA paths in `[vip.proxy]` are taken under lb.toml's directory when
+/// relative (the daemon's working directory is `/` under systemd); absolute ones stay.
+#[test]
+fn proxy_tls_files_are_relative_to_the_config_file() {
+    let text = "[[vip]]\nname = \"app\"\naddress = \"203.0.113.10\"\nport = 443\nprotocol = \"http\"\n\
+                forwarding = \"proxy\"\nbackends = [ { address = \"198.51.100.1\", port = 80 } ]\n\
+                [vip.proxy.tls]\ncertificates = [ { chain = \"certs/app.pem\", key = \"/secure/app.key\" } ]\n\
+                [vip.proxy.backend_tls]\nca_file = \"ca.pem\"\nserver_name = \"app.internal\"\n";
+    let c = Config::parse(text, Path::new("/etc/lb-ctl/lb.toml")).unwrap();
+    let proxy = c.vips[0].spec.proxy.as_ref().unwrap();
+    let cert = &proxy.tls.as_ref().unwrap().certificates[0];
+    assert_eq!(cert.chain, Path::new("/etc/lb-ctl/certs/app.pem"));
+    assert_eq!(cert.key, Path::new("/secure/app.key"));
+    assert_eq!(proxy.backend_tls.as_ref().unwrap().ca_file, Path::new("/etc/lb-ctl/ca.pem"));
+}
+
+/// `[vip.proxy.X]` headers with no `[vip.proxy]` line of their own (the implicit table) parse
+/// (toml 0.8 refused them: "expected a borrowed string").
+#[test]
+fn proxy_sub_tables_parse_without_their_parent_header() {
+    let base = "[[vip]]\nname = \"app\"\naddress = \"203.0.113.10\"\nport = 443\nprotocol = \"http\"\n\
+                forwarding = \"proxy\"\nbackends = [ { address = \"198.51.100.1\", port = 80 } ]\n";
+    let c = parse(&format!("{base}[vip.proxy.retries]\nmax = 3\n[vip.proxy.timeouts]\nconnect = \"2s\"\n")).unwrap();
+    let proxy = c.vips[0].spec.proxy.as_ref().unwrap();
+    assert_eq!((proxy.retries.max, proxy.timeouts.connect), (3, Duration::from_secs(2)));
+    let text = format!("[defaults.proxy.retries]\nmax = 4\n\n{base}");
+    assert_eq!(parse(&text).unwrap().vips[0].spec.proxy.as_ref().unwrap().retries.max, 4);
 }

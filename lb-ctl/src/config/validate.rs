@@ -391,7 +391,12 @@ fn vip<'a>(
         encap_source,
         all_down,
         health: own_health,
-        proxy: if forwarding.is_xdp() { None } else { defaults.proxy_options(index) },
+        proxy: if forwarding.is_xdp() {
+            None
+        } else {
+            let dir = Path::new(&c.file).parent().unwrap_or(Path::new("."));
+            defaults.proxy_options(index).map(|o| o.files_relative_to(dir))
+        },
         announce,
     };
     Some(VipConfig { spec, backends, hosts, line })

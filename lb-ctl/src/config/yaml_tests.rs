@@ -42,7 +42,7 @@ fn the_example_file_in_yaml_is_the_same_configuration() {
     let text = std::fs::read_to_string(&path).unwrap();
     let from_toml = Config::parse(&text, Path::new("lb.yaml.toml")).unwrap_or_else(|e| panic!("{e}"));
     let mut yaml = String::new();
-    YamlEmitter::new(&mut yaml).dump(&to_yaml(&text.parse::<toml::Value>().unwrap())).unwrap();
+    YamlEmitter::new(&mut yaml).dump(&to_yaml(&toml::Value::Table(text.parse::<toml::Table>().unwrap()))).unwrap();
     let from_yaml = Config::parse(&yaml, Path::new("lb.yaml")).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let lines_apart = |c: &Config| -> Vec<VipSpec> { c.vips.iter().map(|v| v.spec.clone()).collect() };
     assert_eq!(lines_apart(&from_yaml), lines_apart(&from_toml));

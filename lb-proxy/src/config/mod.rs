@@ -76,6 +76,26 @@ pub struct ProxyOptions {
     pub access_log_format: AccessLogFormat,
 }
 
+impl ProxyOptions {
+    /// The same options with relative certificate, key and CA paths taken under `dir` (the
+    /// configuration file's directory), so they do not depend on the daemon's working directory.
+    pub fn files_relative_to(mut self, dir: &std::path::Path) -> Self {
+        let under = |p: &mut std::path::PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        for c in self.tls.iter_mut().flat_map(|t| t.certificates.iter_mut()) {
+            under(&mut c.chain);
+            under(&mut c.key);
+        }
+        if let Some(b) = &mut self.backend_tls {
+            under(&mut b.ca_file);
+        }
+        self
+    }
+}
+
 /// How access log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
