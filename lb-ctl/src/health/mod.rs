@@ -166,9 +166,16 @@ pub async fn run_checker(target: Target, token: u64, initial: Health, sink: Sink
 
 struct Running {
     token: u64,
+    /// The VIP's label (the series' `vip`).
+    vip: String,
     address: SocketAddr,
     spec: HealthSpec,
     task: AbortHandle,
+}
+
+/// The `vip` and `backend` labels of a backend's check-duration series.
+fn latency_labels(vip: &str, address: SocketAddr) -> Vec<(&'static str, String)> {
+    vec![("vip", vip.to_string()), ("backend", address.to_string())]
 }
 
 /// The running checkers, one per checked backend, kept in line with the state.
@@ -199,10 +206,16 @@ impl Checkers {
                 }
             }
         }
+        let latency = &self.latency;
         self.running.retain(|id, r| {
             let keep = wanted.get(id).is_some_and(|(_, addr, spec, _)| *addr == r.address && *spec == r.spec);
             if !keep {
                 r.task.abort();
+                // A backend no longer checked leaves no stale series behind (one whose check
+                // only changed keeps its history: the restarted checker takes it over).
+                if !wanted.values().any(|(vip, addr, _, _)| *vip == r.vip && *addr == r.address) {
+                    latency.remove(&latency_labels(&r.vip, r.address));
+                }
             }
             keep
         });
@@ -212,11 +225,10 @@ impl Checkers {
             }
             let token = self.next_token;
             self.next_token += 1;
-            let labels = vec![("vip", vip.clone()), ("backend", address.to_string())];
-            let latency = self.latency.get_or_create(&labels).clone();
-            let target = Target { backend_id: id, address, vip, spec: spec.clone(), latency };
+            let latency = self.latency.get_or_create(&latency_labels(&vip, address)).clone();
+            let target = Target { backend_id: id, address, vip: vip.clone(), spec: spec.clone(), latency };
             let task = self.runtime.spawn(run_checker(target, token, health, self.sink.clone())).abort_handle();
-            self.running.insert(id, Running { token, address, spec, task });
+            self.running.insert(id, Running { token, vip, address, spec, task });
         }
     }
 

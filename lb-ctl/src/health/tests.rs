@@ -199,13 +199,28 @@ async fn checkers_follow_the_state_and_drop_stale_events() {
     let e = next(&mut rx).await;
     assert_eq!(e.health, Health::Up);
     assert!(checkers.is_current(&e));
+    let series = vec![("vip", "web".to_string()), ("backend", "198.51.100.1:80".to_string())];
+    let observed = checkers_series_count(&checkers, &series);
+    assert!(observed.is_some_and(|n| n >= 1), "the check's duration is recorded: {observed:?}");
     // A changed check restarts the checker: the old one's events are now stale.
     state.vips[0].backends[0].check.as_mut().unwrap().rise = 2;
     checkers.sync(&state);
     assert!(!checkers.is_current(&e));
     assert_eq!(checkers.len(), 1);
-    // Removing the backend stops its checker.
+    assert!(checkers_series_count(&checkers, &series).is_some(), "a restarted check keeps its series");
+    // Removing the backend stops its checker and drops its series.
     state.remove_backend("web", "198.51.100.1:80").unwrap();
     checkers.sync(&state);
     assert!(checkers.is_empty());
+    assert_eq!(checkers_series_count(&checkers, &series), None, "no stale series");
+}
+
+/// How many durations the check-duration series `labels` holds, if it exists.
+fn checkers_series_count(checkers: &Checkers, labels: &Vec<(&'static str, String)>) -> Option<u64> {
+    let h = checkers.latency.get(labels)?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register("h", "h", h.clone());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    text.lines().find_map(|l| l.strip_prefix("h_count ")).and_then(|n| n.parse().ok())
 }
