@@ -92,7 +92,7 @@ async fn connection(stream: Accepted, client: SocketAddr, vip: Arc<Vip>, tasks: 
             }
         },
     };
-    crate::pool::set_keepalive(&stream, vip.spec.options.timeouts.tcp_keepalive);
+    // TCP_NODELAY and keepalive come from the listener (`pool::set_client_options`).
     vip.counters.client_connections.fetch_add(1, Relaxed);
     crate::trim::connection_opened();
     match vip.spec.mode {

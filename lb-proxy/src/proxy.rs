@@ -149,6 +149,9 @@ impl ProxyHandle {
     /// acceptor hands connections to the workers in turn.
     fn serve_vip(&self, spec: ProxyVipSpec, listeners: Vec<std::net::TcpListener>) -> Result<SocketAddr, ProxyError> {
         validate(&spec)?;
+        for l in &listeners {
+            crate::pool::set_client_options(l, spec.options.timeouts.tcp_keepalive);
+        }
         let local = listeners[0].local_addr().map_err(|source| ProxyError::Bind {
             vip: spec.name.clone(),
             addr: spec.listen,

@@ -26,7 +26,6 @@ pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip:
 }
 
 async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
-    let _ = client_stream.set_nodelay(true);
     let spec = &vip.spec;
     let opts = &spec.options;
     // TLS passthrough routed by name: the ClientHello is peeked, so the backend gets it whole.

@@ -32,7 +32,6 @@ pub(crate) async fn refuse_busy(mut stream: TcpStream) {
 /// Serves one client connection until it ends: TLS (ALPN h2 or HTTP/1.1) on VIPs that
 /// terminate it, else HTTP/1.1 or h2c with prior knowledge.
 pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks) {
-    let _ = stream.set_nodelay(true);
     let timeouts = &vip.spec.options.timeouts;
     if let Some(tls) = &vip.tls {
         let Some((stream, h2)) = crate::tls::accept(tls, stream, timeouts.handshake).await else {
