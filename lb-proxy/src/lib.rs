@@ -35,3 +35,4 @@ pub use config::{
 pub use error::ProxyError;
 pub use proxy::{Proxy, ProxyBuilder, ProxyHandle, serve};
 pub use stats::{BackendStats, VipStats};
+pub use tls::check_files as check_tls_files;

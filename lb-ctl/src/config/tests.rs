@@ -432,19 +432,43 @@ fn proxy_workers_are_a_count() {
 }
 
 /// Certificate, key and CA paths in `[vip.proxy]` are taken under lb.toml's directory when
-/// relative (the daemon's working directory is `/` under systemd); absolute ones stay.
+/// relative (the daemon's working directory is `/` under systemd), and the files are loaded
+/// by the check: a missing one is a mistake at its line, named by its full path.
 #[test]
-fn proxy_tls_files_are_relative_to_the_config_file() {
+fn proxy_tls_files_are_relative_to_the_config_file_and_checked() {
+    let vip = "[[vip]]\nname = \"app\"\naddress = \"203.0.113.10\"\nport = 443\nprotocol = \"http\"\n\
+               forwarding = \"proxy\"\nbackends = [ { address = \"198.51.100.1\", port = 80 } ]\n";
+    let tls = "[vip.proxy.tls]\ncertificates = [ { chain = \"certs/app.pem\", key = \"/secure/app.key\" } ]\n";
+    let got = errors_at(&format!("{vip}{tls}"), "/etc/lb-ctl/lb.toml");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].starts_with("/etc/lb-ctl/lb.toml:8: vip \"app\": "), "{got:?}");
+    assert!(got[0].contains("/etc/lb-ctl/certs/app.pem"), "{got:?}");
+    let backend_tls = "[vip.proxy.backend_tls]\nca_file = \"ca.pem\"\nserver_name = \"app.internal\"\n";
+    let got = errors_at(&format!("{vip}{backend_tls}"), "/etc/lb-ctl/lb.toml");
+    assert!(got.len() == 1 && got[0].contains("backend_tls.ca_file /etc/lb-ctl/ca.pem: cannot read"), "{got:?}");
+}
+
+/// A certificate and key that belong together, beside lb.toml and named relatively, pass.
+#[test]
+fn proxy_tls_files_that_load_pass_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["app.test".into()]).unwrap();
+    std::fs::create_dir(dir.path().join("certs")).unwrap();
+    std::fs::write(dir.path().join("certs/app.pem"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("certs/app.key"), cert.signing_key.serialize_pem()).unwrap();
     let text = "[[vip]]\nname = \"app\"\naddress = \"203.0.113.10\"\nport = 443\nprotocol = \"http\"\n\
                 forwarding = \"proxy\"\nbackends = [ { address = \"198.51.100.1\", port = 80 } ]\n\
-                [vip.proxy.tls]\ncertificates = [ { chain = \"certs/app.pem\", key = \"/secure/app.key\" } ]\n\
-                [vip.proxy.backend_tls]\nca_file = \"ca.pem\"\nserver_name = \"app.internal\"\n";
-    let c = Config::parse(text, Path::new("/etc/lb-ctl/lb.toml")).unwrap();
-    let proxy = c.vips[0].spec.proxy.as_ref().unwrap();
-    let cert = &proxy.tls.as_ref().unwrap().certificates[0];
-    assert_eq!(cert.chain, Path::new("/etc/lb-ctl/certs/app.pem"));
-    assert_eq!(cert.key, Path::new("/secure/app.key"));
-    assert_eq!(proxy.backend_tls.as_ref().unwrap().ca_file, Path::new("/etc/lb-ctl/ca.pem"));
+                [vip.proxy.tls]\ncertificates = [ { chain = \"certs/app.pem\", key = \"certs/app.key\" } ]\n";
+    let c = Config::parse(text, &dir.path().join("lb.toml")).unwrap();
+    let files = &c.vips[0].spec.proxy.as_ref().unwrap().tls.as_ref().unwrap().certificates[0];
+    assert_eq!(files.chain, dir.path().join("certs/app.pem"));
+}
+
+fn errors_at(text: &str, path: &str) -> Vec<String> {
+    match Config::parse(text, Path::new(path)) {
+        Err(ConfigError::Invalid(problems)) => problems.iter().map(|p| p.to_string()).collect(),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// `[vip.proxy.X]` headers with no `[vip.proxy]` line of their own (the implicit table) parse

@@ -391,15 +391,28 @@ fn vip<'a>(
         encap_source,
         all_down,
         health: own_health,
-        proxy: if forwarding.is_xdp() {
-            None
-        } else {
-            let dir = Path::new(&c.file).parent().unwrap_or(Path::new("."));
-            defaults.proxy_options(index).map(|o| o.files_relative_to(dir))
-        },
+        proxy: if forwarding.is_xdp() { None } else { proxy_options(c, &at, v, defaults, index) },
         announce,
     };
     Some(VipConfig { spec, backends, hosts, line })
+}
+
+/// A proxy VIP's options (`[defaults.proxy]` under its own), with relative TLS file paths
+/// taken under the configuration file's directory, and those files loaded once to check them.
+fn proxy_options(
+    c: &mut Checker<'_>,
+    at: &str,
+    v: &RawVip,
+    defaults: &Defaults<'_>,
+    index: usize,
+) -> Option<lb_proxy::ProxyOptions> {
+    let dir = Path::new(&c.file).parent().unwrap_or(Path::new("."));
+    let options = defaults.proxy_options(index)?.files_relative_to(dir);
+    if let Err(e) = lb_proxy::check_tls_files(&options) {
+        let span = v.proxy.as_ref().map_or(v.address.span(), |p| p.span());
+        c.error(span, format!("{at}: {e}"));
+    }
+    Some(options)
 }
 
 /// `[vip.announce]`, checked.

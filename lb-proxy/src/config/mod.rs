@@ -243,3 +243,30 @@ mod tests {
         assert!(r.unwrap_err().to_string().contains("invalid duration"));
     }
 }
+
+#[cfg(test)]
+mod files_tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    #[test]
+    fn relative_tls_paths_are_taken_under_the_directory() {
+        let options = ProxyOptions {
+            tls: Some(TlsTermination {
+                certificates: vec![CertificateFiles { chain: "certs/a.pem".into(), key: "/keys/a.key".into() }],
+                alpn: vec![],
+                min_version: "1.2".into(),
+            }),
+            backend_tls: Some(BackendTls { ca_file: "ca.pem".into(), server_name: "b".into() }),
+            ..ProxyOptions::default()
+        }
+        .files_relative_to(Path::new("/etc/lb-ctl"));
+        let cert = &options.tls.as_ref().unwrap().certificates[0];
+        assert_eq!(
+            (&cert.chain, &cert.key),
+            (&PathBuf::from("/etc/lb-ctl/certs/a.pem"), &PathBuf::from("/keys/a.key"))
+        );
+        assert_eq!(options.backend_tls.unwrap().ca_file, PathBuf::from("/etc/lb-ctl/ca.pem"));
+    }
+}

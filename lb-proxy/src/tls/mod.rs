@@ -23,6 +23,18 @@ pub(crate) use sni::{ClientHelloError, name_matches, read_server_name};
 
 use crate::config::{CertificateFiles, TlsTermination};
 
+/// Loads the TLS files `opts` names (certificates and keys, the backends' CA) as a VIP's start
+/// would, so a configuration check reports a missing, unreadable or mismatched file first.
+pub fn check_files(opts: &crate::ProxyOptions) -> Result<(), String> {
+    if let Some(t) = &opts.tls {
+        TlsServer::new(t)?;
+    }
+    if let Some(b) = &opts.backend_tls {
+        connector(b)?;
+    }
+    Ok(())
+}
+
 /// The crypto provider of every TLS config here (ring; see Cargo.toml).
 pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();
