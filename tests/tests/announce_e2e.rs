@@ -58,6 +58,21 @@ fn the_router_follows_what_the_nodes_announce() {
     daemons[0].ok(&["node", "undrain"]);
     cluster.wait_next_hops(VIP, &both, CONVERGE);
 
+    // A route removed by hand (or a failed write) is put back at the next check of the table.
+    let removed = cluster.nodes[0].exec(&["ip", "route", "del", "203.0.113.10", "table", "4242", "proto", "249"]);
+    assert!(removed.status.success(), "{removed:?}");
+    let removed_at = std::time::Instant::now();
+    let in_table = || {
+        let out = cluster.nodes[0].exec(&["ip", "route", "show", "table", "4242", "proto", "249"]);
+        String::from_utf8_lossy(&out.stdout).contains("203.0.113.10")
+    };
+    while !in_table() {
+        assert!(removed_at.elapsed() < lb_ctl::announce::CHECK_PERIOD * 3, "the removed route came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("a route removed by hand was back {} ms later", removed_at.elapsed().as_millis());
+    cluster.wait_next_hops(VIP, &both, CONVERGE);
+
     // Fewer healthy backends than min_healthy on node 1: it withdraws.
     daemons[1].ok(&["backends", "drain", "web", "198.51.100.12"]);
     cluster.wait_next_hops(VIP, &[node_addr(0)], CONVERGE);

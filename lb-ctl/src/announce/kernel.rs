@@ -119,4 +119,9 @@ impl Routes for KernelRoutes {
     fn announced(&self) -> BTreeSet<IpAddr> {
         self.set.clone()
     }
+
+    fn reread(&mut self) -> Result<(), String> {
+        self.set = self.read().map_err(|e| format!("reading routing table {}: {e}", self.table))?;
+        Ok(())
+    }
 }

@@ -31,7 +31,15 @@ pub trait Routes: Send {
     fn apply(&mut self, want: &BTreeSet<IpAddr>) -> Result<Change, String>;
     /// What is announced now.
     fn announced(&self) -> BTreeSet<IpAddr>;
+    /// Reads back what the table really holds, so the next `apply` puts back a route removed
+    /// by hand and takes out one added under our protocol.
+    fn reread(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
+
+/// How often the daemon reads its table back and retries a failed change.
+pub const CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What an [`Routes::apply`] changed.
 #[derive(Debug, Default, PartialEq, Eq)]

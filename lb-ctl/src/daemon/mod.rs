@@ -34,11 +34,28 @@ enum Command {
     Health(health::Event),
     /// Time to start a new next-hop cache generation (every `nexthop_ttl`).
     RefreshNextHops,
+    /// Time to read the announced routes back and retry what failed (every
+    /// `announce::CHECK_PERIOD`).
+    CheckRoutes,
     /// A backend host name resolved again.
     Resolved(resolver::Answer),
     /// Flows a peer balancer placed (`[cluster]` flow sharing), to record.
     SharedFlows(Vec<crate::cluster::wire::WireFlow>),
     Stop,
+}
+
+/// Sends `command()` to the writer every `period` (the first after one period) until it stops.
+fn spawn_ticks(tx: mpsc::UnboundedSender<Command>, period: std::time::Duration, command: fn() -> Command) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(period);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            if tx.send(command()).is_err() {
+                break; // the writer has stopped
+            }
+        }
+    });
 }
 
 /// A failure to start.
@@ -146,18 +163,9 @@ impl Daemon {
         });
         if config.daemon.nexthop_ttl_ms > 0 {
             let period = std::time::Duration::from_millis(config.daemon.nexthop_ttl_ms as u64);
-            let tick_tx = tx.clone();
-            tokio::spawn(async move {
-                let mut ticks = tokio::time::interval(period);
-                ticks.tick().await;
-                loop {
-                    ticks.tick().await;
-                    if tick_tx.send(Command::RefreshNextHops).is_err() {
-                        break; // the writer has stopped
-                    }
-                }
-            });
+            spawn_ticks(tx.clone(), period, || Command::RefreshNextHops);
         }
+        spawn_ticks(tx.clone(), crate::announce::CHECK_PERIOD, || Command::CheckRoutes);
         let mut checkers = Checkers::new(tokio::runtime::Handle::current(), sink);
         checkers.sync(&state);
         let (plan, plan_rx) = watch::channel(resolver::Plan::of(&config));

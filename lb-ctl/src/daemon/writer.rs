@@ -146,6 +146,7 @@ impl Writer {
                     let _ = reply.send(answer);
                 }
                 Command::Health(event) => self.on_health(event),
+                Command::CheckRoutes => self.check_routes(),
                 Command::Resolved(answer) => self.on_resolved(answer),
                 Command::SharedFlows(flows) => self.on_shared_flows(&flows),
                 Command::RefreshNextHops => {
@@ -192,6 +193,18 @@ impl Writer {
 
     pub(super) fn routes_announced(&self) -> Vec<std::net::IpAddr> {
         self.routes.announced().into_iter().collect()
+    }
+
+    /// Reads the announced routes back and brings them in line again: a failed change is
+    /// retried, a route removed by hand is put back (nothing to do without announced VIPs).
+    fn check_routes(&mut self) {
+        if announce::wanted(&self.state).is_empty() && self.routes.announced().is_empty() {
+            return;
+        }
+        if let Err(e) = self.routes.reread() {
+            tracing::warn!(error = %e, "could not read the announced routes back");
+        }
+        self.sync_routes();
     }
 
     /// Brings the announced routes in line with the state.
