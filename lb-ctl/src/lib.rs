@@ -11,6 +11,7 @@ pub mod health;
 pub mod logging;
 pub mod paths;
 pub mod proxy;
+pub mod sni_checks;
 pub mod state;
 
 #[cfg(test)]

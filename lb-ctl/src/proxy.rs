@@ -57,6 +57,8 @@ pub struct ProxyRuntime {
     applied: HashMap<String, Vec<(BackendSpec, bool)>>,
     /// What the last `sync` changed, in words (empty: nothing).
     last_changes: Vec<String>,
+    /// Health checks of the VIPs' SNI route backends.
+    route_checks: crate::sni_checks::RouteChecks,
 }
 
 impl ProxyRuntime {
@@ -68,7 +70,14 @@ impl ProxyRuntime {
             builder = builder.workers(n);
         }
         let handle = runtime.block_on(builder.start(Vec::new()))?;
-        Ok(Self { handle, runtime, running: HashMap::new(), applied: HashMap::new(), last_changes: Vec::new() })
+        Ok(Self {
+            handle,
+            runtime,
+            running: HashMap::new(),
+            applied: HashMap::new(),
+            last_changes: Vec::new(),
+            route_checks: Default::default(),
+        })
     }
 
     pub fn handle(&self) -> &ProxyHandle {
@@ -94,6 +103,7 @@ impl ProxyRuntime {
             .collect();
         self.last_changes.clear();
         for name in stale {
+            self.route_checks.stop(&name);
             self.runtime.block_on(self.handle.remove_vip(&name, REMOVE_GRACE))?;
             self.running.remove(&name);
             self.applied.remove(&name);
@@ -112,6 +122,7 @@ impl ProxyRuntime {
                 // files' current contents, established connections keep theirs.
                 self.handle.reload_tls(name)?;
             }
+            self.route_checks.sync(name, vip, &self.handle, &self.runtime);
             let max_connections = vip.proxy.as_ref().and_then(|o| o.max_connections);
             let backends = backends(vip, max_connections);
             if self.applied.get(name) == Some(&backends) {
@@ -129,7 +140,8 @@ impl ProxyRuntime {
     }
 
     /// Stops accepting and lets in-flight requests finish within `grace`.
-    pub fn shutdown(&self, grace: Duration) {
+    pub fn shutdown(&mut self, grace: Duration) {
+        self.route_checks.stop_all();
         self.runtime.block_on(self.handle.shutdown(grace));
     }
 }

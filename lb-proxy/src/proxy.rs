@@ -206,8 +206,9 @@ impl ProxyHandle {
     }
 
     /// The health checker's verdict on a backend: down backends get no new requests.
+    /// An address may be one of the VIP's backends or of its SNI routes (or both).
     pub fn set_backend_health(&self, vip: &str, addr: SocketAddr, up: bool) -> Result<(), ProxyError> {
-        if self.vip(vip)?.backends.set_health(addr, up) {
+        if self.vip(vip)?.set_health(addr, up) {
             Ok(())
         } else {
             Err(ProxyError::UnknownBackend { vip: vip.into(), addr })

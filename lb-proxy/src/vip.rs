@@ -78,6 +78,16 @@ impl Vip {
         })
     }
 
+    /// Sets the health of `addr` wherever it serves: among the VIP's backends and in its SNI
+    /// routes. False when it is in none of them.
+    pub(crate) fn set_health(&self, addr: SocketAddr, up: bool) -> bool {
+        let mut found = self.backends.set_health(addr, up);
+        for g in &self.sni_routes {
+            found |= g.backends.set_health(addr, up);
+        }
+        found
+    }
+
     /// How backend connections are opened.
     pub(crate) fn dial(&self) -> Dial {
         self.dial.clone()

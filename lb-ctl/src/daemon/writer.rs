@@ -132,7 +132,7 @@ impl Writer {
         if let Err(e) = opened.and_then(|()| self.sync_proxy(&state).map_err(|e| e.to_string())) {
             let _ = started.send(Err(e.to_string()));
             self.checkers.stop();
-            if let Some(proxy) = &self.proxy {
+            if let Some(proxy) = &mut self.proxy {
                 proxy.shutdown(std::time::Duration::ZERO);
             }
             return self.dp;
@@ -167,7 +167,7 @@ impl Writer {
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "stopping: VIP routes not withdrawn"),
         }
-        if let Some(proxy) = &self.proxy {
+        if let Some(proxy) = &mut self.proxy {
             proxy.shutdown(self.config.daemon.shutdown_grace);
         }
         self.dp
