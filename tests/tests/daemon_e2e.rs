@@ -418,6 +418,12 @@ fn reload_refuses_mistakes_and_applies_differences() {
     // Reloading the same file again changes nothing.
     let out = d.ok(&["reload"]);
     assert!(out.contains("no change"), "{out}");
+
+    // Forwarding turned off after attach: the reload goes through and says what that breaks.
+    lab.lb.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=0"]);
+    let out = d.ok(&["reload"]);
+    lab.lb.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    assert!(out.contains("warning: net.ipv4.ip_forward=0: new flows of the NAT and DSR VIPs are dropped"), "{out}");
 }
 
 /// The daemon stops (SIGTERM) and starts again: the balancer forwards while it is down, and a

@@ -67,6 +67,16 @@ fn switches(config: &Config, iface: &str) -> Vec<Switch> {
     vec![Switch::global("net.ipv4.ip_forward", "ipv4/ip_forward"), Switch::interface("ipv4", iface)]
 }
 
+/// The first forwarding switch that is off although the XDP VIPs of `config` need it.
+pub fn forwarding_off(config: &Config, iface: &str) -> anyhow::Result<Option<String>> {
+    for switch in switches(config, iface) {
+        if !switch.is_on()? {
+            return Ok(Some(switch.name));
+        }
+    }
+    Ok(None)
+}
+
 /// Fails if the XDP VIPs would have their packets dropped for forwarding being off; with `enable`,
 /// turns forwarding on instead (in this network namespace).
 pub fn check_forwarding(config: &Config, iface: &str, enable: bool) -> anyhow::Result<()> {

@@ -106,8 +106,9 @@ pub struct Options {
     /// Where to keep the ids of VIPs and backends, last known health and API changes across
     /// restarts (next to the pinned maps); `None` keeps them in memory only.
     pub ids_file: Option<PathBuf>,
-    /// Announce VIPs as routes in the kernel table `daemon.announce_table` (the real data
-    /// plane); otherwise in memory only.
+    /// The real data plane on this host: announce VIPs as routes in the kernel table
+    /// `daemon.announce_table` (otherwise in memory only), and check the host's forwarding
+    /// switches on reload.
     pub kernel_routes: bool,
     /// The data plane's maps were found pinned, with a previous run's contents.
     pub maps_reused: bool,

@@ -503,6 +503,17 @@ impl Writer {
                 what.join(", ")
             ));
         }
+        // Forwarding turned off since attach (or a reload's first XDP VIP): the reload goes
+        // through, and says what it breaks.
+        if self.options.kernel_routes
+            && let Ok(Some(switch)) = crate::cli::preconditions::forwarding_off(&self.config, &self.options.interface)
+        {
+            let warning = format!(
+                "warning: {switch}=0: new flows of the NAT and DSR VIPs are dropped (no route); turn it on with `sysctl -w {switch}=1`"
+            );
+            tracing::warn!("{warning}");
+            message.push_str(&format!("; {warning}"));
+        }
         if let Some(level) = new_level {
             match crate::logging::follow_file(&level) {
                 true => message.push_str(&format!("; log level {level:?}")),
