@@ -367,6 +367,8 @@ fn completions_for_every_shell_name_the_subcommands() {
         for sub in SUBCOMMANDS {
             assert!(script.contains(sub), "{shell} completions do not mention {sub}");
         }
+        assert!(script.contains("enable-forwarding"), "{shell}: attach's options are offered");
+        assert!(!script.contains("fake-dataplane"), "{shell} completions offer a hidden test-only option");
     }
     let out = Command::new(BIN).args(["completions", "tcsh-ish"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "an unknown shell is a usage error");
