@@ -7,10 +7,24 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::testing::rig::{Daemon, lb_toml};
 
-/// `series → value` of every sample line.
+/// `series → value` of every sample line, after Prometheus's own parser (`promtool check
+/// metrics`) read the whole text with no complaint but "no help text" (an artefact of reading
+/// OpenMetrics as the older text format: HELP names the family, not its `_total` series).
 async fn scrape(d: &Daemon) -> HashMap<String, f64> {
     let (_, body) = d.client.raw::<()>(Method::GET, "/v1/metrics", None).await.unwrap();
     let text = String::from_utf8(body.to_vec()).unwrap();
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; `cargo xtask setup` installs it)");
+    std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let complaints: Vec<&str> = said.lines().filter(|l| !l.ends_with(" no help text")).collect();
+    assert!(complaints.is_empty(), "promtool: {complaints:?}\n{text}");
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .map(|l| {
