@@ -2,7 +2,7 @@
 //! known: HAProxy httplog-like text, or JSON (`access_log_format = "json"`). Written with
 //! `tracing` at info under the target `access`, so they go where the daemon's log goes.
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use http::{Method, Response, StatusCode, Uri, Version};
 
@@ -19,18 +19,11 @@ pub(crate) struct Request {
     uri: Uri,
     version: Version,
     at: SystemTime,
-    began: Instant,
 }
 
 impl Request {
     pub(crate) fn of<B>(req: &http::Request<B>) -> Request {
-        Request {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            version: req.version(),
-            at: SystemTime::now(),
-            began: Instant::now(),
-        }
+        Request { method: req.method().clone(), uri: req.uri().clone(), version: req.version(), at: SystemTime::now() }
     }
 }
 
@@ -48,13 +41,15 @@ struct Line<'a> {
     request: &'a Request,
 }
 
-pub(crate) fn write<B>(request: &Request, resp: &Response<B>, ctx: &ConnCtx) {
+/// `elapsed`: from the request's head to its response's head (the handler's one clock read,
+/// which the response-time histogram shares).
+pub(crate) fn write<B>(request: &Request, resp: &Response<B>, elapsed: Duration, ctx: &ConnCtx) {
     let line = Line {
         client: ctx.client,
         at: request.at,
         vip: &ctx.vip.spec.name,
         backend: resp.extensions().get::<ServedBy>().map(|s| s.0),
-        elapsed: request.began.elapsed(),
+        elapsed,
         status: resp.status(),
         bytes: resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()),
         request,

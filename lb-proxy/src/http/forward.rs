@@ -48,9 +48,10 @@ pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<Cl
     let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req));
     let started = std::time::Instant::now();
     let resp = forward(req, ctx).await;
-    ctx.vip.counters.responded(resp.status(), started.elapsed());
+    let took = started.elapsed();
+    ctx.vip.counters.responded(resp.status(), took);
     if let Some(request) = logged {
-        access_log::write(&request, &resp, ctx);
+        access_log::write(&request, &resp, took, ctx);
     }
     let (parts, body) = resp.into_parts();
     Response::from_parts(parts, ClientResponse { body, _busy: busy })
