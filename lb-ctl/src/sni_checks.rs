@@ -78,8 +78,7 @@ impl RouteChecks {
 
     /// Stops every checker.
     pub fn stop_all(&mut self) {
-        let names: Vec<String> = self.running.keys().cloned().collect();
-        names.iter().for_each(|n| self.stop(n));
+        self.running.drain().flat_map(|(_, (_, tasks))| tasks).for_each(|t| t.abort());
     }
 }
 

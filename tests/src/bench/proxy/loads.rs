@@ -3,9 +3,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
-use super::wrk::Measured;
+use super::wrk::{Measured, stdout_of};
 use super::{DURATION_SECS, WORKERS};
 
 /// h2 clients and streams per client: 10 × 10 requests in flight, as many as wrk's 50
@@ -18,25 +18,20 @@ const BULK_STREAMS: usize = WORKERS;
 /// `h2load` over h2c (prior knowledge) against `port`; latency percentiles from its
 /// per-request log written to `log`.
 pub fn h2load(port: u16, path: &str, log: &Path) -> Result<Measured> {
-    let out = Command::new("h2load")
-        .args([
-            "-t".into(),
-            WORKERS.to_string(),
-            "-c".into(),
-            H2_CLIENTS.to_string(),
-            "-m".into(),
-            H2_STREAMS.to_string(),
-            "-D".into(),
-            DURATION_SECS.to_string(),
-        ])
-        .arg(format!("--log-file={}", log.display()))
-        .arg(format!("http://127.0.0.1:{port}{path}"))
-        .output()
-        .context("running h2load")?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        bail!("h2load failed: {text}{}", String::from_utf8_lossy(&out.stderr));
-    }
+    let mut cmd = Command::new("h2load");
+    cmd.args([
+        "-t".into(),
+        WORKERS.to_string(),
+        "-c".into(),
+        H2_CLIENTS.to_string(),
+        "-m".into(),
+        H2_STREAMS.to_string(),
+        "-D".into(),
+        DURATION_SECS.to_string(),
+    ])
+    .arg(format!("--log-file={}", log.display()))
+    .arg(format!("http://127.0.0.1:{port}{path}"));
+    let text = stdout_of(cmd, "h2load")?;
     let log = std::fs::read_to_string(log).context("reading h2load's log")?;
     parse_h2load(&text, &log).with_context(|| format!("unexpected h2load output:\n{text}"))
 }
@@ -90,15 +85,10 @@ pub fn parse_h2load(text: &str, log: &str) -> Option<Measured> {
 /// `iperf3` (TCP, `BULK_STREAMS` streams, receiver's figures) against `port`, which leads to
 /// the bulk server. Rate and "requests" are in MiB: the CPU column becomes µs per MiB.
 pub fn iperf3(port: u16) -> Result<Measured> {
-    let out = Command::new("iperf3")
-        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J", "-t", &DURATION_SECS.to_string()])
-        .args(["-P", &BULK_STREAMS.to_string()])
-        .output()
-        .context("running iperf3")?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        bail!("iperf3 failed: {text}{}", String::from_utf8_lossy(&out.stderr));
-    }
+    let mut cmd = Command::new("iperf3");
+    cmd.args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J", "-t", &DURATION_SECS.to_string()])
+        .args(["-P", &BULK_STREAMS.to_string()]);
+    let text = stdout_of(cmd, "iperf3")?;
     parse_iperf3(&text).with_context(|| format!("unexpected iperf3 output:\n{text}"))
 }
 

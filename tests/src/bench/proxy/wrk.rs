@@ -42,26 +42,28 @@ pub const P999_SCRIPT: &str = "done = function(summary, latency, requests)\n  io
 pub fn wrk(port: u16, path: &str, script: &std::path::Path, close: bool, tls: bool) -> Result<Measured> {
     let scheme = if tls { "https" } else { "http" };
     let close_header: &[&str] = if close { &["-H", "Connection: close"] } else { &[] };
-    let out = Command::new("wrk")
-        .arg("-s")
-        .arg(script)
-        .args(close_header)
-        .args([
-            format!("-t{WORKERS}"),
-            format!("-c{CONNECTIONS}"),
-            format!("-d{DURATION_SECS}s"),
-            "--timeout".into(),
-            "5s".into(),
-            "--latency".into(),
-            format!("{scheme}://127.0.0.1:{port}{path}"),
-        ])
-        .output()
-        .context("running wrk")?;
+    let mut cmd = Command::new("wrk");
+    cmd.arg("-s").arg(script).args(close_header).args([
+        format!("-t{WORKERS}"),
+        format!("-c{CONNECTIONS}"),
+        format!("-d{DURATION_SECS}s"),
+        "--timeout".into(),
+        "5s".into(),
+        "--latency".into(),
+        format!("{scheme}://127.0.0.1:{port}{path}"),
+    ]);
+    let text = stdout_of(cmd, "wrk")?;
+    parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))
+}
+
+/// Runs a load generator to its end; its standard output, or an error with all it printed.
+pub fn stdout_of(mut cmd: Command, what: &str) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {what}"))?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
-        bail!("wrk failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+        bail!("{what} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
     }
-    parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))
+    Ok(text)
 }
 
 pub fn parse_wrk(text: &str) -> Option<Measured> {
