@@ -13,8 +13,9 @@ const LLVM_MAJOR: &str = "22";
 /// ping (neighbour warm-up), sysctl (procps), systemd-analyze (systemd: the install tests verify
 /// the installed units), promtool (prometheus: the shipped alert rules are checked with it) and
 /// headless chromium with a font (the status page is tested in a browser; fonts are only
-/// recommended by chromium, and recommends are not installed), and BIRD 2 (the scale-out
-/// suite announces VIPs over BGP to a router namespace).
+/// recommended by chromium, and recommends are not installed), BIRD 2 (the scale-out
+/// suite announces VIPs over BGP to a router namespace) and nft (nftables: the export test
+/// checks the generated ruleset with `nft -c`).
 const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "ethtool",
@@ -25,6 +26,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "chromium",
     "fonts-liberation",
     "bird2",
+    "nftables",
 ];
 
 pub fn run() -> anyhow::Result<()> {
