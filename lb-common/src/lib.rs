@@ -34,6 +34,7 @@ pub mod map_names {
     pub const BACKEND_STATS: &str = "BACKEND_STATS";
     pub const DECAP_COUNTERS: &str = "DECAP_COUNTERS";
     pub const DECAP_SOURCES: &str = "DECAP_SOURCES";
+    pub const DECAP_SOURCES6: &str = "DECAP_SOURCES6";
     pub const NEXT_HOPS: &str = "NEXT_HOPS";
     pub const BACKEND_HOPS: &str = "BACKEND_HOPS";
     pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
@@ -53,7 +54,8 @@ pub mod program_names {
 
 /// Compile-time sizes of the maps. The loader may shrink or grow the ones marked "default".
 pub mod limits {
-    /// Outer-source prefixes the decapsulator accepts IPIP from.
+    /// Outer-source prefixes the decapsulator accepts encapsulated packets from (per family:
+    /// DECAP_SOURCES holds IPv4 prefixes, DECAP_SOURCES6 IPv6 ones).
     pub const MAX_DECAP_SOURCES: u32 = 256;
     /// Highest number of VIPs (ids `0..MAX_VIPS`).
     pub const MAX_VIPS: u32 = 64;
@@ -88,7 +90,11 @@ pub mod ip_proto {
     pub const ICMP: u8 = 1;
     pub const TCP: u8 = 6;
     pub const UDP: u8 = 17;
+    /// IPv4 inside IP (IPIP, and IPv4 in IPv6).
     pub const IPIP: u8 = 4;
+    /// IPv6 inside IP (6in4, and IPv6 in IPv6).
+    pub const IPV6: u8 = 41;
+    pub const ICMPV6: u8 = 58;
 }
 
 /// Addresses are stored as 16 bytes in network order: IPv4 in the first 4, the rest zero,
