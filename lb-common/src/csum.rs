@@ -25,6 +25,23 @@ pub const fn replace32(check: u16, old: [u8; 4], new: [u8; 4]) -> u16 {
     replace16(check, u16::from_ne_bytes([old[2], old[3]]), u16::from_ne_bytes([new[2], new[3]]))
 }
 
+/// New checksum after a 128-bit field (an IPv6 address, as four 32-bit words read from
+/// memory) changes: the differences of the words are summed and folded once (one's-complement
+/// sums may be taken over words of any width and folded at the end), which keeps the program's
+/// code and registers small.
+#[inline(always)]
+pub const fn replace128(check: u16, old: &[u32; 4], new: &[u32; 4]) -> u16 {
+    let mut sum = (!check) as u64;
+    let mut i = 0;
+    while i < 4 {
+        sum += (!old[i]) as u64 + new[i] as u64;
+        i += 1;
+    }
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    !fold(sum as u32)
+}
+
 /// UDP's zero means "no checksum": a computed zero is sent as 0xffff (RFC 768), and a packet
 /// that had none keeps none.
 #[inline(always)]
@@ -75,6 +92,22 @@ mod tests {
         hdr[8] -= 1;
         let updated = replace16(updated, old_ttl, u16::from_ne_bytes([hdr[8], hdr[9]]));
         assert_eq!(updated, ipv4_header(&hdr));
+    }
+
+    #[test]
+    fn replace128_matches_full_recompute() {
+        let mut buf = [0u8; 36];
+        buf[..16].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10]);
+        buf[16..32].copy_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        buf[32..].copy_from_slice(&[0x12, 0x34, 0xab, 0xcd]);
+        let check = full(&buf);
+        let new = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x11];
+        let words = |bytes: &[u8]| -> [u32; 4] {
+            core::array::from_fn(|i| u32::from_ne_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap()))
+        };
+        let updated = replace128(check, &words(&buf[..16]), &words(&new));
+        buf[..16].copy_from_slice(&new);
+        assert_eq!(updated, full(&buf));
     }
 
     #[test]

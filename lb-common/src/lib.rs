@@ -39,12 +39,32 @@ pub mod map_names {
     pub const BACKEND_HOPS: &str = "BACKEND_HOPS";
     pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
     pub const FLOW_EVENTS: &str = "FLOW_EVENTS";
+    pub const JUMPS: &str = "JUMPS";
+}
+
+/// JUMPS (a program array) indices: the programs `lb_ingress` hands packets to with a tail
+/// call. Each has its own 512 bytes of stack, which one program holding every path would need
+/// several times over.
+pub mod jumps {
+    /// `program_names::INGRESS_V6`: IPv6 frames.
+    pub const IPV6: u32 = 0;
+    /// `program_names::ICMP_ERRORS`: ICMP and ICMPv6 errors about VIP flows.
+    pub const ICMP_ERRORS: u32 = 1;
+    /// `program_names::ENCAP_V6`: IPv6 DSR packets, placed, to be encapsulated.
+    pub const ENCAP_V6: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 
 /// Program names (the `#[xdp]` function names) in the two objects.
 pub mod program_names {
-    /// The balancer, in the `lb-ingress` object.
+    /// The balancer, in the `lb-ingress` object: the program attached to the interface.
     pub const INGRESS: &str = "lb_ingress";
+    /// The balancer's IPv6 half, in the `lb-ingress` object (reached through JUMPS).
+    pub const INGRESS_V6: &str = "lb_ingress_v6";
+    /// ICMP and ICMPv6 errors about VIP flows, in the `lb-ingress` object (through JUMPS).
+    pub const ICMP_ERRORS: &str = "lb_icmp_errors";
+    /// The encapsulation of IPv6 DSR packets, in the `lb-ingress` object (through JUMPS).
+    pub const ENCAP_V6: &str = "lb_encap_v6";
     /// The DSR decapsulator, in the `lb-decap` object.
     pub const DECAP: &str = "lb_decap";
     /// A bare `XDP_PASS`, in the `lb-decap` object: the benchmark baseline, and the program a

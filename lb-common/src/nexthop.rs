@@ -11,27 +11,50 @@
 //! no hashing); replies to clients use NEXT_HOPS, a per-CPU LRU hash. Either way the entry
 //! carries its key, and is used only when the key matches.
 
+use crate::IpBytes;
+
 /// NEXT_HOPS key.
 #[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NextHopKey {
-    pub src: [u8; 4],
-    pub dst: [u8; 4],
+    pub src: IpBytes,
+    pub dst: IpBytes,
     pub ingress_ifindex: u32,
-    /// The IPv4 TOS byte, widened: a word is written whole, where a byte and three bytes of
-    /// padding become a call to a byte-by-byte memset in the BPF program.
+    /// The IPv4 TOS byte (IPv6: traffic class), widened: a word is written whole, where a byte
+    /// and three bytes of padding become a call to a byte-by-byte memset in the BPF program.
     pub tos: u32,
+    /// `family::IPV4` or `IPV6`, widened likewise: an IPv4 address and the IPv6 address with
+    /// the same 16 bytes (`::a.b.c.d`) are different destinations.
+    pub family: u32,
 }
 
-/// NEXT_HOPS value (per CPU).
+impl NextHopKey {
+    /// Compared word by word: a derived `==` on 16-byte arrays may become a memcmp call,
+    /// which BPF programs cannot make.
+    #[inline(always)]
+    pub fn same_as(&self, other: &NextHopKey) -> bool {
+        const WORDS: usize = core::mem::size_of::<NextHopKey>() / 4;
+        // SAFETY: 4-byte aligned, no implicit padding; any bits are valid u32s.
+        let (a, b) = unsafe {
+            (&*(self as *const Self as *const [u32; WORDS]), &*(other as *const Self as *const [u32; WORDS]))
+        };
+        let mut same = true;
+        let mut i = 0;
+        while i < WORDS {
+            same &= a[i] == b[i];
+            i += 1;
+        }
+        same
+    }
+}
+
+/// NEXT_HOPS value (per CPU): the answer to its key's lookup.
 #[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NextHop {
-    /// The lookup this answers.
-    pub key: NextHopKey,
     /// Egress interface.
     pub ifindex: u32,
-    /// Largest IPv4 total length the FIB accepted for this route (its MTU check passed); a
+    /// Largest IPv4 total length (IPv6: payload and fixed header) the FIB accepted for this route (its MTU check passed); a
     /// larger packet is looked up again, so the MTU is still enforced.
     pub max_len: u16,
     pub smac: [u8; 6],
@@ -44,6 +67,16 @@ pub struct NextHop {
     pub generation: u32,
 }
 
-crate::user_pod!(NextHopKey, NextHop);
-const _: () = assert!(core::mem::size_of::<NextHopKey>() == 16);
-const _: () = assert!(core::mem::size_of::<NextHop>() == 40);
+/// BACKEND_HOPS value (per CPU, by backend id): an answer and the lookup it answers, which a
+/// packet's lookup must match (the id may have been given to another backend since).
+#[repr(C, align(4))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendHop {
+    pub key: NextHopKey,
+    pub hop: NextHop,
+}
+
+crate::user_pod!(NextHopKey, NextHop, BackendHop);
+const _: () = assert!(core::mem::size_of::<NextHopKey>() == 44);
+const _: () = assert!(core::mem::size_of::<NextHop>() == 24);
+const _: () = assert!(core::mem::size_of::<BackendHop>() == 68);

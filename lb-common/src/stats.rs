@@ -37,17 +37,23 @@ macro_rules! counters {
 }
 
 counters! {
-    /// Not IPv4 (ARP, IPv6 for now, LLDP, ...): passed untouched.
-    PassNotIpv4 = "pass_not_ipv4",
-    /// IPv4 but not addressed to a VIP (or a NAT reply): passed untouched.
+    /// Neither IPv4 nor IPv6 (ARP, LLDP, ...): passed untouched.
+    PassNotIp = "pass_not_ip",
+    /// IPv4 or IPv6 but not addressed to a VIP (or a NAT reply): passed untouched. Neighbour
+    /// discovery, router advertisements and every other ICMPv6 message but errors about VIP
+    /// flows are counted here.
     PassNotVip = "pass_not_vip",
-    /// IPv4 fragment: no L4 header to match on, passed untouched for the stack to handle.
+    /// IPv4 fragment, or IPv6 packet with a fragment header: no L4 header to match on (or not
+    /// the whole datagram), passed untouched for the stack to handle.
     PassFragment = "pass_fragment",
-    /// IPv4 header with options: passed untouched.
+    /// IPv4 header with options; IPv6 packet with more extension headers than the program
+    /// walks (`parse6::MAX_EXTENSION_HEADERS`), or with a routing header that still has
+    /// segments left (the destination is not yet the final one): passed untouched.
     PassIpOptions = "pass_ip_options",
     /// Truncated or malformed L2/L3/L4 header: passed untouched (the stack drops it).
     PassMalformed = "pass_malformed",
-    /// VIP packet whose TTL would expire here: passed to the stack, which answers with ICMP.
+    /// VIP packet whose TTL (IPv6: hop limit) would expire here: passed to the stack, which
+    /// answers with ICMP.
     PassTtlExpired = "pass_ttl_expired",
     /// Rewritten packet whose next hop has no neighbour entry yet: passed to the stack,
     /// which resolves it and forwards the packet.
@@ -75,7 +81,8 @@ counters! {
     /// Redirected to another interface (XDP_REDIRECT).
     ForwardRedirect = "forward_redirect",
     /// Larger than the next hop's MTU (NAT; DSR once encapsulated), sent with DF: answered
-    /// with ICMP "fragmentation needed" (the usable MTU), so the sender lowers its path MTU
+    /// with ICMP "fragmentation needed" (IPv6: ICMPv6 "packet too big", sent whatever DF
+    /// says as IPv6 routers never fragment) with the usable MTU, so the sender lowers its path MTU
     /// instead of losing every full-size packet.
     ForwardIcmpTooBig = "forward_icmp_too_big",
     /// Flow found in the connection table.
@@ -115,6 +122,9 @@ counters! {
     /// Flow sharing on, but FLOW_EVENTS was full: a recorded flow not reported to userspace
     /// (so not shared with the other balancers).
     FlowShareOverflow = "flow_share_overflow",
+    /// An IPv6 frame or ICMP error whose program (JUMPS, filled by the loader) is missing:
+    /// passed untouched.
+    PassJumpFailed = "pass_jump_failed",
 }
 
 /// Counters of the decapsulation program (DECAP_COUNTERS).

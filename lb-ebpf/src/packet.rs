@@ -7,10 +7,13 @@ use network_types::vlan::VlanHdr;
 
 /// EtherType values as they sit in memory (network order read as a native u16).
 pub const ETH_P_IPV4: u16 = 0x0800u16.to_be();
+pub const ETH_P_IPV6: u16 = 0x86DDu16.to_be();
 pub const ETH_P_8021Q: u16 = 0x8100u16.to_be();
 
 /// Length of an IPv4 header without options.
 pub const IPV4_LEN: usize = 20;
+/// Length of the IPv6 fixed header.
+pub const IPV6_LEN: usize = 40;
 
 /// A pointer to a `T` at `offset`, if the whole `T` lies inside the packet.
 #[inline(always)]

@@ -128,7 +128,7 @@ fn golden_packets_through_lb_ingress() {
     arp.extend_from_slice(&CLIENT);
     arp.extend_from_slice(&[0; 6]);
     arp.extend_from_slice(&vip_web);
-    run(&mut dp, case("ARP request for the VIP: pass untouched", arp, XDP_PASS, None, Counter::PassNotIpv4));
+    run(&mut dp, case("ARP request for the VIP: pass untouched", arp, XDP_PASS, None, Counter::PassNotIp));
     let mut icmp = Vec::new();
     etherparse::PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
         .ipv4(CLIENT, vip_web, 64)
@@ -147,7 +147,10 @@ fn golden_packets_through_lb_ingress() {
         .syn()
         .write(&mut v6, &[])
         .unwrap();
-    run(&mut dp, case("IPv6 TCP: pass untouched", v6, XDP_PASS, None, Counter::PassNotIpv4));
+    run(
+        &mut dp,
+        case("IPv6 TCP to a VIP's port, no IPv6 VIP there: pass untouched", v6, XDP_PASS, None, Counter::PassNotVip),
+    );
     // ---- From a NAT backend's port with no reply entry: never out with the backend's address.
     let stray = Frame::tcp(B1, 8080, CLIENT, 1234).with(|f| {
         f.l4 = L4::TcpAck;

@@ -1,6 +1,7 @@
 //! Loading the XDP objects and attaching them to interfaces.
 use std::path::{Path, PathBuf};
 
+use aya::maps::ProgramArray;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::programs::{Xdp, XdpMode, xdp::XdpLinkId};
 use aya::{Ebpf, EbpfLoader};
@@ -78,7 +79,33 @@ pub fn load_ingress(options: &LoadOptions) -> Result<Ebpf> {
     }
     let mut ebpf = loader.load(objects::INGRESS).map_err(|e| load_error("loading lb_ingress", e))?;
     program(&mut ebpf, lb_common::program_names::INGRESS)?.load().map_err(|e| load_error("verifying lb_ingress", e))?;
+    fill_jumps(&mut ebpf)?;
     Ok(ebpf)
+}
+
+/// The programs lb_ingress hands packets on to (IPv6, ICMP errors, IPv6 encapsulation), each
+/// loaded and put at its `lb_common::jumps` index of JUMPS. Not pinned: a restarted daemon
+/// loads and fills its own.
+fn fill_jumps(ebpf: &mut Ebpf) -> Result<()> {
+    use lb_common::{jumps, program_names};
+    let mut fds = Vec::new();
+    for (index, name) in [
+        (jumps::IPV6, program_names::INGRESS_V6),
+        (jumps::ICMP_ERRORS, program_names::ICMP_ERRORS),
+        (jumps::ENCAP_V6, program_names::ENCAP_V6),
+    ] {
+        let prog = program(ebpf, name)?;
+        prog.load().map_err(|e| load_error(&format!("verifying {name}"), e))?;
+        let fd = prog.fd().map_err(|e| load_error(name, e))?.try_clone().map_err(|e| load_error(name, e))?;
+        fds.push((index, fd));
+    }
+    let name = map_names::JUMPS;
+    let map = ebpf.map_mut(name).ok_or_else(|| load_error(name, "no such map in the object"))?;
+    let mut table = ProgramArray::try_from(map).map_err(|e| load_error(name, e))?;
+    for (index, fd) in &fds {
+        table.set(*index, fd, 0).map_err(|e| load_error(&format!("{name}[{index}]"), e))?;
+    }
+    Ok(())
 }
 
 /// Loads the decapsulation object with both its programs (`lb_decap`, `lb_pass`).

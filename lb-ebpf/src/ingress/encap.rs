@@ -1,30 +1,34 @@
-//! DSR by encapsulation: the client's packet, untouched, inside an outer IPv4 header to the
-//! backend (IPIP), or an outer IPv4 and UDP header (GUE, `lb_common::gue`). The backend removes
+//! DSR by encapsulation: the client's packet (IPv4 or IPv6), untouched, inside an outer IP
+//! header to the backend (IP in IP: IPIP, 6in4, 4in6 or IPv6 in IPv6), or an outer IP and UDP
+//! header (GUE, `lb_common::gue`). The outer header is of the backend's family, from the VIP's
+//! encapsulation source (the control plane keeps the two of one family). The backend removes
 //! them (kernel ipip device, or lb_decap for both) and answers the client directly from the VIP
 //! it holds on a local interface.
 use aya_ebpf::bindings::xdp_action::XDP_DROP;
 use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
 use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
-use lb_common::ip_proto;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, forwarding};
-use lb_common::{csum, gue, ipv4_octets};
-use lb_ebpf::packet::{IPV4_LEN, packet_len, ptr_at};
-use network_types::ip::Ipv4Hdr;
+use lb_common::{csum, family, gue, ip_proto, ipv4_octets, jumps};
+use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, IPV6_LEN, packet_len, ptr_at};
 
 use crate::flow::Flow;
-use crate::forward::{self, Route};
-use crate::maps::{self, HopCache};
-use crate::parse::Ipv4Packet;
+use crate::forward::{self, Lookup, Route};
+use crate::ip::{IpPacket, field, store};
+use crate::maps::{self, EncapJob, HopCache};
+use crate::parse::Parsed;
+use crate::parse6;
+use crate::select;
 use crate::verdict::Verdict;
-use crate::{icmp, select};
 
-/// TTL of the outer header.
+/// TTL (hop limit) of the outer header.
 const OUTER_TTL: u8 = 64;
+/// Bytes of the outer UDP header (GUE).
+const UDP_LEN: usize = 8;
 
 /// How a DSR packet is wrapped.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Encap {
     Ipip,
     /// GUE, with this outer UDP source port.
@@ -33,30 +37,81 @@ pub enum Encap {
     },
 }
 
-impl Encap {
-    /// Bytes the outer headers add.
-    #[inline(always)]
-    fn overhead(self) -> usize {
-        match self {
-            Encap::Ipip => IPV4_LEN,
-            Encap::Gue { .. } => gue::OVERHEAD,
-        }
-    }
+/// The packet to wrap: where its network header is, and what the outer header must say of it.
+pub struct Inner {
+    pub l3_offset: usize,
+    /// `IpPacket::ENCAPSULATED_AS` of its family: what IPIP's outer header names.
+    pub protocol: u8,
+    pub tos: u8,
+    /// Bytes from its network header to the end of the datagram.
+    pub len: u16,
+    /// The flow's hash: an outer IPv6 header's flow label, so ECMP on the way spreads flows.
+    pub entropy: u32,
 }
 
 #[inline(always)]
-pub fn balance_encap(ctx: &XdpContext, pkt: &Ipv4Packet, vip: &VipInfo, flow: &Flow) -> Verdict {
-    let choice = match select::choose(vip, flow, pkt) {
+pub fn balance_encap<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: &Flow) -> Verdict {
+    let choice = match select::choose(vip, flow, &pkt.tcp()) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
+    if P::FAMILY == family::IPV6 {
+        // IPv6's addresses leave no room on lb_ingress_v6's stack for the encapsulation: it is
+        // done by lb_encap_v6, told what was chosen through this CPU's scratch space.
+        return match maps::scratch() {
+            Some(scratch) => {
+                let job = EncapJob { vip_id: vip.id, backend_id: choice.backend_id, hash: flow.hash };
+                // SAFETY: this CPU's own map slot, used by one packet at a time.
+                unsafe { (*scratch).encap = job };
+                maps::jump(ctx, jumps::ENCAP_V6)
+            }
+            None => (XDP_DROP, Counter::DropEncapFailed),
+        };
+    }
+    encapsulate(ctx, pkt, vip, choice.backend_id, choice.backend, flow.hash)
+}
+
+/// `lb_encap_v6`: the IPv6 packet `lb_ingress_v6` placed (its `EncapJob` in the scratch space).
+#[inline(always)]
+pub fn encapsulate_job(ctx: &XdpContext) -> Verdict {
+    let Parsed::Ipv6(pkt) = parse6::parse_frame(ctx) else {
+        return (XDP_DROP, Counter::DropEncapFailed);
+    };
+    // SAFETY: this CPU's own map slot, written by lb_ingress_v6 for this packet.
+    let Some(job) = maps::scratch().map(|scratch| unsafe { (*scratch).encap }) else {
+        return (XDP_DROP, Counter::DropEncapFailed);
+    };
+    match (maps::vip_info(job.vip_id), maps::backend(job.backend_id)) {
+        (Some(vip), Some(backend)) => encapsulate(ctx, &pkt, vip, job.backend_id, backend, job.hash),
+        _ => (XDP_DROP, Counter::DropEncapFailed),
+    }
+}
+
+/// Wraps the packet for `backend` as the VIP says (IP in IP, or GUE with an outer source port
+/// from the flow's `hash`) and sends it; too big once wrapped, the sender is told.
+#[inline(always)]
+fn encapsulate<P: IpPacket>(
+    ctx: &XdpContext,
+    pkt: &P,
+    vip: &VipInfo,
+    backend_id: u32,
+    backend: &Backend,
+    hash: u32,
+) -> Verdict {
     let encap = match vip.forwarding {
-        forwarding::DSR_GUE => Encap::Gue { source_port: gue::source_port(flow.hash) },
+        forwarding::DSR_GUE => Encap::Gue { source_port: gue::source_port(hash) },
         _ => Encap::Ipip,
     };
-    match send_encapsulated(ctx, pkt.l3_offset, pkt.ip, vip, choice.backend_id, choice.backend, encap) {
+    let inner = Inner {
+        l3_offset: pkt.l3_offset(),
+        protocol: P::ENCAPSULATED_AS,
+        tos: pkt.tos(),
+        len: pkt.ip_len(),
+        entropy: hash,
+    };
+    match send_encapsulated(ctx, &inner, vip, backend_id, backend, encap) {
         Ok(verdict) => verdict,
-        Err(TooBig { mtu }) => icmp::too_big(ctx, pkt, mtu),
+        Err(TooBig { mtu }) => pkt.too_big(ctx, mtu),
     }
 }
 
@@ -66,67 +121,63 @@ pub struct TooBig {
     pub mtu: u16,
 }
 
-/// Sends the IPv4 packet at `l3_offset` (header `ip`) to `backend` inside outer headers from
-/// the VIP's encapsulation source, and counts it as the VIP's and the backend's traffic.
+/// Sends the packet `inner` to `backend` inside outer headers of the backend's family from the
+/// VIP's encapsulation source, and counts it as the VIP's and the backend's traffic.
 #[inline(always)]
 pub fn send_encapsulated(
     ctx: &XdpContext,
-    l3_offset: usize,
-    ip: *const Ipv4Hdr,
+    inner: &Inner,
     vip: &VipInfo,
     backend_id: u32,
     backend: &Backend,
     encap: Encap,
 ) -> Result<Verdict, TooBig> {
-    // SAFETY: parse() checked the header.
-    let (tos, inner_len) = unsafe { ((*ip).tos, u16::from_be_bytes((*ip).tot_len)) };
     // Counted as the client sent it, before the outer header is added.
     let bytes = packet_len(ctx);
-    let outer_dst = ipv4_octets(&backend.addr);
-    let outer_src = ipv4_octets(&vip.encap_source);
-    let overhead = encap.overhead() as u16;
-    let outer_len = inner_len.wrapping_add(overhead);
+    let v6 = backend.family == family::IPV6;
+    let ip_len = if v6 { IPV6_LEN } else { IPV4_LEN };
+    let udp_len = if encap == Encap::Ipip { 0 } else { UDP_LEN };
+    let overhead = (ip_len + udp_len) as u16;
+    let outer_len = inner.len.wrapping_add(overhead);
     let protocol = match encap {
-        Encap::Ipip => ip_proto::IPIP,
+        Encap::Ipip => inner.protocol,
         Encap::Gue { .. } => ip_proto::UDP,
     };
-    let (ifindex, smac, dmac) =
-        match forward::lookup(ctx, outer_src, outer_dst, protocol, tos, outer_len, HopCache::Backend(backend_id)) {
-            Route::Out { ifindex, smac, dmac, .. } => (ifindex, smac, dmac),
-            Route::NoNeighbour => return Ok((XDP_DROP, Counter::DropNoNeighbour)),
-            Route::TooBig { mtu } => return Err(TooBig { mtu: mtu.saturating_sub(overhead) }),
-            Route::Unreachable => return Ok((XDP_DROP, Counter::DropNoRoute)),
-        };
-
-    let mut outer = [0u8; IPV4_LEN];
-    outer[0] = 0x45;
-    outer[1] = tos;
-    outer[2..4].copy_from_slice(&outer_len.to_be_bytes());
-    // id 0, no fragment flags: the outer header is never fragmented by us.
-    outer[8] = OUTER_TTL;
-    outer[9] = protocol;
-    outer[12..16].copy_from_slice(&outer_src);
-    outer[16..20].copy_from_slice(&outer_dst);
-    let check = csum::ipv4_header(&outer);
-    outer[10..12].copy_from_slice(&check.to_ne_bytes());
-
-    let pushed = match encap {
-        Encap::Ipip if l3_offset == 14 => push_outer::<14, IPV4_LEN>(ctx, &outer),
-        Encap::Ipip => push_outer::<18, IPV4_LEN>(ctx, &outer),
-        Encap::Gue { source_port } => {
-            let mut headers = [0u8; gue::OVERHEAD];
-            headers[..IPV4_LEN].copy_from_slice(&outer);
-            headers[20..22].copy_from_slice(&source_port.to_be_bytes());
-            headers[22..24].copy_from_slice(&gue::PORT.to_be_bytes());
-            headers[24..26].copy_from_slice(&inner_len.wrapping_add(8).to_be_bytes());
-            // UDP checksum 0: none (allowed over IPv4; the inner packet carries its own).
-            if l3_offset == 14 {
-                push_outer::<14, { gue::OVERHEAD }>(ctx, &headers)
-            } else {
-                push_outer::<18, { gue::OVERHEAD }>(ctx, &headers)
-            }
-        }
+    let query = Lookup {
+        family: backend.family,
+        src: field(&vip.encap_source),
+        dst: field(&backend.addr),
+        protocol,
+        tos: inner.tos,
+        tot_len: outer_len,
     };
+    let (ifindex, smac, dmac) = match forward::lookup(ctx, &query, HopCache::Backend(backend_id)) {
+        Route::Out { ifindex, smac, dmac, .. } => (ifindex, smac, dmac),
+        Route::NoNeighbour => return Ok((XDP_DROP, Counter::DropNoNeighbour)),
+        Route::TooBig { mtu } => return Err(TooBig { mtu: mtu.saturating_sub(overhead) }),
+        Route::Unreachable => return Ok((XDP_DROP, Counter::DropNoRoute)),
+    };
+
+    let tagged = inner.l3_offset != 14;
+    // Grown in front; the outer headers are then written straight into the packet (built on
+    // the stack they would cost the program stack it does not have).
+    let outer = match (tagged, v6, encap == Encap::Ipip) {
+        (false, false, true) => push::<14, IPV4_LEN>(ctx, ETH_P_IPV4),
+        (true, false, true) => push::<18, IPV4_LEN>(ctx, ETH_P_IPV4),
+        (false, false, false) => push::<14, { gue::OVERHEAD }>(ctx, ETH_P_IPV4),
+        (true, false, false) => push::<18, { gue::OVERHEAD }>(ctx, ETH_P_IPV4),
+        (false, true, true) => push::<14, IPV6_LEN>(ctx, ETH_P_IPV6),
+        (true, true, true) => push::<18, IPV6_LEN>(ctx, ETH_P_IPV6),
+        (false, true, false) => push::<14, { gue::OVERHEAD6 }>(ctx, ETH_P_IPV6),
+        (true, true, false) => push::<18, { gue::OVERHEAD6 }>(ctx, ETH_P_IPV6),
+    };
+    let l2 = if tagged { 18 } else { 14 };
+    let headers = Outer { l2, v6, protocol, len: outer_len, encap };
+    let written = match outer {
+        Some(()) => write_outer(ctx, &headers, inner, vip, backend),
+        None => None,
+    };
+    let pushed = written.ok_or(());
     Ok(pushed.map_or((XDP_DROP, Counter::DropEncapFailed), |()| {
         let verdict = forward::send(ctx, ifindex, smac, dmac);
         if verdict.0 != XDP_DROP {
@@ -136,23 +187,78 @@ pub fn send_encapsulated(
     }))
 }
 
-/// Grows the frame by `N` bytes, moves the L2 header (`L2` bytes: Ethernet, and one VLAN tag if
-/// present) to the new front, and writes `outer` behind it.
+/// The outer headers of one packet, as `send_encapsulated` chose them.
+struct Outer {
+    /// Offset of the outer IP header (behind the link header).
+    l2: usize,
+    v6: bool,
+    /// The outer IP header's protocol (next header).
+    protocol: u8,
+    /// Bytes from the outer IP header to the end.
+    len: u16,
+    encap: Encap,
+}
+
+/// Writes the outer headers straight into the packet, in the room `push` made (built on the
+/// stack they would cost the program stack it does not have).
 #[inline(always)]
-fn push_outer<const L2: usize, const N: usize>(ctx: &XdpContext, outer: &[u8; N]) -> Result<(), ()> {
-    let l2 = ptr_at::<[u8; L2]>(ctx, 0).ok_or(())?;
+fn write_outer(ctx: &XdpContext, outer: &Outer, inner: &Inner, vip: &VipInfo, backend: &Backend) -> Option<()> {
+    let l2 = outer.l2;
+    if outer.v6 {
+        let h = ptr_at::<[u8; IPV6_LEN]>(ctx, l2)?;
+        // Version 6, the inner traffic class, and a flow label from the flow's hash.
+        let first = (6u32 << 28) | ((inner.tos as u32) << 20) | (inner.entropy & 0xf_ffff);
+        // SAFETY: bounds checked by ptr_at.
+        unsafe {
+            let h = &mut *h;
+            h[0..4].copy_from_slice(&first.to_be_bytes());
+            h[4..6].copy_from_slice(&outer.len.wrapping_sub(IPV6_LEN as u16).to_be_bytes());
+            h[6] = outer.protocol;
+            h[7] = OUTER_TTL;
+            store(&mut *(h.as_mut_ptr().add(8) as *mut [u8; 16]), field(&vip.encap_source));
+            store(&mut *(h.as_mut_ptr().add(24) as *mut [u8; 16]), field(&backend.addr));
+        }
+    } else {
+        let h = ptr_at::<[u8; IPV4_LEN]>(ctx, l2)?;
+        let mut header = [0u8; IPV4_LEN];
+        header[0] = 0x45;
+        header[1] = inner.tos;
+        header[2..4].copy_from_slice(&outer.len.to_be_bytes());
+        // id 0, no fragment flags: the outer header is never fragmented by us.
+        header[8] = OUTER_TTL;
+        header[9] = outer.protocol;
+        header[12..16].copy_from_slice(&ipv4_octets(&vip.encap_source));
+        header[16..20].copy_from_slice(&ipv4_octets(&backend.addr));
+        let check = csum::ipv4_header(&header);
+        header[10..12].copy_from_slice(&check.to_ne_bytes());
+        // SAFETY: bounds checked by ptr_at.
+        unsafe { *h = header };
+    }
+    if let Encap::Gue { source_port } = outer.encap {
+        let ip_len = if outer.v6 { IPV6_LEN } else { IPV4_LEN };
+        let udp = ptr_at::<[u16; 4]>(ctx, l2 + ip_len)?;
+        // UDP checksum 0: none (allowed over IPv4, and for tunnels over IPv6 by RFC 6935; the
+        // inner packet carries its own).
+        // SAFETY: bounds checked by ptr_at.
+        unsafe { *udp = [source_port.to_be(), gue::PORT.to_be(), inner.len.wrapping_add(UDP_LEN as u16).to_be(), 0] };
+    }
+    Some(())
+}
+
+/// Grows the frame by `N` bytes and moves the L2 header (`L2` bytes: Ethernet, and one VLAN tag
+/// if present) to the new front, with `ether_type` (the outer header's) as its last two bytes.
+#[inline(always)]
+fn push<const L2: usize, const N: usize>(ctx: &XdpContext, ether_type: u16) -> Option<()> {
+    let l2 = ptr_at::<[u8; L2]>(ctx, 0)?;
     // SAFETY: bounds checked by ptr_at.
-    let saved = unsafe { *l2 };
+    let mut saved = unsafe { *l2 };
+    saved[L2 - 2..].copy_from_slice(&ether_type.to_ne_bytes());
     // SAFETY: plain helper call on our own context.
     if unsafe { bpf_xdp_adjust_head(ctx.ctx, -(N as i32)) } != 0 {
-        return Err(());
+        return None;
     }
-    let l2 = ptr_at::<[u8; L2]>(ctx, 0).ok_or(())?;
-    let ip = ptr_at::<[u8; N]>(ctx, L2).ok_or(())?;
+    let l2 = ptr_at::<[u8; L2]>(ctx, 0)?;
     // SAFETY: bounds checked by ptr_at after the head moved.
-    unsafe {
-        *l2 = saved;
-        *ip = *outer;
-    }
-    Ok(())
+    unsafe { *l2 = saved };
+    Some(())
 }

@@ -1,5 +1,4 @@
 //! A VIP packet's flow: its connection-table key, hash and way.
-use lb_common::family;
 use lb_common::flow::{FlowEntry, FlowKey, FlowSlot};
 
 use crate::table::Tables;
@@ -14,18 +13,4 @@ pub struct Flow<'a> {
     /// (`table::REPLY_CHECK_SHIFT`).
     pub new_period: bool,
     pub tables: Option<Tables>,
-}
-
-/// A connection-table key from IPv4 header fields.
-#[inline(always)]
-pub fn flow_key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16, protocol: u8) -> FlowKey {
-    FlowKey {
-        src: lb_common::ipv4_bytes(src),
-        dst: lb_common::ipv4_bytes(dst),
-        src_port,
-        dst_port,
-        protocol,
-        family: family::IPV4,
-        _pad: [0; 2],
-    }
 }

@@ -1,5 +1,6 @@
-//! The next hop: `bpf_fib_lookup` for the rewritten packet, then XDP_TX out of the same
-//! interface or a redirect to another; and the TTL decrement of packets this program forwards.
+//! The next hop: `bpf_fib_lookup` for the rewritten packet (IPv4 or IPv6), then XDP_TX out of
+//! the same interface or a redirect to another; and the TTL (hop limit) decrement of packets
+//! this program forwards.
 use aya_ebpf::EbpfContext;
 use aya_ebpf::bindings::xdp_action::{XDP_REDIRECT, XDP_TX};
 use aya_ebpf::bindings::{
@@ -8,21 +9,24 @@ use aya_ebpf::bindings::{
 use aya_ebpf::helpers::generated::{bpf_fib_lookup as fib_lookup, bpf_redirect};
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum::replace16;
+use lb_common::family;
 use lb_common::nexthop::{NextHop, NextHopKey};
 use lb_common::stats::Counter;
 use lb_ebpf::packet::ptr_at;
 use network_types::eth::EthHdr;
-use network_types::ip::Ipv4Hdr;
+use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
+use crate::ip::Addr;
 use crate::maps::{self, HopCache};
 use crate::verdict::Verdict;
 
 const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
 
 /// The source address of route lookups towards backends: the route is the same for every
 /// client (source-based policy routing towards backends is not supported), and so one cached
 /// answer per backend serves them all.
-pub const ANY_SOURCE: [u8; 4] = [0; 4];
+pub const ANY_SOURCE: Addr = Addr([0; 16]);
 
 pub enum Route {
     /// Send out of `ifindex` with these addresses; `adjacent`: the destination itself is the
@@ -36,29 +40,47 @@ pub enum Route {
     Unreachable,
 }
 
-/// Where an IPv4 packet `src → dst` of `tot_len` bytes goes: this CPU's cached answer if it is
-/// of the current generation and the packet is no larger than one the route already accepted,
-/// else the FIB's (cached for next time when it is a success).
+/// A route lookup: a packet of `family` from `src` to `dst` (16-byte map form), `tot_len`
+/// bytes from its network header on.
+pub struct Lookup<'a> {
+    pub family: u8,
+    pub src: &'a Addr,
+    pub dst: &'a Addr,
+    pub protocol: u8,
+    pub tos: u8,
+    pub tot_len: u16,
+}
+
+/// Where the packet of `query` goes: this CPU's cached answer if it is of the current
+/// generation and the packet is no larger than one the route already accepted, else the
+/// FIB's (cached for next time when it is a success).
 #[inline(always)]
-pub fn lookup(
-    ctx: &XdpContext,
-    src: [u8; 4],
-    dst: [u8; 4],
-    protocol: u8,
-    tos: u8,
-    tot_len: u16,
-    cache: HopCache,
-) -> Route {
-    let key = NextHopKey { src, dst, ingress_ifindex: ctx.ingress_ifindex() as u32, tos: tos as u32 };
+pub fn lookup(ctx: &XdpContext, query: &Lookup, cache: HopCache) -> Route {
+    // The key is built in this CPU's scratch space, not on the program's stack.
+    let Some(scratch) = maps::scratch() else {
+        return Route::Unreachable;
+    };
+    // SAFETY: this CPU's own map slot; nothing else uses it while this packet is handled.
+    let key = unsafe { &mut (*scratch).key };
+    *key = NextHopKey {
+        src: query.src.0,
+        dst: query.dst.0,
+        ingress_ifindex: ctx.ingress_ifindex() as u32,
+        tos: query.tos as u32,
+        family: query.family as u32,
+    };
+    let key = &*key;
+    let tot_len = query.tot_len;
     let generation = maps::config().map_or(0, |c| c.nexthop_generation);
-    let cached = maps::next_hop(cache, &key).filter(|hop| generation != 0 && hop.generation == generation);
+    let cached = maps::next_hop(cache, key).filter(|hop| generation != 0 && hop.generation == generation);
     if let Some(hop) = cached
         && tot_len <= hop.max_len
     {
         return Route::Out { ifindex: hop.ifindex, smac: hop.smac, dmac: hop.dmac, adjacent: hop.via_gateway == 0 };
     }
     maps::count(Counter::NexthopLookup);
-    let route = fib(ctx, src, dst, protocol, tos, tot_len);
+    // SAFETY: as above.
+    let route = fib(ctx, query, unsafe { &mut (*scratch).fib });
     if let Route::Out { ifindex, smac, dmac, adjacent } = route
         && generation != 0
     {
@@ -69,33 +91,50 @@ pub fn lookup(
         let via_gateway = u8::from(!adjacent);
         maps::remember_next_hop(
             cache,
-            &NextHop { key, ifindex, max_len, smac, dmac, via_gateway, _pad: 0, generation },
+            key,
+            &NextHop { ifindex, max_len, smac, dmac, via_gateway, _pad: 0, generation },
         );
     }
     route
 }
 
-/// What the kernel's FIB says about an IPv4 packet `src → dst` of `tot_len` bytes.
+/// What the kernel's FIB says about the packet of `query`. The lookup's parameters live in a
+/// per-CPU map, not on the stack: the program's 512 bytes of stack are spent elsewhere.
 #[inline(always)]
-fn fib(ctx: &XdpContext, src: [u8; 4], dst: [u8; 4], protocol: u8, tos: u8, tot_len: u16) -> Route {
-    let mut params = zeroed_params();
-    params.family = AF_INET;
-    params.l4_protocol = protocol;
-    params.__bindgen_anon_1.tot_len = tot_len;
-    params.__bindgen_anon_2.tos = tos;
-    params.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(src);
-    params.__bindgen_anon_4.ipv4_dst = u32::from_ne_bytes(dst);
+fn fib(ctx: &XdpContext, query: &Lookup, params: &mut bpf_fib_lookup) -> Route {
+    zero(params);
+    params.l4_protocol = query.protocol;
+    params.__bindgen_anon_1.tot_len = query.tot_len;
+    let v6 = query.family == family::IPV6;
+    if v6 {
+        params.family = AF_INET6;
+        // The traffic class sits in the flow-info word's top bits (network order).
+        params.__bindgen_anon_2.flowinfo = ((query.tos as u32) << 20).to_be();
+        params.__bindgen_anon_3.ipv6_src = query.src.words();
+        params.__bindgen_anon_4.ipv6_dst = query.dst.words();
+    } else {
+        params.family = AF_INET;
+        params.__bindgen_anon_2.tos = query.tos;
+        params.__bindgen_anon_3.ipv4_src = query.src.words()[0];
+        params.__bindgen_anon_4.ipv4_dst = query.dst.words()[0];
+    }
     params.ifindex = ctx.ingress_ifindex() as u32;
     // SAFETY: params is a valid, writable bpf_fib_lookup of the size passed.
-    let rc = unsafe { fib_lookup(ctx.as_ptr(), &mut params, core::mem::size_of::<bpf_fib_lookup>() as i32, 0) };
+    let rc = unsafe { fib_lookup(ctx.as_ptr(), params, core::mem::size_of::<bpf_fib_lookup>() as i32, 0) };
     match rc as u32 {
         // The kernel writes the gateway, if there is one, over the destination.
         BPF_FIB_LKUP_RET_SUCCESS => Route::Out {
             ifindex: params.ifindex,
             smac: params.smac,
             dmac: params.dmac,
-            // SAFETY: the kernel sets ipv4_dst with this return code.
-            adjacent: unsafe { params.__bindgen_anon_4.ipv4_dst } == u32::from_ne_bytes(dst),
+            // SAFETY: the kernel sets ipv4_dst or ipv6_dst with this return code.
+            adjacent: unsafe {
+                if v6 {
+                    params.__bindgen_anon_4.ipv6_dst == query.dst.words()
+                } else {
+                    params.__bindgen_anon_4.ipv4_dst == query.dst.words()[0]
+                }
+            },
         },
         BPF_FIB_LKUP_RET_NO_NEIGH => Route::NoNeighbour,
         // SAFETY: the kernel sets mtu_result with this return code.
@@ -104,19 +143,16 @@ fn fib(ctx: &XdpContext, src: [u8; 4], dst: [u8; 4], protocol: u8, tos: u8, tot_
     }
 }
 
-/// A zeroed `bpf_fib_lookup`, written as sixteen volatile words: plain zeroing is merged by
-/// LLVM into a memset that the BPF backend turns into a call to a byte-at-a-time loop.
+/// Zeroes a `bpf_fib_lookup` as sixteen volatile words: plain zeroing is merged by LLVM into a
+/// memset that the BPF backend turns into a call to a byte-at-a-time loop.
 #[inline(always)]
-fn zeroed_params() -> bpf_fib_lookup {
+fn zero(params: &mut bpf_fib_lookup) {
     const WORDS: usize = core::mem::size_of::<bpf_fib_lookup>() / 4;
-    let mut raw = core::mem::MaybeUninit::<bpf_fib_lookup>::uninit();
-    let words = raw.as_mut_ptr() as *mut u32;
+    let words = params as *mut bpf_fib_lookup as *mut u32;
     for i in 0..WORDS {
-        // SAFETY: in bounds of `raw`, which is 4-byte aligned.
+        // SAFETY: in bounds of the map value, which is 8-byte aligned.
         unsafe { words.add(i).write_volatile(0) };
     }
-    // SAFETY: every byte was written; all-zero is a valid bpf_fib_lookup.
-    unsafe { raw.assume_init() }
 }
 
 /// Writes the next hop's MAC addresses and sends the frame.
@@ -141,6 +177,13 @@ pub fn send(ctx: &XdpContext, ifindex: u32, smac: [u8; 6], dmac: [u8; 6]) -> Ver
     } else {
         (aya_ebpf::bindings::xdp_action::XDP_DROP, Counter::DropNoRoute)
     }
+}
+
+/// Decrements an IPv6 header's hop limit (checked > 1 before); IPv6 has no header checksum.
+#[inline(always)]
+pub fn decrement_hop_limit(ip: *mut Ipv6Hdr) {
+    // SAFETY: the caller's parse() checked the header.
+    unsafe { (*ip).hop_limit -= 1 };
 }
 
 /// Decrements an IPv4 header's TTL (checked > 1 before), updating its checksum.

@@ -9,37 +9,49 @@ use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
 use lb_common::config::port_flags;
-use lb_common::csum::{replace16, replace32};
+use lb_common::csum::{replace16, replace32, replace128};
+use lb_common::flow::FlowKey;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, VipKey, forwarding};
-use lb_common::{family, gue, ip_proto, ipv4_octets};
-use lb_ebpf::packet::packet_len;
+use lb_common::{IpBytes, family, gue, ip_proto, ipv4_bytes};
+use lb_ebpf::packet::{IPV6_LEN, packet_len};
 
-use crate::encap::{self, Encap, TooBig};
-use crate::flow::flow_key;
-use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
-use crate::l2;
+use crate::encap::{self, Encap, Inner, TooBig};
+use crate::forward::{self, ANY_SOURCE, Lookup, Route, decrement_hop_limit, decrement_ttl};
+use crate::ip::{Addr, field, load, store};
+use crate::l2::{self, Sent};
 use crate::maps::{self, HopCache};
 use crate::parse::IcmpError;
+use crate::parse6::Icmp6Error;
 use crate::verdict::Verdict;
 
 const NOT_OURS: Verdict = (XDP_PASS, Counter::PassNotVip);
 
+/// An ICMP (or ICMPv6) error about a flow: what it says, and how it is rewritten for a NAT
+/// backend.
+pub trait FlowError {
+    const FAMILY: u8;
+    /// The ICMP protocol number of this family.
+    const PROTOCOL: u8;
+    /// The protocol number of this family inside an outer IP header.
+    const ENCAPSULATED_AS: u8;
+    fn l3_offset(&self) -> usize;
+    /// The error's destination, and its TTL (hop limit).
+    fn destination(&self) -> (IpBytes, u8);
+    /// The quoted packet's flow, as its sender sent it: VIP → client.
+    fn quoted(&self) -> FlowKey;
+    fn tos(&self) -> u8;
+    fn ip_len(&self) -> u16;
+    /// The VIP becomes the backend: outer destination, quoted source address and port.
+    fn rewrite(&self, backend_addr: &Addr, backend_port: u16);
+    fn decrement_ttl(&self);
+}
+
 #[inline(always)]
-pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
-    // SAFETY: parse() checked the outer header, the quoted header and its ports.
-    let (to, ttl, vip_addr, client, protocol, vip_port, client_port) = unsafe {
-        let quoted = &*err.quoted;
-        (
-            (*err.ip).dst_addr,
-            (*err.ip).ttl,
-            quoted.src_addr,
-            quoted.dst_addr,
-            quoted.proto,
-            *err.quoted_src_port,
-            *err.quoted_dst_port,
-        )
-    };
+pub fn to_backend<E: FlowError>(ctx: &XdpContext, err: &E) -> Verdict {
+    let (to, ttl) = err.destination();
+    let quoted = err.quoted();
+    let (vip_addr, vip_port, protocol) = (quoted.src, quoted.src_port, quoted.protocol);
     let vip_bit = if protocol == ip_proto::TCP { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
     if maps::port_flags(u16::from_be(vip_port)) & vip_bit == 0 || to != vip_addr {
         return NOT_OURS;
@@ -47,13 +59,22 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
     let Some(tables) = maps::tables() else {
         return NOT_OURS;
     };
-    let key = flow_key(client, vip_addr, client_port, vip_port, protocol);
+    // The flow as the client sends it: client → VIP.
+    let key = FlowKey {
+        src: quoted.dst,
+        dst: quoted.src,
+        src_port: quoted.dst_port,
+        dst_port: quoted.src_port,
+        protocol,
+        family: E::FAMILY,
+        _pad: [0; 2],
+    };
     let Some((slot, _)) = maps::flow(&key, tables.hash(&key), &tables) else {
         return NOT_OURS;
     };
     // SAFETY: a valid map value pointer; the way holds this flow.
     let entry = unsafe { (*slot).value };
-    let vip_key = VipKey { addr: lb_common::ipv4_bytes(vip_addr), port: vip_port, protocol, family: family::IPV4 };
+    let vip_key = VipKey { addr: vip_addr, port: vip_port, protocol, family: E::FAMILY };
     let Some(vip) = maps::vip_info(entry.vip_id).filter(|vip| vip.key == vip_key) else {
         return NOT_OURS;
     };
@@ -73,45 +94,56 @@ pub fn to_backend(ctx: &XdpContext, err: &IcmpError) -> Verdict {
         _ => None,
     };
     if let Some(encap) = encap {
-        // Never an ICMP error about an ICMP error (RFC 1122): too big is dropped.
-        return match encap::send_encapsulated(ctx, err.l3_offset, err.ip, vip, entry.backend_id, backend, encap) {
+        let inner = Inner {
+            l3_offset: err.l3_offset(),
+            protocol: E::ENCAPSULATED_AS,
+            tos: err.tos(),
+            len: err.ip_len(),
+            entropy: 0,
+        };
+        // Never an ICMP error about an ICMP error (RFC 1122, RFC 4443): too big is dropped.
+        return match encap::send_encapsulated(ctx, &inner, vip, entry.backend_id, backend, encap) {
             Ok(verdict) => verdict,
             Err(TooBig { .. }) => (XDP_DROP, Counter::DropTooBig),
         };
     }
     if vip.forwarding == forwarding::DSR_L2 {
         // Unchanged, to the backend's MAC; too big is dropped (no ICMP about an ICMP error).
-        return l2::send_l2(ctx, err.ip, vip, entry.backend_id, backend).unwrap_or((XDP_DROP, Counter::DropTooBig));
+        let sent = Sent { family: E::FAMILY, protocol: E::PROTOCOL, tos: err.tos(), len: err.ip_len() };
+        return l2::send_l2(ctx, &sent, vip, entry.backend_id, backend).unwrap_or((XDP_DROP, Counter::DropTooBig));
     }
     to_nat_backend(ctx, err, vip, entry.backend_id, backend)
 }
 
 /// NAT: the error goes to the backend as if about its own, unrewritten reply.
 #[inline(always)]
-fn to_nat_backend(ctx: &XdpContext, err: &IcmpError, vip: &VipInfo, backend_id: u32, backend: &Backend) -> Verdict {
-    let backend_addr = ipv4_octets(&backend.addr);
-    // SAFETY: parse() checked the outer header.
-    let (tos, tot_len) = unsafe { ((*err.ip).tos, u16::from_be_bytes((*err.ip).tot_len)) };
+fn to_nat_backend<E: FlowError>(
+    ctx: &XdpContext,
+    err: &E,
+    vip: &VipInfo,
+    backend_id: u32,
+    backend: &Backend,
+) -> Verdict {
     let bytes = packet_len(ctx);
-    let (ifindex, smac, dmac) = match forward::lookup(
-        ctx,
-        ANY_SOURCE,
-        backend_addr,
-        ip_proto::ICMP,
-        tos,
-        tot_len,
-        HopCache::Backend(backend_id),
-    ) {
+    let query = Lookup {
+        family: E::FAMILY,
+        src: &ANY_SOURCE,
+        dst: field(&backend.addr),
+        protocol: E::PROTOCOL,
+        tos: err.tos(),
+        tot_len: err.ip_len(),
+    };
+    let (ifindex, smac, dmac) = match forward::lookup(ctx, &query, HopCache::Backend(backend_id)) {
         Route::Out { ifindex, smac, dmac, .. } => (ifindex, smac, dmac),
         Route::NoNeighbour => {
-            rewrite(err, backend_addr, backend.port);
+            err.rewrite(field(&backend.addr), backend.port);
             return (XDP_PASS, Counter::PassNoNeighbour);
         }
         Route::TooBig { .. } => return (XDP_DROP, Counter::DropTooBig),
         Route::Unreachable => return (XDP_DROP, Counter::DropNoRoute),
     };
-    rewrite(err, backend_addr, backend.port);
-    decrement_ttl(err.ip);
+    err.rewrite(field(&backend.addr), backend.port);
+    err.decrement_ttl();
     let verdict = forward::send(ctx, ifindex, smac, dmac);
     if verdict.0 != XDP_DROP {
         maps::count_traffic(vip.id, backend_id, bytes);
@@ -119,28 +151,131 @@ fn to_nat_backend(ctx: &XdpContext, err: &IcmpError, vip: &VipInfo, backend_id: 
     verdict
 }
 
-/// The VIP becomes the backend: outer destination, quoted source address and port, with the
-/// outer, quoted and ICMP checksums updated incrementally (every changed word sits at an even
-/// offset of the ICMP message, as RFC 1624 needs).
-#[inline(always)]
-fn rewrite(err: &IcmpError, backend_addr: [u8; 4], backend_port: u16) {
-    // SAFETY: parse() checked every field touched here.
-    unsafe {
-        let ip = &mut *err.ip;
-        let vip_addr = ip.dst_addr;
-        ip.dst_addr = backend_addr;
-        ip.check = replace32(u16::from_ne_bytes(ip.check), vip_addr, backend_addr).to_ne_bytes();
+impl FlowError for IcmpError {
+    const FAMILY: u8 = family::IPV4;
+    const PROTOCOL: u8 = ip_proto::ICMP;
+    const ENCAPSULATED_AS: u8 = ip_proto::IPIP;
 
-        let quoted = &mut *err.quoted;
-        let old_quoted_check = u16::from_ne_bytes(quoted.check);
-        quoted.src_addr = backend_addr;
-        let new_quoted_check = replace32(old_quoted_check, vip_addr, backend_addr);
-        quoted.check = new_quoted_check.to_ne_bytes();
-        let old_port = *err.quoted_src_port;
-        *err.quoted_src_port = backend_port;
+    #[inline(always)]
+    fn l3_offset(&self) -> usize {
+        self.l3_offset
+    }
+    #[inline(always)]
+    fn destination(&self) -> (IpBytes, u8) {
+        // SAFETY: parse() checked the outer header, the quoted header and its ports (likewise
+        // below).
+        unsafe { (ipv4_bytes((*self.ip).dst_addr), (*self.ip).ttl) }
+    }
+    #[inline(always)]
+    fn quoted(&self) -> FlowKey {
+        unsafe {
+            let quoted = &*self.quoted;
+            FlowKey {
+                src: ipv4_bytes(quoted.src_addr),
+                dst: ipv4_bytes(quoted.dst_addr),
+                src_port: *self.quoted_src_port,
+                dst_port: *self.quoted_dst_port,
+                protocol: quoted.proto,
+                family: family::IPV4,
+                _pad: [0; 2],
+            }
+        }
+    }
+    #[inline(always)]
+    fn tos(&self) -> u8 {
+        unsafe { (*self.ip).tos }
+    }
+    #[inline(always)]
+    fn ip_len(&self) -> u16 {
+        unsafe { u16::from_be_bytes((*self.ip).tot_len) }
+    }
+    /// The outer, quoted and ICMP checksums are updated incrementally (every changed word sits
+    /// at an even offset of the ICMP message, as RFC 1624 needs).
+    #[inline(always)]
+    fn rewrite(&self, backend_addr: &Addr, backend_port: u16) {
+        let backend_addr = backend_addr.words()[0].to_ne_bytes();
+        unsafe {
+            let ip = &mut *self.ip;
+            let vip_addr = ip.dst_addr;
+            ip.dst_addr = backend_addr;
+            ip.check = replace32(u16::from_ne_bytes(ip.check), vip_addr, backend_addr).to_ne_bytes();
 
-        let check = replace32(*err.icmp_check, vip_addr, backend_addr);
-        let check = replace16(check, old_quoted_check, new_quoted_check);
-        *err.icmp_check = replace16(check, old_port, backend_port);
+            let quoted = &mut *self.quoted;
+            let old_quoted_check = u16::from_ne_bytes(quoted.check);
+            quoted.src_addr = backend_addr;
+            let new_quoted_check = replace32(old_quoted_check, vip_addr, backend_addr);
+            quoted.check = new_quoted_check.to_ne_bytes();
+            let old_port = *self.quoted_src_port;
+            *self.quoted_src_port = backend_port;
+
+            let check = replace32(*self.icmp_check, vip_addr, backend_addr);
+            let check = replace16(check, old_quoted_check, new_quoted_check);
+            *self.icmp_check = replace16(check, old_port, backend_port);
+        }
+    }
+    #[inline(always)]
+    fn decrement_ttl(&self) {
+        decrement_ttl(self.ip)
+    }
+}
+
+impl FlowError for Icmp6Error {
+    const FAMILY: u8 = family::IPV6;
+    const PROTOCOL: u8 = ip_proto::ICMPV6;
+    const ENCAPSULATED_AS: u8 = ip_proto::IPV6;
+
+    #[inline(always)]
+    fn l3_offset(&self) -> usize {
+        self.l3_offset
+    }
+    #[inline(always)]
+    fn destination(&self) -> (IpBytes, u8) {
+        // SAFETY: parse() checked the outer header, the quoted header and its ports (likewise
+        // below).
+        unsafe { (load(&(*self.ip).dst_addr).0, (*self.ip).hop_limit) }
+    }
+    #[inline(always)]
+    fn quoted(&self) -> FlowKey {
+        unsafe {
+            let quoted = &*self.quoted;
+            FlowKey {
+                src: load(&quoted.src_addr).0,
+                dst: load(&quoted.dst_addr).0,
+                src_port: *self.quoted_src_port,
+                dst_port: *self.quoted_dst_port,
+                protocol: quoted.next_hdr,
+                family: family::IPV6,
+                _pad: [0; 2],
+            }
+        }
+    }
+    #[inline(always)]
+    fn tos(&self) -> u8 {
+        unsafe { ((*self.ip).vcf[0] << 4) | ((*self.ip).vcf[1] >> 4) }
+    }
+    #[inline(always)]
+    fn ip_len(&self) -> u16 {
+        unsafe { u16::from_be_bytes((*self.ip).payload_len).wrapping_add(IPV6_LEN as u16) }
+    }
+    /// The ICMPv6 checksum covers the pseudo-header (so the outer destination) and the quote:
+    /// it changes with both addresses and the port. IPv6 headers have no checksum.
+    #[inline(always)]
+    fn rewrite(&self, backend_addr: &Addr, backend_port: u16) {
+        unsafe {
+            let ip = &mut *self.ip;
+            let vip_addr = load(&ip.dst_addr);
+            store(&mut ip.dst_addr, backend_addr);
+            store(&mut (*self.quoted).src_addr, backend_addr);
+            let old_port = *self.quoted_src_port;
+            *self.quoted_src_port = backend_port;
+            let (old, new) = (vip_addr.words(), backend_addr.words());
+            let check = replace128(*self.icmp_check, &old, &new);
+            let check = replace128(check, &old, &new);
+            *self.icmp_check = replace16(check, old_port, backend_port);
+        }
+    }
+    #[inline(always)]
+    fn decrement_ttl(&self) {
+        decrement_hop_limit(self.ip)
     }
 }

@@ -5,52 +5,64 @@
 use aya_ebpf::bindings::xdp_action::XDP_DROP;
 use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
-use lb_common::ipv4_octets;
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 use lb_ebpf::packet::packet_len;
-use network_types::ip::Ipv4Hdr;
 
 use crate::flow::Flow;
-use crate::forward::{self, ANY_SOURCE, Route};
+use crate::forward::{self, ANY_SOURCE, Lookup, Route};
+use crate::ip::{IpPacket, field};
 use crate::maps::{self, HopCache};
-use crate::parse::Ipv4Packet;
+use crate::select;
 use crate::verdict::Verdict;
-use crate::{icmp, select};
 
 #[inline(always)]
-pub fn balance_l2(ctx: &XdpContext, pkt: &Ipv4Packet, vip: &VipInfo, flow: &Flow) -> Verdict {
-    let choice = match select::choose(vip, flow, pkt) {
+pub fn balance_l2<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: &Flow) -> Verdict {
+    let choice = match select::choose(vip, flow, &pkt.tcp()) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
-    match send_l2(ctx, pkt.ip, vip, choice.backend_id, choice.backend) {
+    let sent = Sent { family: P::FAMILY, protocol: pkt.protocol(), tos: pkt.tos(), len: pkt.ip_len() };
+    match send_l2(ctx, &sent, vip, choice.backend_id, choice.backend) {
         Ok(verdict) => verdict,
-        Err(mtu) => icmp::too_big(ctx, pkt, mtu),
+        Err(mtu) => pkt.too_big(ctx, mtu),
     }
 }
 
-/// Sends the IPv4 packet (header `ip`) unchanged to `backend`'s MAC address, and counts it as
-/// the VIP's and the backend's traffic. `Err(mtu)`: larger than the link's MTU.
+/// What the route lookup needs to know of the packet sent on.
+pub struct Sent {
+    pub family: u8,
+    pub protocol: u8,
+    pub tos: u8,
+    /// Bytes from the network header to the end of the datagram.
+    pub len: u16,
+}
+
+/// Sends the packet unchanged to `backend`'s MAC address, and counts it as the VIP's and the
+/// backend's traffic. `Err(mtu)`: larger than the link's MTU.
 #[inline(always)]
 pub fn send_l2(
     ctx: &XdpContext,
-    ip: *const Ipv4Hdr,
+    sent: &Sent,
     vip: &VipInfo,
     backend_id: u32,
     backend: &Backend,
 ) -> Result<Verdict, u16> {
-    // SAFETY: parse() checked the header.
-    let (protocol, tos, tot_len) = unsafe { ((*ip).proto, (*ip).tos, u16::from_be_bytes((*ip).tot_len)) };
-    let backend_addr = ipv4_octets(&backend.addr);
-    let (ifindex, smac, dmac) =
-        match forward::lookup(ctx, ANY_SOURCE, backend_addr, protocol, tos, tot_len, HopCache::Backend(backend_id)) {
-            Route::Out { ifindex, smac, dmac, adjacent: true } => (ifindex, smac, dmac),
-            Route::Out { adjacent: false, .. } => return Ok((XDP_DROP, Counter::DropNotAdjacent)),
-            Route::NoNeighbour => return Ok((XDP_DROP, Counter::DropNoNeighbour)),
-            Route::TooBig { mtu } => return Err(mtu),
-            Route::Unreachable => return Ok((XDP_DROP, Counter::DropNoRoute)),
-        };
+    let query = Lookup {
+        family: sent.family,
+        src: &ANY_SOURCE,
+        dst: field(&backend.addr),
+        protocol: sent.protocol,
+        tos: sent.tos,
+        tot_len: sent.len,
+    };
+    let (ifindex, smac, dmac) = match forward::lookup(ctx, &query, HopCache::Backend(backend_id)) {
+        Route::Out { ifindex, smac, dmac, adjacent: true } => (ifindex, smac, dmac),
+        Route::Out { adjacent: false, .. } => return Ok((XDP_DROP, Counter::DropNotAdjacent)),
+        Route::NoNeighbour => return Ok((XDP_DROP, Counter::DropNoNeighbour)),
+        Route::TooBig { mtu } => return Err(mtu),
+        Route::Unreachable => return Ok((XDP_DROP, Counter::DropNoRoute)),
+    };
     let bytes = packet_len(ctx);
     let verdict = forward::send(ctx, ifindex, smac, dmac);
     if verdict.0 != XDP_DROP {

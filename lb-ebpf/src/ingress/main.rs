@@ -1,6 +1,7 @@
-//! lb_ingress: the XDP balancer. For a packet addressed to a VIP it finds the flow's backend
-//! (connection table, else the VIP's Maglev ring), rewrites the packet (NAT or IPIP) and sends
-//! it on; a NAT reply from a backend is rewritten back to the VIP. Everything else is passed to
+//! lb_ingress: the XDP balancer, for IPv4 and IPv6. For a packet addressed to a VIP it finds
+//! the flow's backend (connection table, else the VIP's Maglev ring), rewrites the packet (NAT,
+//! or DSR: IP in IP, GUE or MAC rewrite) and sends it on; a NAT reply from a backend is
+//! rewritten back to the VIP. Everything else is passed to
 //! the stack untouched. Every packet is counted under exactly one verdict counter.
 #![no_std]
 #![no_main]
@@ -10,11 +11,14 @@ mod encap;
 mod flow;
 mod forward;
 mod icmp;
+mod icmp6;
 mod icmp_error;
+mod ip;
 mod l2;
 mod maps;
 mod nat;
 mod parse;
+mod parse6;
 mod select;
 mod table;
 mod verdict;
@@ -30,6 +34,34 @@ use lb_ebpf as _;
 #[inline(always)]
 pub fn lb_ingress(ctx: XdpContext) -> u32 {
     let (action, reason) = balance::try_balance(&ctx);
+    maps::count(reason);
+    action
+}
+
+/// The IPv6 half of the balancer, reached from lb_ingress through JUMPS.
+#[xdp]
+#[inline(always)]
+pub fn lb_ingress_v6(ctx: XdpContext) -> u32 {
+    let (action, reason) = balance::try_balance_v6(&ctx);
+    maps::count(reason);
+    action
+}
+
+/// ICMP and ICMPv6 errors about VIP flows, reached from lb_ingress (or lb_ingress_v6) through
+/// JUMPS.
+#[xdp]
+#[inline(always)]
+pub fn lb_icmp_errors(ctx: XdpContext) -> u32 {
+    let (action, reason) = balance::try_icmp_error(&ctx);
+    maps::count(reason);
+    action
+}
+
+/// The encapsulation of IPv6 DSR packets, reached from lb_ingress_v6 through JUMPS.
+#[xdp]
+#[inline(always)]
+pub fn lb_encap_v6(ctx: XdpContext) -> u32 {
+    let (action, reason) = encap::encapsulate_job(&ctx);
     maps::count(reason);
     action
 }

@@ -1,16 +1,19 @@
 //! The maps (names and layouts from lb_common) and small accessors, so the rest of the program
 //! reads as questions and answers rather than map plumbing. Userspace writes every map except
 //! FLOWS, REVERSE_FLOWS and the statistics, which only this program writes.
+use aya_ebpf::bindings::bpf_fib_lookup;
+use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray, RingBuf};
+use aya_ebpf::maps::{Array, HashMap, LruPerCpuHashMap, PerCpuArray, ProgramArray, RingBuf};
+use aya_ebpf::programs::XdpContext;
 use lb_common::backend::{Backend, NatBackendKey};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{
     FLOW_EVENTS_BYTES, FlowEntry, FlowKey, FlowSlot, ForwardSet, ReverseEntry, ReverseSet, SharedFlow, flow_sets,
 };
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RINGS_ENTRIES, MAX_BACKENDS, MAX_VIPS, PORTS};
-use lb_common::nexthop::{NextHop, NextHopKey};
+use lb_common::nexthop::{BackendHop, NextHop, NextHopKey};
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
@@ -41,7 +44,7 @@ static REVERSE_FLOWS: Array<ReverseSet> = Array::with_max_entries(flow_sets(DEFA
 static NEXT_HOPS: LruPerCpuHashMap<NextHopKey, NextHop> =
     LruPerCpuHashMap::with_max_entries(lb_common::limits::NEXT_HOPS, 0);
 #[map]
-static BACKEND_HOPS: PerCpuArray<NextHop> = PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
+static BACKEND_HOPS: PerCpuArray<BackendHop> = PerCpuArray::with_max_entries(MAX_BACKENDS, 0);
 #[map]
 static PORT_FLAGS: Array<u32> = Array::with_max_entries(PORTS, 0);
 /// NAT backends by the address their replies come from → the VIP id they serve (or
@@ -51,6 +54,33 @@ static NAT_BACKENDS: HashMap<NatBackendKey, u32> = HashMap::with_max_entries(MAX
 /// Per CPU: the new-flow budget's current window (`ktime >> 30`) and the flows recorded in it.
 #[map]
 static NEW_FLOW_BUDGET: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
+/// The programs lb_ingress hands packets on to (`lb_common::jumps`); the loader fills it.
+#[map]
+static JUMPS: ProgramArray = ProgramArray::with_max_entries(lb_common::jumps::COUNT, 0);
+/// Per CPU: what a route lookup builds, too large for the program's 512 bytes of stack.
+#[repr(C)]
+pub struct Scratch {
+    pub fib: bpf_fib_lookup,
+    pub key: NextHopKey,
+    /// An IPv6 packet's connection-table key (see `balance`).
+    pub flow: FlowKey,
+    /// What lb_ingress_v6 chose for an IPv6 DSR packet, for lb_encap_v6.
+    pub encap: EncapJob,
+    /// Never written: always 0, but the verifier cannot know (see `opaque_zero`).
+    pub zero: u32,
+}
+
+/// An IPv6 DSR packet's placement, handed from lb_ingress_v6 to lb_encap_v6.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EncapJob {
+    pub vip_id: u32,
+    pub backend_id: u32,
+    /// The flow's connection-table hash (GUE source port, flow label).
+    pub hash: u32,
+}
+#[map]
+static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static CONFIG: Array<DataplaneConfig> = Array::with_max_entries(1, 0);
 /// Flows recorded, for userspace to share with the other balancers (only while
@@ -88,6 +118,29 @@ fn add_traffic(map: &PerCpuArray<Traffic>, index: u32, bytes: u64) {
 pub fn count_traffic(vip_id: u32, backend_id: u32, bytes: u64) {
     add_traffic(&VIP_STATS, vip_id, bytes);
     add_traffic(&BACKEND_STATS, backend_id, bytes);
+}
+
+/// Hands the packet to program `index` of JUMPS, which counts and answers it. Returns only when
+/// that program is missing.
+#[inline(always)]
+pub fn jump(ctx: &XdpContext, index: u32) -> crate::verdict::Verdict {
+    // SAFETY: our own context; a tail call that fails returns and changes nothing.
+    unsafe { JUMPS.tail_call(ctx, index) };
+    (XDP_PASS, Counter::PassJumpFailed)
+}
+
+/// Zero, read from a map so that the verifier does not know it: or-ed into a value, it makes
+/// the verifier treat every value of the same bounds alike.
+#[inline(always)]
+pub fn opaque_zero() -> usize {
+    // SAFETY: this CPU's own map slot; `zero` is never written.
+    SCRATCH.get_ptr_mut(0).map_or(0, |scratch| unsafe { (*scratch).zero } as usize)
+}
+
+/// This CPU's scratch space.
+#[inline(always)]
+pub fn scratch() -> Option<*mut Scratch> {
+    SCRATCH.get_ptr_mut(0)
 }
 
 #[inline(always)]
@@ -212,26 +265,28 @@ pub enum HopCache {
 /// This CPU's cached answer for `key`, if it has one for exactly that key.
 #[inline(always)]
 pub fn next_hop(cache: HopCache, key: &NextHopKey) -> Option<&'static NextHop> {
-    let hop = match cache {
-        HopCache::Backend(id) => BACKEND_HOPS.get(id),
+    match cache {
+        HopCache::Backend(id) => BACKEND_HOPS.get(id).filter(|entry| entry.key.same_as(key)).map(|entry| &entry.hop),
         // SAFETY: this CPU's own copy of the value.
         HopCache::Address => unsafe { NEXT_HOPS.get(key) },
-    }?;
-    (hop.key == *key).then_some(hop)
+    }
 }
 
 #[inline(always)]
-pub fn remember_next_hop(cache: HopCache, hop: &NextHop) {
+pub fn remember_next_hop(cache: HopCache, key: &NextHopKey, hop: &NextHop) {
     match cache {
         HopCache::Backend(id) => {
             if let Some(slot) = BACKEND_HOPS.get_ptr_mut(id) {
                 // SAFETY: this CPU's own slot.
-                unsafe { *slot = *hop };
+                unsafe {
+                    (*slot).key = *key;
+                    (*slot).hop = *hop;
+                }
             }
         }
         // A lost entry only costs a lookup on the next packet.
         HopCache::Address => {
-            let _ = NEXT_HOPS.insert(hop.key, hop, 0);
+            let _ = NEXT_HOPS.insert(key, hop, 0);
         }
     }
 }

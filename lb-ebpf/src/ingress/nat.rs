@@ -4,42 +4,32 @@
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::backend::{NAT_BACKEND_SHARED, NatBackendKey};
-use lb_common::csum::{replace16, replace32, udp_fixup};
 use lb_common::flow::{FlowKey, REVERSE_DIRECT, ReverseEntry};
 use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
-use lb_common::{ip_proto, ipv4_octets};
 use lb_ebpf::packet::packet_len;
 
 use crate::flow::Flow;
-use crate::forward::{self, ANY_SOURCE, Route, decrement_ttl};
+use crate::forward::{self, ANY_SOURCE, Lookup, Route};
+use crate::ip::{Addr, End, IpPacket, field};
 use crate::maps::HopCache;
-use crate::parse::Ipv4Packet;
 use crate::table::Tables;
 use crate::verdict::Verdict;
-use crate::{icmp, maps, select};
-
-/// Which end of the packet a rewrite changes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum End {
-    Source,
-    Destination,
-}
+use crate::{maps, select};
 
 #[inline(always)]
-pub fn balance_nat(ctx: &XdpContext, pkt: &Ipv4Packet, vip: &VipInfo, flow: &Flow) -> Verdict {
-    // SAFETY: parse() checked the header.
-    if unsafe { (*pkt.ip).ttl } <= 1 {
+pub fn balance_nat<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: &Flow) -> Verdict {
+    if pkt.ttl() <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
-    let choice = match select::choose(vip, flow, pkt) {
+    let choice = match select::choose(vip, flow, &pkt.tcp()) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
     let backend = choice.backend;
-    let backend_addr = ipv4_octets(&backend.addr);
     let bytes = packet_len(ctx);
-    let to_backend = (ANY_SOURCE, backend_addr);
+    let backend_addr = field(&backend.addr);
+    let to_backend = (&ANY_SOURCE, backend_addr);
     let verdict = rewrite_and_send(
         ctx,
         pkt,
@@ -63,20 +53,19 @@ const NOT_OURS: Verdict = (XDP_PASS, Counter::PassNotVip);
 
 /// A reply from a NAT backend: its source becomes the VIP again.
 #[inline(always)]
-pub fn reply_to_client(ctx: &XdpContext, pkt: &Ipv4Packet, reverse: &ReverseEntry) -> Verdict {
-    // SAFETY: parse() checked the headers.
-    let (client, ttl) = unsafe { ((*pkt.ip).dst_addr, (*pkt.ip).ttl) };
-    if ttl <= 1 {
+pub fn reply_to_client<P: IpPacket>(ctx: &XdpContext, pkt: &P, reverse: &ReverseEntry) -> Verdict {
+    if pkt.ttl() <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
-    let vip_addr = ipv4_octets(&reverse.vip_addr);
+    let client = Addr(pkt.addresses().1);
+    let vip_addr = field(&reverse.vip_addr);
     maps::count(Counter::NatReply);
     rewrite_and_send(
         ctx,
         pkt,
         End::Source,
         (vip_addr, reverse.vip_port),
-        (vip_addr, client),
+        (vip_addr, &client),
         HopCache::Address,
         NO_ROUTE,
     )
@@ -105,21 +94,16 @@ pub fn note_direct_connection(reply: &FlowKey, t: &Tables) {
 /// Either way only if routed onwards: packets to this host (health-check answers) and from
 /// addresses that are no NAT backend's pass untouched.
 #[inline(always)]
-pub fn reply_without_entry(ctx: &XdpContext, pkt: &Ipv4Packet, key: &FlowKey) -> Verdict {
+pub fn reply_without_entry<P: IpPacket>(ctx: &XdpContext, pkt: &P, key: &FlowKey) -> Verdict {
     let backend = NatBackendKey { addr: key.src, port: key.src_port, protocol: key.protocol, family: key.family };
     let Some(owner) = maps::nat_backend(&backend) else {
         return NOT_OURS;
     };
-    // SAFETY: parse() checked the headers.
-    let (src, dst, ttl, tos, tot_len) = unsafe {
-        let ip = &*pkt.ip;
-        (ip.src_addr, ip.dst_addr, ip.ttl, ip.tos, u16::from_be_bytes(ip.tot_len))
-    };
     let vip = if owner == NAT_BACKEND_SHARED { None } else { maps::vip_info(owner) };
     match vip {
-        Some(vip) if vip.key.protocol == key.protocol && ttl > 1 => {
-            let vip_addr = ipv4_octets(&vip.key.addr);
-            let to_client = (vip_addr, dst);
+        Some(vip) if vip.key.protocol == key.protocol && vip.key.family == key.family && pkt.ttl() > 1 => {
+            let vip_addr = field(&vip.key.addr);
+            let to_client = (vip_addr, field(&key.dst));
             let verdict = rewrite_and_send(
                 ctx,
                 pkt,
@@ -134,7 +118,7 @@ pub fn reply_without_entry(ctx: &XdpContext, pkt: &Ipv4Packet, key: &FlowKey) ->
             }
             verdict
         }
-        _ => match forward::lookup(ctx, src, dst, key.protocol, tos, tot_len, HopCache::Address) {
+        _ => match forward::lookup(ctx, &lookup(pkt, (field(&key.src), field(&key.dst))), HopCache::Address) {
             Route::Unreachable => NOT_OURS,
             _ => (XDP_DROP, Counter::DropReplyNoFlow),
         },
@@ -148,55 +132,40 @@ pub fn reply_without_entry(ctx: &XdpContext, pkt: &Ipv4Packet, key: &FlowKey) ->
 /// stack, which resolves the neighbour and forwards it (and decrements TTL itself, so it is
 /// decremented here only when this program forwards).
 #[inline(always)]
-fn rewrite_and_send(
+fn rewrite_and_send<P: IpPacket>(
     ctx: &XdpContext,
-    pkt: &Ipv4Packet,
+    pkt: &P,
     end: End,
-    to: ([u8; 4], u16),
-    route: ([u8; 4], [u8; 4]),
+    to: (&Addr, u16),
+    route: (&Addr, &Addr),
     cache: HopCache,
     unroutable: Verdict,
 ) -> Verdict {
-    // SAFETY: parse() checked the headers.
-    let (protocol, tos, tot_len) = unsafe { ((*pkt.ip).proto, (*pkt.ip).tos, u16::from_be_bytes((*pkt.ip).tot_len)) };
     let (addr, port) = to;
-    match forward::lookup(ctx, route.0, route.1, protocol, tos, tot_len, cache) {
+    match forward::lookup(ctx, &lookup(pkt, route), cache) {
         Route::Out { ifindex, smac, dmac, .. } => {
-            rewrite(pkt, end, addr, port);
-            decrement_ttl(pkt.ip);
+            pkt.rewrite(end, addr, port);
+            pkt.decrement_ttl();
             forward::send(ctx, ifindex, smac, dmac)
         }
         Route::NoNeighbour => {
-            rewrite(pkt, end, addr, port);
+            pkt.rewrite(end, addr, port);
             (XDP_PASS, Counter::PassNoNeighbour)
         }
-        Route::TooBig { mtu } => icmp::too_big(ctx, pkt, mtu),
+        Route::TooBig { mtu } => pkt.too_big(ctx, mtu),
         Route::Unreachable => unroutable,
     }
 }
 
-/// Replaces one end's address and port, updating the IPv4 and L4 checksums incrementally.
+/// The route lookup of `pkt` sent `route.0 → route.1`.
 #[inline(always)]
-fn rewrite(pkt: &Ipv4Packet, end: End, addr: [u8; 4], port: u16) {
-    // SAFETY: parse() checked that all these fields lie inside the packet.
-    unsafe {
-        let ip = &mut *pkt.ip;
-        let (addr_field, port_field) = match end {
-            End::Source => (&mut ip.src_addr, pkt.src_port),
-            End::Destination => (&mut ip.dst_addr, pkt.dst_port),
-        };
-        let old_addr = *addr_field;
-        let old_port = *port_field;
-        *addr_field = addr;
-        *port_field = port;
-        ip.check = replace32(u16::from_ne_bytes(ip.check), old_addr, addr).to_ne_bytes();
-
-        // The L4 checksum covers the pseudo-header (addresses) and the ports.
-        let old_check = *pkt.l4_check;
-        if ip.proto == ip_proto::UDP && old_check == 0 {
-            return; // UDP without a checksum stays without one.
-        }
-        let check = replace16(replace32(old_check, old_addr, addr), old_port, port);
-        *pkt.l4_check = if ip.proto == ip_proto::UDP { udp_fixup(old_check, check) } else { check };
+fn lookup<'a, P: IpPacket>(pkt: &P, route: (&'a Addr, &'a Addr)) -> Lookup<'a> {
+    Lookup {
+        family: P::FAMILY,
+        src: route.0,
+        dst: route.1,
+        protocol: pkt.protocol(),
+        tos: pkt.tos(),
+        tot_len: pkt.ip_len(),
     }
 }

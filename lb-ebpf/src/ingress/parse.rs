@@ -2,8 +2,32 @@
 //! a short or odd packet gets a defined verdict, never an out-of-bounds read).
 use aya_ebpf::programs::XdpContext;
 use lb_common::ip_proto;
-use lb_ebpf::packet::{ETH_P_IPV4, IPV4_LEN, link_layer, ptr_at};
+use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv4Hdr;
+
+use crate::parse6::{Icmp6Error, Ipv6Packet};
+
+/// A TCP segment's flags byte (byte 13 of its header), or null for UDP: whether a packet opens
+/// or continues a connection. Read when asked, so packets that pass through never pay for it.
+#[derive(Clone, Copy)]
+pub struct TcpFlags(pub *const u8);
+
+impl TcpFlags {
+    /// A TCP SYN without ACK: the first packet of a new connection (false for UDP).
+    #[inline(always)]
+    pub fn opens_connection(&self) -> bool {
+        // SAFETY: inside the TCP header the parser checked.
+        !self.0.is_null() && unsafe { *self.0 } & 0x12 == 0x02
+    }
+
+    /// A TCP packet without SYN: it belongs to a connection already open (false for UDP,
+    /// whose first datagram looks like any other).
+    #[inline(always)]
+    pub fn continues_connection(&self) -> bool {
+        // SAFETY: inside the TCP header the parser checked.
+        !self.0.is_null() && unsafe { *self.0 } & 0x02 == 0
+    }
+}
 
 /// A parsed IPv4 TCP/UDP packet: pointers into the packet, all bounds-checked.
 pub struct Ipv4Packet {
@@ -15,26 +39,7 @@ pub struct Ipv4Packet {
     pub dst_port: *mut u16,
     /// The L4 checksum field.
     pub l4_check: *mut u16,
-    /// TCP: the flags byte (byte 13 of the header); null for UDP.
-    tcp_flags: *const u8,
-}
-
-impl Ipv4Packet {
-    /// A TCP SYN without ACK: the first packet of a new connection (false for UDP). Read when
-    /// asked, so packets that pass through never pay for it.
-    #[inline(always)]
-    pub fn opens_connection(&self) -> bool {
-        // SAFETY: inside the TCP header parse() checked.
-        !self.tcp_flags.is_null() && unsafe { *self.tcp_flags } & 0x12 == 0x02
-    }
-
-    /// A TCP packet without SYN: it belongs to a connection already open (false for UDP,
-    /// whose first datagram looks like any other).
-    #[inline(always)]
-    pub fn continues_connection(&self) -> bool {
-        // SAFETY: inside the TCP header parse() checked.
-        !self.tcp_flags.is_null() && unsafe { *self.tcp_flags } & 0x02 == 0
-    }
+    pub tcp: TcpFlags,
 }
 
 /// An ICMP "destination unreachable" quoting a TCP or UDP packet (as routers and hosts send
@@ -55,21 +60,29 @@ const ICMP_DEST_UNREACH: u8 = 3;
 
 pub enum Parsed {
     Ipv4(Ipv4Packet),
+    /// An IPv6 frame, not parsed yet: `lb_ingress` hands it to `lb_ingress_v6`.
+    Ipv6Frame,
+    Ipv6(Ipv6Packet),
     IcmpError(IcmpError),
-    NotIpv4,
+    Icmp6Error(Icmp6Error),
+    NotIp,
     NotTcpUdp,
     Fragment,
     Options,
     Malformed,
 }
 
+/// Parses an IPv4 frame; an IPv6 frame is only recognised (`parse6::parse_frame` parses it).
 #[inline(always)]
 pub fn parse(ctx: &XdpContext) -> Parsed {
     let Some((ether_type, l3_offset)) = link_layer(ctx) else {
         return Parsed::Malformed;
     };
+    if ether_type == ETH_P_IPV6 {
+        return Parsed::Ipv6Frame;
+    }
     if ether_type != ETH_P_IPV4 {
-        return Parsed::NotIpv4;
+        return Parsed::NotIp;
     }
     let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, l3_offset) else {
         return Parsed::Malformed;
@@ -123,7 +136,7 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         dst_port: unsafe { ports.add(1) },
         // SAFETY: as above; the checksum field ends at byte 18 (TCP) or 8 (UDP).
         l4_check: unsafe { l4_header.add(check_offset) } as *mut u16,
-        tcp_flags,
+        tcp: TcpFlags(tcp_flags),
     })
 }
 

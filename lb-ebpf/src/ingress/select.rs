@@ -16,7 +16,7 @@ use lb_common::vip::{VipInfo, forwarding};
 
 use crate::flow::Flow;
 use crate::maps;
-use crate::parse::Ipv4Packet;
+use crate::parse::TcpFlags;
 use crate::table::{self, Recorded, Tables};
 use crate::verdict::Verdict;
 
@@ -32,12 +32,12 @@ pub struct Choice {
 /// its VIP and the generation of its backend id, so an id given to another backend never
 /// carries an old flow there.
 #[inline(always)]
-pub fn choose(vip: &VipInfo, flow: &Flow, pkt: &Ipv4Packet) -> Result<Choice, Verdict> {
+pub fn choose(vip: &VipInfo, flow: &Flow, tcp: &TcpFlags) -> Result<Choice, Verdict> {
     let Some(t) = flow.tables else {
         return Err((XDP_PASS, Counter::PassNotConfigured));
     };
     let nat = vip.forwarding == forwarding::NAT;
-    let opens_connection = pkt.opens_connection();
+    let opens_connection = tcp.opens_connection();
     if let Some(slot) = flow.slot {
         // SAFETY: a valid map value pointer; the way holds this flow.
         let entry = unsafe { (*slot).value };
@@ -77,7 +77,7 @@ pub fn choose(vip: &VipInfo, flow: &Flow, pkt: &Ipv4Packet) -> Result<Choice, Ve
     }
     // A TCP packet without SYN belongs to a connection already open (whose entry the table
     // lost, or that another balancer placed): it has proven itself. SYNs and UDP have not.
-    let proven = pkt.continues_connection();
+    let proven = tcp.continues_connection();
     let entry = flow_entry(vip, flow.key, backend_id, backend, nat, &t);
     maps::count(match maps::record_flow(flow.key, flow.hash, &entry, proven, &t) {
         Recorded::Free | Recorded::Failed => Counter::FlowNew,

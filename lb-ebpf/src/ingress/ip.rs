@@ -1,0 +1,236 @@
+//! What the forwarding paths read from, and do to, a parsed TCP/UDP packet of either family,
+//! so balancing, NAT and DSR are written once for IPv4 and IPv6.
+use aya_ebpf::programs::XdpContext;
+use lb_common::csum::{replace16, replace32, replace128, udp_fixup};
+use lb_common::{IpBytes, family, ip_proto, ipv4_bytes};
+
+use crate::forward::{decrement_hop_limit, decrement_ttl};
+use crate::parse::{Ipv4Packet, TcpFlags};
+use crate::parse6::Ipv6Packet;
+use crate::verdict::Verdict;
+use crate::{icmp, icmp6};
+
+/// Which end of the packet a rewrite changes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Source,
+    Destination,
+}
+
+pub trait IpPacket {
+    /// `family::IPV4` or `family::IPV6`.
+    const FAMILY: u8;
+    /// The protocol number of this family inside an outer IP header (IPIP or IPv6-in-IP).
+    const ENCAPSULATED_AS: u8;
+    fn l3_offset(&self) -> usize;
+    fn protocol(&self) -> u8;
+    /// Source and destination ports, network order.
+    fn ports(&self) -> (u16, u16);
+    /// Source and destination addresses in the maps' 16-byte form.
+    fn addresses(&self) -> (IpBytes, IpBytes);
+    fn tcp(&self) -> TcpFlags;
+    /// TTL, or hop limit.
+    fn ttl(&self) -> u8;
+    /// TOS, or traffic class.
+    fn tos(&self) -> u8;
+    /// Bytes from the network header to the end of the datagram.
+    fn ip_len(&self) -> u16;
+    /// Replaces one end's address and port, updating every checksum incrementally.
+    fn rewrite(&self, end: End, addr: &Addr, port: u16);
+    fn decrement_ttl(&self);
+    /// The answer to a packet too big for its next hop's MTU (`mtu`): ICMP "fragmentation
+    /// needed" or ICMPv6 "packet too big", back to the sender.
+    fn too_big(&self, ctx: &XdpContext, mtu: u16) -> Verdict;
+}
+
+impl IpPacket for Ipv4Packet {
+    const FAMILY: u8 = family::IPV4;
+    const ENCAPSULATED_AS: u8 = ip_proto::IPIP;
+
+    #[inline(always)]
+    fn l3_offset(&self) -> usize {
+        self.l3_offset
+    }
+    #[inline(always)]
+    fn protocol(&self) -> u8 {
+        // SAFETY: parse() checked the header (likewise below).
+        unsafe { (*self.ip).proto }
+    }
+    #[inline(always)]
+    fn ports(&self) -> (u16, u16) {
+        unsafe { (*self.src_port, *self.dst_port) }
+    }
+    #[inline(always)]
+    fn addresses(&self) -> (IpBytes, IpBytes) {
+        unsafe { (ipv4_bytes((*self.ip).src_addr), ipv4_bytes((*self.ip).dst_addr)) }
+    }
+    #[inline(always)]
+    fn tcp(&self) -> TcpFlags {
+        self.tcp
+    }
+    #[inline(always)]
+    fn ttl(&self) -> u8 {
+        unsafe { (*self.ip).ttl }
+    }
+    #[inline(always)]
+    fn tos(&self) -> u8 {
+        unsafe { (*self.ip).tos }
+    }
+    #[inline(always)]
+    fn ip_len(&self) -> u16 {
+        unsafe { u16::from_be_bytes((*self.ip).tot_len) }
+    }
+    #[inline(always)]
+    fn rewrite(&self, end: End, addr: &Addr, port: u16) {
+        let addr = addr.words()[0].to_ne_bytes();
+        // SAFETY: parse() checked that all these fields lie inside the packet.
+        unsafe {
+            let ip = &mut *self.ip;
+            let (addr_field, port_field) = match end {
+                End::Source => (&mut ip.src_addr, self.src_port),
+                End::Destination => (&mut ip.dst_addr, self.dst_port),
+            };
+            let old_addr = *addr_field;
+            let old_port = *port_field;
+            *addr_field = addr;
+            *port_field = port;
+            ip.check = replace32(u16::from_ne_bytes(ip.check), old_addr, addr).to_ne_bytes();
+
+            // The L4 checksum covers the pseudo-header (addresses) and the ports.
+            let old_check = *self.l4_check;
+            if ip.proto == ip_proto::UDP && old_check == 0 {
+                return; // UDP without a checksum stays without one.
+            }
+            let check = replace16(replace32(old_check, old_addr, addr), old_port, port);
+            *self.l4_check = if ip.proto == ip_proto::UDP { udp_fixup(old_check, check) } else { check };
+        }
+    }
+    #[inline(always)]
+    fn decrement_ttl(&self) {
+        decrement_ttl(self.ip)
+    }
+    #[inline(always)]
+    fn too_big(&self, ctx: &XdpContext, mtu: u16) -> Verdict {
+        icmp::too_big(ctx, self, mtu)
+    }
+}
+
+impl IpPacket for Ipv6Packet {
+    const FAMILY: u8 = family::IPV6;
+    const ENCAPSULATED_AS: u8 = ip_proto::IPV6;
+
+    #[inline(always)]
+    fn l3_offset(&self) -> usize {
+        self.l3_offset
+    }
+    #[inline(always)]
+    fn protocol(&self) -> u8 {
+        self.protocol
+    }
+    #[inline(always)]
+    fn ports(&self) -> (u16, u16) {
+        // SAFETY: parse() checked the headers (likewise below).
+        unsafe { (*self.src_port, *self.dst_port) }
+    }
+    #[inline(always)]
+    fn addresses(&self) -> (IpBytes, IpBytes) {
+        unsafe { (load(&(*self.ip).src_addr).0, load(&(*self.ip).dst_addr).0) }
+    }
+    #[inline(always)]
+    fn tcp(&self) -> TcpFlags {
+        self.tcp
+    }
+    #[inline(always)]
+    fn ttl(&self) -> u8 {
+        unsafe { (*self.ip).hop_limit }
+    }
+    #[inline(always)]
+    fn tos(&self) -> u8 {
+        // The traffic class straddles the first two bytes.
+        unsafe { ((*self.ip).vcf[0] << 4) | ((*self.ip).vcf[1] >> 4) }
+    }
+    #[inline(always)]
+    fn ip_len(&self) -> u16 {
+        unsafe { u16::from_be_bytes((*self.ip).payload_len).wrapping_add(lb_ebpf::packet::IPV6_LEN as u16) }
+    }
+    #[inline(always)]
+    fn rewrite(&self, end: End, addr: &Addr, port: u16) {
+        // SAFETY: parse() checked that all these fields lie inside the packet.
+        unsafe {
+            let ip = &mut *self.ip;
+            let (addr_field, port_field) = match end {
+                End::Source => (&mut ip.src_addr, self.src_port),
+                End::Destination => (&mut ip.dst_addr, self.dst_port),
+            };
+            let old_addr = load(addr_field);
+            let old_port = *port_field;
+            store(addr_field, addr);
+            *port_field = port;
+            // No IPv6 header checksum; the L4 one covers the pseudo-header and the ports.
+            // UDP over IPv6 must carry one (RFC 8200 §8.1): a zero is left as it came.
+            let old_check = *self.l4_check;
+            if self.protocol == ip_proto::UDP && old_check == 0 {
+                return;
+            }
+            let check = replace16(replace128(old_check, &old_addr.words(), &addr.words()), old_port, port);
+            *self.l4_check = if self.protocol == ip_proto::UDP { udp_fixup(old_check, check) } else { check };
+        }
+    }
+    #[inline(always)]
+    fn decrement_ttl(&self) {
+        decrement_hop_limit(self.ip)
+    }
+    #[inline(always)]
+    fn too_big(&self, ctx: &XdpContext, mtu: u16) -> Verdict {
+        icmp6::too_big(ctx, self, mtu)
+    }
+}
+
+/// A 16-byte address known to be 4-byte aligned, so it is read and compared as four words.
+/// `IpBytes` alone has alignment 1, which makes LLVM copy it byte by byte (sixteen loads, and
+/// as many registers spilled to a stack the program does not have).
+#[repr(C, align(4))]
+#[derive(Clone, Copy)]
+pub struct Addr(pub IpBytes);
+
+impl Addr {
+    #[inline(always)]
+    pub fn from_words(words: [u32; 4]) -> Addr {
+        // SAFETY: same size, any bits valid.
+        Addr(unsafe { core::mem::transmute::<[u32; 4], IpBytes>(words) })
+    }
+
+    #[inline(always)]
+    pub fn words(&self) -> [u32; 4] {
+        // SAFETY: 16 bytes, 4-byte aligned; any bits are valid u32s.
+        unsafe { *(self as *const Addr as *const [u32; 4]) }
+    }
+}
+
+/// A map structure's address field as an `Addr`. Every struct holding one in lb_common is
+/// `align(4)` or more with the field at a multiple of 4, so the field is 4-byte aligned.
+#[inline(always)]
+pub fn field(addr: &IpBytes) -> &Addr {
+    // SAFETY: see above; same size and layout.
+    unsafe { &*(addr as *const IpBytes as *const Addr) }
+}
+
+/// An IPv6 address from the packet, read as eight 16-bit words: it sits 2-byte aligned (behind
+/// Ethernet, with or without a tag, and in a quoted header), and byte-wise copies would be
+/// sixteen loads.
+#[inline(always)]
+pub fn load(addr: &[u8; 16]) -> Addr {
+    // SAFETY: 16 readable, 2-byte aligned bytes (see above); any bits are valid.
+    let halves = unsafe { *(addr as *const [u8; 16] as *const [u16; 8]) };
+    let word = |i: usize| halves[2 * i] as u32 | (halves[2 * i + 1] as u32) << 16;
+    Addr::from_words([word(0), word(1), word(2), word(3)])
+}
+
+/// Writes an IPv6 address into the packet as eight 16-bit words (see `load`).
+#[inline(always)]
+pub fn store(field: &mut [u8; 16], addr: &Addr) {
+    // SAFETY: same size, any bits valid.
+    let words = unsafe { core::mem::transmute::<[u32; 4], [u16; 8]>(addr.words()) };
+    // SAFETY: 16 writable, 2-byte aligned bytes.
+    unsafe { *(field as *mut [u8; 16] as *mut [u16; 8]) = words };
+}
