@@ -95,7 +95,7 @@ pub enum Command {
         /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
         vip: String,
         /// ADDR, or ADDR:PORT (the port is needed to check the connection table and for
-        /// hash = "flow" VIPs).
+        /// hash = "flow" VIPs); IPv6 as ADDR or [ADDR]:PORT, of the VIP's family.
         client: String,
         /// Print JSON instead of a table.
         #[arg(long)]
