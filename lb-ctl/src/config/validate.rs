@@ -546,7 +546,7 @@ fn across_vips(c: &mut Checker<'_>, raw: &[Spanned<RawVip>], vips: &[VipConfig])
         let key = (v.address, v.port, v.protocol.ip_proto());
         if !keys.insert(key) {
             let span = line_span(c.text, v.line);
-            c.error(span, format!("vip {:?}: duplicate VIP {}:{}/{}", v.label(), v.address, v.port, wire(v.protocol)));
+            c.error(span, format!("vip {:?}: duplicate VIP {}/{}", v.label(), SocketAddr::new(v.address, v.port), wire(v.protocol)));
         }
     }
     if raw.len() > MAX_VIPS as usize {
