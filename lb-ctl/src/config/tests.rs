@@ -19,7 +19,7 @@ fn errors(text: &str) -> Vec<String> {
 fn example_file_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example");
     let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.vips.len(), 3);
+    assert_eq!(c.vips.len(), 4);
     assert_eq!(c.daemon.nexthop_ttl_ms, 1000);
     let web = &c.vips[0];
     assert_eq!(web.name.as_deref(), Some("web"));
@@ -29,11 +29,15 @@ fn example_file_is_valid() {
     let h = web.backends[2].health.as_ref().unwrap();
     assert_eq!(h.check, CheckKind::Http { path: "/ready".into(), status: 200 });
     assert_eq!(h.fall, 3);
+    // The IPv6 half of the dual-stack "web" service.
+    let web6 = &c.vips[1];
+    assert_eq!((web6.name.as_deref(), web6.forwarding), (Some("web6"), Forwarding::Nat));
+    assert_eq!(web6.backends[0].address, "[2001:db8::11]:8080".parse::<SocketAddr>().unwrap());
     // Backend port defaults to the VIP's.
-    assert_eq!(c.vips[1].backends[0].address, "198.51.100.21:53".parse::<SocketAddr>().unwrap());
-    assert!(c.vips[1].backends[0].health.is_none());
-    assert_eq!(c.vips[2].forwarding, Forwarding::Proxy);
-    assert!(c.vips[2].proxy.is_some());
+    assert_eq!(c.vips[2].backends[0].address, "198.51.100.21:53".parse::<SocketAddr>().unwrap());
+    assert!(c.vips[2].backends[0].health.is_none());
+    assert_eq!(c.vips[3].forwarding, Forwarding::Proxy);
+    assert!(c.vips[3].proxy.is_some());
 }
 
 #[test]
