@@ -405,8 +405,12 @@ async fn ipv6_vips_write_family_6_and_16_byte_addresses() {
         let b = list.iter().find(|b| b.vip == "tun6").unwrap();
         assert_eq!((g.fake.backends[&b.id].addr, g.fake.backends[&b.id].family), (v6("2001:db8::21"), family::IPV6));
     }
+    // An IPv6 VIP is named by its address too, bare or as [ADDR]:PORT[/PROTOCOL].
+    for reference in ["2001:db8::10", "[2001:db8::10]:80", "[2001:db8::10]:80/tcp"] {
+        assert_eq!(d.client.backends(Some(reference)).await.unwrap().len(), 2, "{reference}");
+    }
     // Added through the API: the same form.
-    let added = d.client.add_backend(&d.req("web6", "[2001:db8::13]:8080", None)).await.unwrap();
+    let added = d.client.add_backend(&d.req("[2001:db8::10]:80", "[2001:db8::13]:8080", None)).await.unwrap();
     let entry = d.fake.lock().fake.backends[&added.backend_id];
     assert_eq!((entry.addr, entry.family), (v6("2001:db8::13"), family::IPV6));
     d.stop().await;

@@ -95,6 +95,19 @@ pub fn load_decap() -> Result<Ebpf> {
 /// (and only those): IPv4 prefixes go to DECAP_SOURCES, IPv6 ones to DECAP_SOURCES6. The
 /// IPv6 map is only opened when there is an IPv6 prefix to write.
 pub fn allow_decap_sources(ebpf: &mut Ebpf, prefixes: &[IpNet]) -> Result<()> {
+    let (v4, v6) = decap_keys(prefixes);
+    if !v4.is_empty() {
+        allow_in::<4>(ebpf, lb_common::map_names::DECAP_SOURCES, &v4)?;
+    }
+    if !v6.is_empty() {
+        allow_in::<16>(ebpf, lb_common::map_names::DECAP_SOURCES6, &v6)?;
+    }
+    Ok(())
+}
+
+/// The LPM keys (prefix length, address with the host bits cleared) of `prefixes`: IPv4's for
+/// DECAP_SOURCES, IPv6's for DECAP_SOURCES6.
+fn decap_keys(prefixes: &[IpNet]) -> (Vec<(u32, [u8; 4])>, Vec<(u32, [u8; 16])>) {
     let v4: Vec<(u32, [u8; 4])> = prefixes
         .iter()
         .filter_map(|p| match p.trunc() {
@@ -109,13 +122,7 @@ pub fn allow_decap_sources(ebpf: &mut Ebpf, prefixes: &[IpNet]) -> Result<()> {
             IpNet::V4(_) => None,
         })
         .collect();
-    if !v4.is_empty() {
-        allow_in::<4>(ebpf, lb_common::map_names::DECAP_SOURCES, &v4)?;
-    }
-    if !v6.is_empty() {
-        allow_in::<16>(ebpf, lb_common::map_names::DECAP_SOURCES6, &v6)?;
-    }
-    Ok(())
+    (v4, v6)
 }
 
 /// Writes `prefixes` (length, address) into the LPM trie `name` (value 1: allowed).
@@ -193,5 +200,20 @@ pub fn remove_pins(dir: &Path) -> std::io::Result<()> {
     match std::fs::remove_dir(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decap_sources_go_to_the_map_of_their_family() {
+        let prefixes: Vec<IpNet> =
+            ["198.51.100.7/24", "2001:db8:1::fe/128", "2001:db8:2::1/48", "0.0.0.0/0"].map(|p| p.parse().unwrap()).into();
+        let (v4, v6) = decap_keys(&prefixes);
+        assert_eq!(v4, [(24, [198, 51, 100, 0]), (0, [0; 4])]);
+        let addr = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
+        assert_eq!(v6, [(128, addr("2001:db8:1::fe")), (48, addr("2001:db8:2::"))]);
     }
 }
