@@ -399,9 +399,13 @@ async fn ipv6_vips_write_family_6_and_16_byte_addresses() {
             assert!(g.fake.rings[&web6].contains(&b.id));
         }
         // The IPv4 VIP over IPv6: family 4 key, IPv6 outer source and backends.
-        let key = VipKey { addr: ipv4_bytes([203, 0, 113, 12]), port: 443u16.to_be(), protocol: 6, family: family::IPV4 };
+        let key =
+            VipKey { addr: ipv4_bytes([203, 0, 113, 12]), port: 443u16.to_be(), protocol: 6, family: family::IPV4 };
         let info = &g.fake.vips[&key];
-        assert_eq!((info.id, info.forwarding, info.encap_source), (tun6, lb_common::vip::forwarding::DSR_IPIP, v6("2001:db8::fe")));
+        assert_eq!(
+            (info.id, info.forwarding, info.encap_source),
+            (tun6, lb_common::vip::forwarding::DSR_IPIP, v6("2001:db8::fe"))
+        );
         let b = list.iter().find(|b| b.vip == "tun6").unwrap();
         assert_eq!((g.fake.backends[&b.id].addr, g.fake.backends[&b.id].family), (v6("2001:db8::21"), family::IPV6));
     }

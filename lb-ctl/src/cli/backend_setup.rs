@@ -165,7 +165,8 @@ fn holds(check: &Check) -> anyhow::Result<bool> {
     Ok(match check {
         Check::OnLoopback(vip) => {
             let (family, len) = if vip.is_ipv4() { ("-4", 32) } else { ("-6", 128) };
-            let out = Command::new("ip").args([family, "-o", "addr", "show", "dev", "lo"]).output().context("ip addr")?;
+            let out =
+                Command::new("ip").args([family, "-o", "addr", "show", "dev", "lo"]).output().context("ip addr")?;
             String::from_utf8_lossy(&out.stdout).split_whitespace().any(|w| w == format!("{vip}/{len}"))
         }
         Check::Sysctl { key, accepted } => {
@@ -255,15 +256,18 @@ mod tests {
 
     #[test]
     fn an_ipv6_vip_gets_ipv6_steps() {
-        let text = script("eth1", &["2001:db8::10".parse().unwrap()], &["2001:db8:1::fe/128".parse().unwrap()], DsrMode::Ipip);
-        for line in [
-            "ip -6 addr replace 2001:db8::10/128 dev lo nodad",
-            "lb-ctl decap attach eth1 --from 2001:db8:1::fe/128",
-        ] {
+        let text =
+            script("eth1", &["2001:db8::10".parse().unwrap()], &["2001:db8:1::fe/128".parse().unwrap()], DsrMode::Ipip);
+        for line in
+            ["ip -6 addr replace 2001:db8::10/128 dev lo nodad", "lb-ctl decap attach eth1 --from 2001:db8:1::fe/128"]
+        {
             assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
         }
         // No ARP and no rp_filter for IPv6, and the script says why.
-        assert!(!text.contains("arp_ignore=") && !text.contains("arp_announce=") && !text.contains("rp_filter="), "{text}");
+        assert!(
+            !text.contains("arp_ignore=") && !text.contains("arp_announce=") && !text.contains("rp_filter="),
+            "{text}"
+        );
         assert!(text.contains("IPv6 has no ARP"), "{text}");
         assert!(text.contains("# rp_filter is IPv4 only"), "{text}");
         assert!(text.contains("not advertised on other links"), "{text}");

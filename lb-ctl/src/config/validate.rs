@@ -318,16 +318,16 @@ fn vip<'a>(
         && let Some(ip) = address
         && rules::is_v4_mapped(ip)
     {
-        c.error(
-            v.address.span(),
-            format!("{at}: address {ip} is IPv4-mapped (::ffff:0:0/96): write the IPv4 address"),
-        );
+        c.error(v.address.span(), format!("{at}: address {ip} is IPv4-mapped (::ffff:0:0/96): write the IPv4 address"));
     }
     let hash = v.hash.as_ref().map(|h| *h.get_ref()).unwrap_or(HashMode::Ip);
     let encap_source = match (&v.encap_source, forwarding) {
         (Some(s), Forwarding::DsrIpip | Forwarding::DsrGue) => match c.ip(s, &format!("{at}: encap_source")) {
             Some(ip) if rules::is_v4_mapped(ip) => {
-                c.error(s.span(), format!("{at}: encap_source {ip} is IPv4-mapped (::ffff:0:0/96): write the IPv4 address"));
+                c.error(
+                    s.span(),
+                    format!("{at}: encap_source {ip} is IPv4-mapped (::ffff:0:0/96): write the IPv4 address"),
+                );
                 None
             }
             Some(ip) if ip.is_unspecified() || ip.is_multicast() || rules::is_v6_link_local(ip) => {
@@ -363,7 +363,8 @@ fn vip<'a>(
     let mut seen = HashSet::new();
     for b in &v.backends {
         let vip_addr = address.zip(port).map(|(a, p)| SocketAddr::new(a, p));
-        let Some((resolved, host)) = backend(c, &at, b.get_ref(), vip_addr, forwarding, encap_source, &vip_health) else {
+        let Some((resolved, host)) = backend(c, &at, b.get_ref(), vip_addr, forwarding, encap_source, &vip_health)
+        else {
             continue;
         };
         for backend in resolved {
@@ -546,7 +547,15 @@ fn across_vips(c: &mut Checker<'_>, raw: &[Spanned<RawVip>], vips: &[VipConfig])
         let key = (v.address, v.port, v.protocol.ip_proto());
         if !keys.insert(key) {
             let span = line_span(c.text, v.line);
-            c.error(span, format!("vip {:?}: duplicate VIP {}/{}", v.label(), SocketAddr::new(v.address, v.port), wire(v.protocol)));
+            c.error(
+                span,
+                format!(
+                    "vip {:?}: duplicate VIP {}/{}",
+                    v.label(),
+                    SocketAddr::new(v.address, v.port),
+                    wire(v.protocol)
+                ),
+            );
         }
     }
     if raw.len() > MAX_VIPS as usize {

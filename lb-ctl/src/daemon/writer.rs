@@ -401,7 +401,8 @@ impl Writer {
                 return;
             }
         };
-        let (usable, refused) = hosts::usable(vip.forwarding, SocketAddr::new(vip.address, vip.port), vip.encap_source, &found);
+        let (usable, refused) =
+            hosts::usable(vip.forwarding, SocketAddr::new(vip.address, vip.port), vip.encap_source, &found);
         if usable.is_empty() {
             let why = refused.unwrap_or_else(|| "no address".into());
             tracing::warn!(vip = %label, host = %name, "backend host name gives no usable address ({why}); its backends stay as they are");

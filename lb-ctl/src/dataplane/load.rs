@@ -105,17 +105,20 @@ pub fn allow_decap_sources(ebpf: &mut Ebpf, prefixes: &[IpNet]) -> Result<()> {
     Ok(())
 }
 
+/// An LPM trie key: prefix length and address bytes.
+type LpmKey<const N: usize> = (u32, [u8; N]);
+
 /// The LPM keys (prefix length, address with the host bits cleared) of `prefixes`: IPv4's for
 /// DECAP_SOURCES, IPv6's for DECAP_SOURCES6.
-fn decap_keys(prefixes: &[IpNet]) -> (Vec<(u32, [u8; 4])>, Vec<(u32, [u8; 16])>) {
-    let v4: Vec<(u32, [u8; 4])> = prefixes
+fn decap_keys(prefixes: &[IpNet]) -> (Vec<LpmKey<4>>, Vec<LpmKey<16>>) {
+    let v4: Vec<LpmKey<4>> = prefixes
         .iter()
         .filter_map(|p| match p.trunc() {
             IpNet::V4(n) => Some((n.prefix_len().into(), n.addr().octets())),
             IpNet::V6(_) => None,
         })
         .collect();
-    let v6: Vec<(u32, [u8; 16])> = prefixes
+    let v6: Vec<LpmKey<16>> = prefixes
         .iter()
         .filter_map(|p| match p.trunc() {
             IpNet::V6(n) => Some((n.prefix_len().into(), n.addr().octets())),
@@ -126,7 +129,7 @@ fn decap_keys(prefixes: &[IpNet]) -> (Vec<(u32, [u8; 4])>, Vec<(u32, [u8; 16])>)
 }
 
 /// Writes `prefixes` (length, address) into the LPM trie `name` (value 1: allowed).
-fn allow_in<const N: usize>(ebpf: &mut Ebpf, name: &str, prefixes: &[(u32, [u8; N])]) -> Result<()>
+fn allow_in<const N: usize>(ebpf: &mut Ebpf, name: &str, prefixes: &[LpmKey<N>]) -> Result<()>
 where
     [u8; N]: aya::Pod,
 {
@@ -209,8 +212,9 @@ mod tests {
 
     #[test]
     fn decap_sources_go_to_the_map_of_their_family() {
-        let prefixes: Vec<IpNet> =
-            ["198.51.100.7/24", "2001:db8:1::fe/128", "2001:db8:2::1/48", "0.0.0.0/0"].map(|p| p.parse().unwrap()).into();
+        let prefixes: Vec<IpNet> = ["198.51.100.7/24", "2001:db8:1::fe/128", "2001:db8:2::1/48", "0.0.0.0/0"]
+            .map(|p| p.parse().unwrap())
+            .into();
         let (v4, v6) = decap_keys(&prefixes);
         assert_eq!(v4, [(24, [198, 51, 100, 0]), (0, [0; 4])]);
         let addr = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
