@@ -75,15 +75,14 @@ fn render(s: &Snapshot) -> String {
          <th>healthy / backends</th><th>packets</th><th>bytes</th><th>packets/s</th></tr>\n",
     );
     for v in &s.vips {
-        let label = v.name.clone().unwrap_or_else(|| format!("{}:{}", v.address, v.port));
+        let label = v.name.clone().unwrap_or_else(|| std::net::SocketAddr::new(v.address, v.port).to_string());
         let class = if v.healthy == 0 && v.backends > 0 { " class=\"bad\"" } else { "" };
         body.push_str(&format!(
-            "<tr data-vip-id=\"{}\"{class}><td>{}</td><td>{}:{}/{}</td><td>{}</td><td>{}</td><td>{} / {}</td>\
+            "<tr data-vip-id=\"{}\"{class}><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{} / {}</td>\
              <td class=\"packets\">{}</td><td>{}</td><td class=\"rate\">&ndash;</td></tr>\n",
             v.id,
             escape(&label),
-            v.address,
-            v.port,
+            std::net::SocketAddr::new(v.address, v.port),
             escape(&v.protocol),
             escape(&v.forwarding),
             escape(&v.hash),

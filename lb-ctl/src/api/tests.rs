@@ -139,7 +139,7 @@ async fn bad_requests_are_refused_and_change_nothing() {
         (refused(c.backends(Some("nope")).await), (404, "unknown VIP \"nope\"")),
         (
             refused(c.explain(&ExplainRequest { vip: "web".into(), client: "somewhere".into() }).await),
-            (400, "malformed client address \"somewhere\": expected ADDR or ADDR:PORT"),
+            (400, "malformed client address \"somewhere\": expected ADDR or ADDR:PORT (IPv6 as [ADDR]:PORT)"),
         ),
         (
             refused(c.explain(&ExplainRequest { vip: "dns".into(), client: "192.0.2.1".into() }).await),
@@ -348,5 +348,144 @@ async fn the_metrics_port_serves_metrics_only() {
         out
     };
     assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    d.stop().await;
+}
+
+/// An IPv6 NAT VIP, and an IPv4 VIP whose encapsulation runs over IPv6 (`encap_source`).
+const IPV6_VIPS: &str = r#"
+[[vip]]
+name = "web6"
+address = "2001:db8::10"
+port = 80
+backends = [ { address = "2001:db8::11", port = 8080 }, { address = "2001:db8::12", port = 8080 } ]
+
+[[vip]]
+name = "tun6"
+address = "203.0.113.12"
+port = 443
+forwarding = "dsr-ipip"
+encap_source = "2001:db8::fe"
+backends = [ { address = "2001:db8::21" } ]
+"#;
+
+fn v6(text: &str) -> [u8; 16] {
+    text.parse::<std::net::Ipv6Addr>().unwrap().octets()
+}
+
+#[tokio::test]
+async fn ipv6_vips_write_family_6_and_16_byte_addresses() {
+    use lb_common::family;
+    use lb_common::vip::VipKey;
+    let d = Daemon::start(&lb_toml(IPV6_VIPS)).await;
+    let vips = d.client.vips().await.unwrap();
+    let (web6, tun6) = (vips[2].id, vips[3].id);
+    let list = d.list().await;
+    let web6_backends: Vec<_> = list.iter().filter(|b| b.vip == "web6").collect();
+    assert_eq!(
+        web6_backends.iter().map(|b| b.address.to_string()).collect::<Vec<_>>(),
+        ["[2001:db8::11]:8080", "[2001:db8::12]:8080"]
+    );
+    {
+        let g = d.fake.lock();
+        let key = VipKey { addr: v6("2001:db8::10"), port: 80u16.to_be(), protocol: 6, family: family::IPV6 };
+        let info = g.fake.vips.get(&key).expect("the IPv6 VIP's entry, keyed by its 16 bytes and family 6");
+        assert_eq!((info.id, info.key), (web6, key));
+        for b in &web6_backends {
+            let entry = &g.fake.backends[&b.id];
+            let std::net::IpAddr::V6(ip) = b.address.ip() else { panic!("{}", b.address) };
+            assert_eq!((entry.addr, entry.port, entry.family), (ip.octets(), 8080u16.to_be(), family::IPV6));
+            let nat = VipKey { addr: ip.octets(), port: 8080u16.to_be(), protocol: 6, family: family::IPV6 };
+            assert_eq!(g.fake.nat_backends.get(&nat), Some(&web6));
+            assert!(g.fake.rings[&web6].contains(&b.id));
+        }
+        // The IPv4 VIP over IPv6: family 4 key, IPv6 outer source and backends.
+        let key =
+            VipKey { addr: ipv4_bytes([203, 0, 113, 12]), port: 443u16.to_be(), protocol: 6, family: family::IPV4 };
+        let info = &g.fake.vips[&key];
+        assert_eq!(
+            (info.id, info.forwarding, info.encap_source),
+            (tun6, lb_common::vip::forwarding::DSR_IPIP, v6("2001:db8::fe"))
+        );
+        let b = list.iter().find(|b| b.vip == "tun6").unwrap();
+        assert_eq!((g.fake.backends[&b.id].addr, g.fake.backends[&b.id].family), (v6("2001:db8::21"), family::IPV6));
+    }
+    // An IPv6 VIP is named by its address too, bare or as [ADDR]:PORT[/PROTOCOL].
+    for reference in ["2001:db8::10", "[2001:db8::10]:80", "[2001:db8::10]:80/tcp"] {
+        assert_eq!(d.client.backends(Some(reference)).await.unwrap().len(), 2, "{reference}");
+    }
+    // Added through the API: the same form.
+    let added = d.client.add_backend(&d.req("[2001:db8::10]:80", "[2001:db8::13]:8080", None)).await.unwrap();
+    let entry = d.fake.lock().fake.backends[&added.backend_id];
+    assert_eq!((entry.addr, entry.family), (v6("2001:db8::13"), family::IPV6));
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn wrong_family_backends_are_refused_and_change_nothing() {
+    let d = Daemon::start(&lb_toml(IPV6_VIPS)).await;
+    let before = (d.fake.snapshot(), d.list().await);
+    let c = &d.client;
+    let cases = [
+        (
+            refused(c.add_backend(&d.req("web6", "198.51.100.9:8080", None)).await),
+            "VIP \"web6\": backend 198.51.100.9:8080: an IPv4 backend cannot serve the IPv6 VIP [2001:db8::10]:80 with forwarding \"nat\" (NAT does not translate between families)",
+        ),
+        (
+            refused(c.add_backend(&d.req("web", "[2001:db8::9]:8080", None)).await),
+            "VIP \"web\": backend [2001:db8::9]:8080: an IPv6 backend cannot serve the IPv4 VIP 203.0.113.10:80 with forwarding \"nat\" (NAT does not translate between families)",
+        ),
+        (
+            refused(c.add_backend(&d.req("tun6", "198.51.100.9", None)).await),
+            "VIP \"tun6\": backend 198.51.100.9:443: an IPv4 backend cannot be reached with forwarding \"dsr-ipip\" from the IPv6 encap_source 2001:db8::fe (the outer header goes from encap_source to the backend, so every backend must be of encap_source's family; the VIP's own family may differ)",
+        ),
+        (
+            refused(c.add_backend(&d.req("web6", "[fe80::1]:8080", None)).await),
+            "VIP \"web6\": backend [fe80::1]:8080: a link-local address (fe80::/10) needs an interface scope, which the XDP data plane's route (FIB) lookup does not have: use a global or unique-local address",
+        ),
+        (
+            refused(c.add_backend(&d.req("web6", "[::ffff:198.51.100.9]:8080", None)).await),
+            "VIP \"web6\": backend [::ffff:198.51.100.9]:8080: an IPv4-mapped IPv6 address (::ffff:0:0/96) is an IPv4 host: write its IPv4 address",
+        ),
+    ];
+    for (got, message) in cases {
+        assert_eq!(got, (400, message.to_string()));
+    }
+    assert_eq!((d.fake.snapshot(), d.list().await), before);
+    d.stop().await;
+}
+
+#[tokio::test]
+async fn explain_places_ipv6_flows_as_the_data_plane_does() {
+    let d = Daemon::start(&lb_toml(IPV6_VIPS)).await;
+    let web6 = d.client.vips().await.unwrap()[2].id;
+    let client = v6("2001:db8:ffff::33");
+    let hash = client_hash(&client, 7);
+    let slot = hash % RING;
+    let expected = d.fake.lock().fake.rings[&web6][slot as usize];
+    let e = d.client.explain(&ExplainRequest { vip: "web6".into(), client: "2001:db8:ffff::33".into() }).await.unwrap();
+    assert_eq!((e.decision, e.hash, e.slot, e.backend_id), (Decision::Ring, Some(hash), Some(slot), Some(expected)));
+    let addr = d.list().await.into_iter().find(|b| b.id == expected).unwrap().address;
+    assert_eq!(e.backend, Some(addr));
+    assert!(e.reason.contains(&format!("holds backend {addr} (id {expected})")), "{}", e.reason);
+    assert!(addr.to_string().starts_with("[2001:db8::1"), "{addr}");
+    // The connection-table key: the 16-byte addresses, ports in network order, family 6.
+    let other = d.list().await.into_iter().find(|b| b.id != expected && b.vip == "web6").unwrap();
+    let key = FlowKey {
+        src: client,
+        dst: v6("2001:db8::10"),
+        src_port: 40000u16.to_be(),
+        dst_port: 80u16.to_be(),
+        protocol: 6,
+        family: lb_common::family::IPV6,
+        _pad: [0; 2],
+    };
+    let generation = d.fake.lock().fake.backends[&other.id].generation;
+    d.fake.lock().fake.flows.insert(key, FlowEntry { backend_id: other.id, vip_id: web6, generation, reply_hash: 0 });
+    let request = ExplainRequest { vip: "web6".into(), client: "[2001:db8:ffff::33]:40000".into() };
+    let e = d.client.explain(&request).await.unwrap();
+    assert_eq!((e.decision, e.backend), (Decision::Conntrack, Some(other.address)));
+    // A client of the other family never reaches this VIP.
+    let e = refused(d.client.explain(&ExplainRequest { vip: "web6".into(), client: "192.0.2.33".into() }).await);
+    assert_eq!(e.0, 400);
     d.stop().await;
 }

@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 
 use crate::dataplane::load::AttachMode;
 
@@ -95,7 +95,7 @@ pub enum Command {
         /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
         vip: String,
         /// ADDR, or ADDR:PORT (the port is needed to check the connection table and for
-        /// hash = "flow" VIPs).
+        /// hash = "flow" VIPs); IPv6 as ADDR or [ADDR]:PORT, of the VIP's family.
         client: String,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -157,13 +157,13 @@ pub struct ProxyArgs {
 pub struct BackendSetupArgs {
     /// The backend's interface the tunnelled traffic arrives on.
     pub iface: String,
-    /// A VIP this backend serves (repeatable).
+    /// A VIP this backend serves, IPv4 or IPv6 (repeatable).
     #[arg(long, required = true, value_name = "ADDR")]
-    pub vip: Vec<std::net::Ipv4Addr>,
-    /// The balancers' encap_source addresses or prefixes the decapsulator accepts IPIP from
-    /// (repeatable; dsr-ipip only).
+    pub vip: Vec<std::net::IpAddr>,
+    /// The balancers' encap_source addresses or prefixes (IPv4 or IPv6) the decapsulator
+    /// accepts encapsulated packets from (repeatable; dsr-ipip and dsr-gue).
     #[arg(long = "from", value_name = "PREFIX", value_parser = parse_prefix)]
-    pub from: Vec<Ipv4Net>,
+    pub from: Vec<IpNet>,
     /// The VIPs' forwarding: ipip or gue (`dsr-ipip`, `dsr-gue`: the decapsulator too), or l2
     /// (`dsr-l2`: this backend must be on the balancers' segment; nothing to decapsulate).
     #[arg(long, value_enum, default_value_t = DsrMode::Ipip)]
@@ -352,11 +352,12 @@ pub enum DecapCommand {
     Attach {
         /// Interface of the DSR backend that receives the IPIP traffic.
         iface: String,
-        /// Outer sources to accept IPIP from: the balancers' `encap_source` addresses, as
-        /// ADDR or PREFIX/LEN; repeat for more (0.0.0.0/0 accepts any source). IPIP from
-        /// elsewhere is left to the stack, unopened.
+        /// Outer sources to accept encapsulated packets from: the balancers' `encap_source`
+        /// addresses, IPv4 or IPv6, as ADDR or PREFIX/LEN; repeat for more (0.0.0.0/0 or ::/0
+        /// accepts any source of that family). Packets from elsewhere are left to the stack,
+        /// unopened.
         #[arg(long = "from", required = true, value_name = "PREFIX", value_parser = parse_prefix)]
-        from: Vec<Ipv4Net>,
+        from: Vec<IpNet>,
         /// native (driver), skb (generic), or auto: native, else skb with a warning.
         #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
         xdp_mode: XdpMode,
@@ -384,11 +385,12 @@ pub fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
     }
 }
 
-/// An IPv4 prefix (`198.51.100.0/24`) or a single address (`198.51.100.1`, as /32).
-pub fn parse_prefix(text: &str) -> Result<Ipv4Net, String> {
-    text.parse::<Ipv4Net>()
-        .or_else(|_| text.parse::<std::net::Ipv4Addr>().map(Ipv4Net::from))
-        .map_err(|_| format!("{text:?} is not an IPv4 address or prefix (like 198.51.100.1 or 198.51.100.0/24)"))
+/// A prefix (`198.51.100.0/24`, `2001:db8::/64`) or a single address (`198.51.100.1` as /32,
+/// `2001:db8::fe` as /128).
+pub fn parse_prefix(text: &str) -> Result<IpNet, String> {
+    text.parse::<IpNet>().or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from)).map_err(|_| {
+        format!("{text:?} is not an IP address or prefix (like 198.51.100.1, 198.51.100.0/24 or 2001:db8::/64)")
+    })
 }
 
 impl From<XdpMode> for AttachMode {

@@ -17,6 +17,9 @@ fn not_exportable(v: &VipConfig) -> Option<&'static str> {
     if !matches!(v.address, IpAddr::V4(_)) {
         return Some("not an IPv4 VIP");
     }
+    if v.backends.iter().any(|b| !b.address.is_ipv4()) {
+        return Some("IPv6 backends behind an IPv4 VIP (encapsulation over IPv6): not exported");
+    }
     None
 }
 
@@ -139,7 +142,8 @@ pub fn ipvs(config: &Config) -> String {
             let _ = writeln!(out, "# skipped: {why}");
             continue;
         }
-        let service = format!("{} {}:{}", if v.protocol == Protocol::Udp { "-u" } else { "-t" }, v.address, v.port);
+        let flag = if v.protocol == Protocol::Udp { "-u" } else { "-t" };
+        let service = format!("{flag} {}", std::net::SocketAddr::new(v.address, v.port));
         // mh hashes the source address; mh-port adds the source port (lb-ctl's hash = "flow").
         let flags = if v.hash == HashMode::Flow { " -b mh-port" } else { "" };
         let _ = writeln!(out, "ipvsadm -A {service} -s mh{flags}");

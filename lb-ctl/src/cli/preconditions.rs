@@ -52,9 +52,12 @@ impl Switch {
     }
 }
 
-/// The switches the XDP VIPs of `config` need on `iface` (the data plane routes IPv4): the
-/// global one, then the interface's own, which the FIB lookup reads (writing the global one
-/// sets it).
+/// The switches the XDP VIPs of `config` need on `iface`: IPv4's global one, then the
+/// interface's own, which the FIB lookup reads (writing the global one sets it); and when a
+/// VIP routes anything over IPv6 (an IPv6 VIP, backend or encap_source), the interface's IPv6
+/// switch, which the IPv6 FIB lookup reads (only the interface's: the global
+/// net.ipv6.conf.all.forwarding would change every interface's handling of router
+/// advertisements).
 fn switches(config: &Config, iface: &str) -> Vec<Switch> {
     // An interface that is not in this namespace has nothing to forward (attach then fails on
     // it; the in-memory test mode runs on made-up names).
@@ -64,7 +67,20 @@ fn switches(config: &Config, iface: &str) -> Vec<Switch> {
     if !config.vips.iter().any(|v| v.forwarding.is_xdp()) {
         return Vec::new();
     }
-    vec![Switch::global("net.ipv4.ip_forward", "ipv4/ip_forward"), Switch::interface("ipv4", iface)]
+    let mut out = vec![Switch::global("net.ipv4.ip_forward", "ipv4/ip_forward"), Switch::interface("ipv4", iface)];
+    if needs_ipv6(config) && PathBuf::from(format!("/proc/sys/net/ipv6/conf/{iface}")).exists() {
+        out.push(Switch::interface("ipv6", iface));
+    }
+    out
+}
+
+/// Whether an XDP VIP of `config` has its packets routed over IPv6.
+fn needs_ipv6(config: &Config) -> bool {
+    config.vips.iter().filter(|v| v.forwarding.is_xdp()).any(|v| {
+        v.address.is_ipv6()
+            || v.encap_source.is_some_and(|s| s.is_ipv6())
+            || v.backends.iter().any(|b| b.address.is_ipv6())
+    })
 }
 
 /// The first forwarding switch that is off although the XDP VIPs of `config` need it.
@@ -89,9 +105,15 @@ pub fn check_forwarding(config: &Config, iface: &str, enable: bool) -> anyhow::R
             tracing::info!("set {}=1 (--enable-forwarding)", switch.name);
             continue;
         }
+        let ra = if switch.name.starts_with("net.ipv6") {
+            " (with IPv6 forwarding on, the interface ignores router advertisements unless its \
+             accept_ra is 2)"
+        } else {
+            ""
+        };
         bail!(
             "{}=0: new flows of the NAT and DSR VIPs would be dropped (no route). Turn it on with \
-             `sysctl -w {}=1` (or pass --enable-forwarding), then attach again",
+             `sysctl -w {}=1` (or pass --enable-forwarding), then attach again{ra}",
             switch.name,
             switch.name
         );
@@ -102,6 +124,19 @@ pub fn check_forwarding(config: &Config, iface: &str, enable: bool) -> anyhow::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv6_forwarding_is_needed_when_a_vip_routes_over_ipv6() {
+        let parse = |vip: &str| Config::parse(vip, std::path::Path::new("lb.toml")).unwrap_or_else(|e| panic!("{e}"));
+        let v4 = "[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nbackends = [ { address = \"198.51.100.1\" } ]\n";
+        assert!(!needs_ipv6(&parse(v4)));
+        let v6 = "[[vip]]\naddress = \"2001:db8::10\"\nport = 80\nbackends = [ { address = \"2001:db8::11\" } ]\n";
+        assert!(needs_ipv6(&parse(v6)));
+        let underlay = "[[vip]]\naddress = \"203.0.113.10\"\nport = 80\nforwarding = \"dsr-ipip\"\nencap_source = \"2001:db8::fe\"\n";
+        assert!(needs_ipv6(&parse(underlay)));
+        let proxy = "[[vip]]\naddress = \"2001:db8::10\"\nport = 80\nforwarding = \"proxy\"\n";
+        assert!(!needs_ipv6(&parse(proxy)), "the proxy's sockets need no forwarding");
+    }
 
     #[test]
     fn effective_capabilities_are_read_from_the_status_text() {

@@ -93,7 +93,7 @@ pub fn vips(list: &[VipView]) -> String {
         .map(|v| {
             vec![
                 v.name.clone().unwrap_or_else(|| "-".into()),
-                format!("{}:{}/{}", v.address, v.port, v.protocol),
+                format!("{}/{}", std::net::SocketAddr::new(v.address, v.port), v.protocol),
                 v.forwarding.clone(),
                 v.hash.clone(),
                 format!("{}/{}", v.healthy, v.backends),
@@ -318,5 +318,28 @@ mod tests {
         };
         let text = vips(&[v]);
         assert!(text.contains("1/1      down (not listening)"), "{text}");
+    }
+
+    #[test]
+    fn ipv6_vips_print_their_address_in_brackets() {
+        let v = VipView {
+            id: 2,
+            name: None,
+            address: "2001:db8::10".parse().unwrap(),
+            port: 80,
+            protocol: "tcp".into(),
+            forwarding: "nat".into(),
+            hash: "ip".into(),
+            all_down_policy: "forward".into(),
+            all_down: false,
+            backends: 0,
+            healthy: 0,
+            packets: 0,
+            bytes: 0,
+            listening: None,
+            ring_digest: None,
+        };
+        let text = vips(&[v]);
+        assert!(text.contains("[2001:db8::10]:80/tcp"), "{text}");
     }
 }

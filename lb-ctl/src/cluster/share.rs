@@ -187,7 +187,10 @@ fn addresses(event: &SharedFlow, book: &IdBook) -> Option<WireFlow> {
     let vip = book.vips.get(&event.vip_id)?;
     let backend = *book.backends.get(&event.backend_id)?;
     let key = &event.key;
-    let ip = |bytes: &lb_common::IpBytes| std::net::IpAddr::from(lb_common::ipv4_octets(bytes));
+    let ip = |bytes: &lb_common::IpBytes| match key.family {
+        lb_common::family::IPV6 => std::net::IpAddr::from(*bytes),
+        _ => std::net::IpAddr::from(lb_common::ipv4_octets(bytes)),
+    };
     Some(WireFlow {
         protocol: key.protocol,
         client: SocketAddr::new(ip(&key.src), u16::from_be(key.src_port)),
@@ -199,6 +202,27 @@ fn addresses(event: &SharedFlow, book: &IdBook) -> Option<WireFlow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv6_flow_is_shared_with_its_ipv6_client() {
+        use crate::config::VipIdentity;
+        let client: std::net::Ipv6Addr = "2001:db8:ffff::7".parse().unwrap();
+        let vip = VipIdentity { address: "2001:db8::10".parse().unwrap(), port: 80, ip_proto: 6 };
+        let backend: SocketAddr = "[2001:db8::21]:80".parse().unwrap();
+        let book = IdBook { vips: [(3, vip)].into(), backends: [(9, backend)].into() };
+        let key = lb_common::flow::FlowKey {
+            src: client.octets(),
+            dst: lb_common::ip_bytes(vip.address).0,
+            src_port: 40000u16.to_be(),
+            dst_port: 80u16.to_be(),
+            protocol: 6,
+            family: lb_common::family::IPV6,
+            _pad: [0; 2],
+        };
+        let flow = addresses(&SharedFlow { key, backend_id: 9, vip_id: 3 }, &book).unwrap();
+        assert_eq!(flow.client, SocketAddr::new(client.into(), 40000));
+        assert_eq!((flow.vip, flow.backend), ("[2001:db8::10]:80".parse().unwrap(), backend));
+    }
 
     #[test]
     fn a_message_counts_once_and_only_near_the_clock() {

@@ -108,6 +108,45 @@ async fn a_peers_flows_are_recorded_and_everything_else_is_refused_and_counted()
     d.stop().await;
 }
 
+/// A peer's flows to an IPv6 DSR VIP land in the connection table under the key the data
+/// plane builds for IPv6 (16-byte addresses, family 6).
+#[tokio::test]
+async fn a_peers_ipv6_flows_are_recorded_with_ipv6_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cluster.key"), KEY).unwrap();
+    let listen = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let extra = format!(
+        "\n[[vip]]\nname = \"dsr6\"\naddress = \"2001:db8::12\"\nport = 80\nforwarding = \"dsr-gue\"\nencap_source = \"2001:db8::fe\"\n\
+         backends = [ {{ address = \"2001:db8::21\" }}, {{ address = \"2001:db8::22\" }} ]\n\n\
+         [cluster]\nlisten = \"{listen}\"\npeers = [\"127.0.0.1:9\"]\nkey_file = \"cluster.key\"\n"
+    );
+    let fake = SharedFake::default();
+    let d = Daemon::start_on(dir, fake.clone(), &lb_toml(&extra)).await;
+    let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let flow = WireFlow {
+        protocol: 6,
+        client: "[2001:db8:ffff::7]:40000".parse().unwrap(),
+        vip: "[2001:db8::12]:80".parse().unwrap(),
+        backend: "[2001:db8::22]:80".parse().unwrap(),
+    };
+    // A client of the other family than the VIP: no such flow.
+    let mixed = WireFlow { client: "192.0.2.7:40001".parse().unwrap(), ..flow };
+    peer.send_to(&encode(seq(), &[flow, mixed], KEY.as_bytes()), listen).await.unwrap();
+    wait_for(&d, "the IPv6 flow recorded", |s| s["flows_recorded"] == 1 && s["flows_unknown"] == 1).await;
+    let key = FlowKey {
+        src: "2001:db8:ffff::7".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+        dst: "2001:db8::12".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+        src_port: 40000u16.to_be(),
+        dst_port: 80u16.to_be(),
+        protocol: 6,
+        family: lb_common::family::IPV6,
+        _pad: [0; 2],
+    };
+    let backend = d.list().await.into_iter().find(|b| b.address == flow.backend).unwrap();
+    assert_eq!(fake.lock().fake.flows.get(&key).map(|e| e.backend_id), Some(backend.id));
+    d.stop().await;
+}
+
 /// A peer that floods: past `max_messages_per_second` its messages are refused and counted,
 /// and the daemon keeps answering.
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! The daemon applies what changed: a new address is added; one the name no longer gives is
 //! drained (its established flows stay) and removed after `daemon.resolve_hold`; a name that
 //! fails to resolve changes nothing (a DNS outage must not empty a VIP).
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use super::rules;
@@ -46,12 +46,18 @@ pub fn is_host_name(text: &str) -> bool {
 }
 
 /// The addresses of `resolved` that can serve the VIP at `vip` (in order, each once), and the
-/// reason the first refused one was refused.
-pub fn usable(forwarding: Forwarding, vip: SocketAddr, resolved: &[SocketAddr]) -> (Vec<SocketAddr>, Option<String>) {
+/// reason the first refused one was refused. A name giving both families keeps the addresses of
+/// the family the VIP's forwarding can reach.
+pub fn usable(
+    forwarding: Forwarding,
+    vip: SocketAddr,
+    encap_source: Option<IpAddr>,
+    resolved: &[SocketAddr],
+) -> (Vec<SocketAddr>, Option<String>) {
     let mut out: Vec<SocketAddr> = Vec::new();
     let mut refused = None;
     for &addr in resolved {
-        match rules::address(forwarding, vip, addr) {
+        match rules::address(forwarding, vip, encap_source, addr) {
             Ok(()) if !out.contains(&addr) => out.push(addr),
             Ok(()) => {}
             Err(rule) => {
@@ -153,9 +159,11 @@ mod tests {
         let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
         let vip = sa("203.0.113.10:80");
         let resolved = [sa("198.51.100.1:80"), sa("[2001:db8::1]:80"), sa("198.51.100.1:80"), sa("198.51.100.2:80")];
-        let (ok, refused) = usable(Forwarding::Nat, vip, &resolved);
+        let (ok, refused) = usable(Forwarding::Nat, vip, None, &resolved);
         assert_eq!(ok, [sa("198.51.100.1:80"), sa("198.51.100.2:80")]);
-        assert!(refused.unwrap().contains("IPv6"));
-        assert_eq!(usable(Forwarding::Proxy, vip, &resolved).0.len(), 3);
+        assert!(refused.unwrap().contains("an IPv6 backend cannot serve the IPv4 VIP"));
+        assert_eq!(usable(Forwarding::Proxy, vip, None, &resolved).0.len(), 3);
+        let encap6 = Some("2001:db8::fe".parse().unwrap());
+        assert_eq!(usable(Forwarding::DsrIpip, vip, encap6, &resolved).0, [sa("[2001:db8::1]:80")]);
     }
 }

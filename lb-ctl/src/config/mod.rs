@@ -270,7 +270,11 @@ impl Protocol {
 pub enum Forwarding {
     /// XDP rewrites the destination; replies come back through the balancer.
     Nat,
-    /// XDP encapsulates in IPIP; backends answer clients directly.
+    /// XDP encapsulates IP in IP; backends answer clients directly. The outer header's family
+    /// is `encap_source`'s (and the backends'): IPv4-in-IPv4, IPv6-in-IPv4, IPv4-in-IPv6 or
+    /// IPv6-in-IPv6 follows from the VIP's and `encap_source`'s families. `dsr-ip6ip6` is
+    /// another spelling of the same mode.
+    #[serde(alias = "dsr-ip6ip6")]
     DsrIpip,
     /// XDP sends the packet unchanged to the backend's MAC address (the backend is on the
     /// balancer's segment and holds the VIP on `lo`); backends answer clients directly.

@@ -1,4 +1,4 @@
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ fn errors(text: &str) -> Vec<String> {
 fn example_file_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example");
     let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(c.vips.len(), 3);
+    assert_eq!(c.vips.len(), 4);
     assert_eq!(c.daemon.nexthop_ttl_ms, 1000);
     let web = &c.vips[0];
     assert_eq!(web.name.as_deref(), Some("web"));
@@ -29,11 +29,15 @@ fn example_file_is_valid() {
     let h = web.backends[2].health.as_ref().unwrap();
     assert_eq!(h.check, CheckKind::Http { path: "/ready".into(), status: 200 });
     assert_eq!(h.fall, 3);
+    // The IPv6 half of the dual-stack "web" service.
+    let web6 = &c.vips[1];
+    assert_eq!((web6.name.as_deref(), web6.forwarding), (Some("web6"), Forwarding::Nat));
+    assert_eq!(web6.backends[0].address, "[2001:db8::11]:8080".parse::<SocketAddr>().unwrap());
     // Backend port defaults to the VIP's.
-    assert_eq!(c.vips[1].backends[0].address, "198.51.100.21:53".parse::<SocketAddr>().unwrap());
-    assert!(c.vips[1].backends[0].health.is_none());
-    assert_eq!(c.vips[2].forwarding, Forwarding::Proxy);
-    assert!(c.vips[2].proxy.is_some());
+    assert_eq!(c.vips[2].backends[0].address, "198.51.100.21:53".parse::<SocketAddr>().unwrap());
+    assert!(c.vips[2].backends[0].health.is_none());
+    assert_eq!(c.vips[3].forwarding, Forwarding::Proxy);
+    assert!(c.vips[3].proxy.is_some());
 }
 
 #[test]
@@ -166,17 +170,40 @@ fn bad_files_give_exact_messages() {
             &["lb.toml:5: vip \"web\": encap_source only applies to forwarding = \"dsr-ipip\" or \"dsr-gue\""],
         ),
         (
-            "IPv6 XDP VIP",
-            "[[vip]]\naddress = \"2001:db8::1\"\nport = 80\n".into(),
+            "IPv4 backend of an IPv6 NAT VIP",
+            "[[vip]]\nname = \"web6\"\naddress = \"2001:db8::10\"\nport = 80\nbackends = [\n  { address = \"2001:db8::11\", port = 8080 },\n  { address = \"198.51.100.1\", port = 8080 },\n]\n".into(),
             &[
-                "lb.toml:2: vip \"[2001:db8::1]:80/tcp\": IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")",
+                "lb.toml:7: vip \"web6\": backend 198.51.100.1:8080: an IPv4 backend cannot serve the IPv6 VIP [2001:db8::10]:80 with forwarding \"nat\" (NAT does not translate between families)",
             ],
         ),
         (
-            "IPv6 backend of an XDP VIP",
+            "IPv6 backend of an IPv4 NAT VIP",
             format!("{VIP}backends = [ {{ address = \"2001:db8::2\" }} ]\n"),
             &[
-                "lb.toml:5: vip \"web\": backend [2001:db8::2]:80: IPv6 backends are not supported by the XDP data plane yet",
+                "lb.toml:5: vip \"web\": backend [2001:db8::2]:80: an IPv6 backend cannot serve the IPv4 VIP 203.0.113.10:80 with forwarding \"nat\" (NAT does not translate between families)",
+            ],
+        ),
+        (
+            "dsr-gue backends of another family than encap_source",
+            "[[vip]]\nname = \"gue\"\naddress = \"2001:db8::10\"\nport = 443\nforwarding = \"dsr-gue\"\nencap_source = \"2001:db8:1::fe\"\nbackends = [ { address = \"198.51.100.1\" } ]\n".into(),
+            &[
+                "lb.toml:7: vip \"gue\": backend 198.51.100.1:443: an IPv4 backend cannot be reached with forwarding \"dsr-gue\" from the IPv6 encap_source 2001:db8:1::fe (the outer header goes from encap_source to the backend, so every backend must be of encap_source's family; the VIP's own family may differ)",
+            ],
+        ),
+        (
+            "link-local and IPv4-mapped backends of an IPv6 VIP",
+            "[[vip]]\nname = \"web6\"\naddress = \"2001:db8::10\"\nport = 80\nbackends = [\n  { address = \"fe80::1\" },\n  { address = \"::ffff:198.51.100.1\" },\n]\n".into(),
+            &[
+                "lb.toml:6: vip \"web6\": backend [fe80::1]:80: a link-local address (fe80::/10) needs an interface scope, which the XDP data plane's route (FIB) lookup does not have: use a global or unique-local address",
+                "lb.toml:7: vip \"web6\": backend [::ffff:198.51.100.1]:80: an IPv4-mapped IPv6 address (::ffff:0:0/96) is an IPv4 host: write its IPv4 address",
+            ],
+        ),
+        (
+            "IPv4-mapped VIP and encap_source",
+            "[[vip]]\nname = \"m\"\naddress = \"::ffff:203.0.113.10\"\nport = 80\nforwarding = \"dsr-ipip\"\nencap_source = \"::ffff:198.51.100.254\"\n".into(),
+            &[
+                "lb.toml:3: vip \"m\": address ::ffff:203.0.113.10 is IPv4-mapped (::ffff:0:0/96): write the IPv4 address",
+                "lb.toml:6: vip \"m\": encap_source ::ffff:198.51.100.254 is IPv4-mapped (::ffff:0:0/96): write the IPv4 address",
             ],
         ),
         (
@@ -259,6 +286,64 @@ fn bad_files_give_exact_messages() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn ipv6_nat_vip_with_ipv6_backends_is_valid() {
+    let c = parse(
+        r#"
+[[vip]]
+name = "web6"
+address = "2001:db8::10"
+port = 80
+backends = [ { address = "2001:db8::11", port = 8080 }, { address = "2001:db8::12", port = 8080, weight = 50 } ]
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let v = &c.vips[0];
+    assert_eq!(v.address, "2001:db8::10".parse::<IpAddr>().unwrap());
+    assert_eq!(v.forwarding, Forwarding::Nat);
+    let got: Vec<String> = v.backends.iter().map(|b| b.address.to_string()).collect();
+    assert_eq!(got, ["[2001:db8::11]:8080", "[2001:db8::12]:8080"]);
+    assert_eq!(v.label(), "web6");
+}
+
+#[test]
+fn encapsulation_follows_encap_source_not_the_vip() {
+    // An IPv4 VIP over an IPv6 underlay, and an IPv6 VIP over an IPv4 one.
+    let c = parse(
+        r#"
+[[vip]]
+name = "v4-over-v6"
+address = "203.0.113.10"
+port = 80
+forwarding = "dsr-ipip"
+encap_source = "2001:db8::fe"
+backends = [ { address = "2001:db8::11" }, { address = "2001:db8::12" } ]
+
+[[vip]]
+name = "v6-over-v4"
+address = "2001:db8::10"
+port = 80
+forwarding = "dsr-gue"
+encap_source = "198.51.100.254"
+backends = [ { address = "198.51.100.1" } ]
+
+[[vip]]
+name = "six-in-six"
+address = "2001:db8::20"
+port = 80
+forwarding = "dsr-ip6ip6"
+encap_source = "2001:db8::fe"
+backends = [ { address = "2001:db8::11" } ]
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.vips[0].encap_source, Some("2001:db8::fe".parse().unwrap()));
+    assert_eq!(c.vips[0].backends[1].address, "[2001:db8::12]:80".parse::<SocketAddr>().unwrap());
+    assert_eq!(c.vips[1].backends[0].address, "198.51.100.1:80".parse::<SocketAddr>().unwrap());
+    // `dsr-ip6ip6` is `dsr-ipip` spelt another way.
+    assert_eq!(c.vips[2].forwarding, Forwarding::DsrIpip);
 }
 
 #[test]

@@ -315,22 +315,27 @@ fn vip<'a>(
         _ => {}
     }
     if forwarding.is_xdp()
-        && let Some(IpAddr::V6(_)) = address
+        && let Some(ip) = address
+        && rules::is_v4_mapped(ip)
     {
-        c.error(
-            v.address.span(),
-            format!("{at}: IPv6 VIPs are not supported by the XDP data plane yet (use forwarding = \"proxy\")"),
-        );
+        c.error(v.address.span(), format!("{at}: address {ip} is IPv4-mapped (::ffff:0:0/96): write the IPv4 address"));
     }
     let hash = v.hash.as_ref().map(|h| *h.get_ref()).unwrap_or(HashMode::Ip);
     let encap_source = match (&v.encap_source, forwarding) {
         (Some(s), Forwarding::DsrIpip | Forwarding::DsrGue) => match c.ip(s, &format!("{at}: encap_source")) {
-            Some(ip @ IpAddr::V4(_)) => Some(ip),
-            Some(IpAddr::V6(_)) => {
-                c.error(s.span(), format!("{at}: encap_source must be an IPv4 address"));
+            Some(ip) if rules::is_v4_mapped(ip) => {
+                c.error(
+                    s.span(),
+                    format!("{at}: encap_source {ip} is IPv4-mapped (::ffff:0:0/96): write the IPv4 address"),
+                );
                 None
             }
-            None => None,
+            Some(ip) if ip.is_unspecified() || ip.is_multicast() || rules::is_v6_link_local(ip) => {
+                let what = "a unicast address of this host with a global scope (the outer header's source)";
+                c.error(s.span(), format!("{at}: encap_source {ip} must be {what}"));
+                None
+            }
+            ip => ip,
         },
         (Some(s), _) => {
             c.error(s.span(), format!("{at}: encap_source only applies to forwarding = \"dsr-ipip\" or \"dsr-gue\""));
@@ -358,7 +363,8 @@ fn vip<'a>(
     let mut seen = HashSet::new();
     for b in &v.backends {
         let vip_addr = address.zip(port).map(|(a, p)| SocketAddr::new(a, p));
-        let Some((resolved, host)) = backend(c, &at, b.get_ref(), vip_addr, forwarding, &vip_health) else {
+        let Some((resolved, host)) = backend(c, &at, b.get_ref(), vip_addr, forwarding, encap_source, &vip_health)
+        else {
             continue;
         };
         for backend in resolved {
@@ -452,6 +458,7 @@ fn backend(
     b: &RawBackend,
     vip: Option<SocketAddr>,
     forwarding: Forwarding,
+    encap_source: Option<IpAddr>,
     vip_health: &[&Spanned<RawHealth>],
 ) -> Option<(Vec<BackendConfig>, Option<HostBackends>)> {
     let before = c.problems.len();
@@ -471,7 +478,7 @@ fn backend(
         None => vip.map(|v| v.port()),
     };
     if let (Some(ip), Some(port), Some(vip)) = (ip, port, vip)
-        && let Err(rule) = rules::address(forwarding, vip, SocketAddr::new(ip, port))
+        && let Err(rule) = rules::address(forwarding, vip, encap_source, SocketAddr::new(ip, port))
     {
         c.error(b.address.span(), format!("{at}: {rule}"));
     }
@@ -483,7 +490,7 @@ fn backend(
     let health = health(c, at, &layers);
     let addresses = match (&host, port, vip) {
         (Some(name), Some(port), Some(vip)) => {
-            resolve(c, at, &b.address, name, forwarding, SocketAddr::new(vip.ip(), vip.port()), port)
+            resolve(c, at, &b.address, name, (forwarding, encap_source), SocketAddr::new(vip.ip(), vip.port()), port)
         }
         _ => ip.zip(port).map(|(ip, port)| vec![SocketAddr::new(ip, port)]).unwrap_or_default(),
     };
@@ -505,7 +512,7 @@ fn resolve(
     at: &str,
     written: &Spanned<String>,
     name: &str,
-    forwarding: Forwarding,
+    (forwarding, encap_source): (Forwarding, Option<IpAddr>),
     vip: SocketAddr,
     port: u16,
 ) -> Vec<SocketAddr> {
@@ -514,7 +521,7 @@ fn resolve(
             c.error(written.span(), format!("{at}: backend host {name:?} does not resolve: {e}"));
             Vec::new()
         }
-        Ok(found) => match hosts::usable(forwarding, vip, &found) {
+        Ok(found) => match hosts::usable(forwarding, vip, encap_source, &found) {
             (usable, _) if !usable.is_empty() => usable,
             (_, refused) => {
                 let why = refused.unwrap_or_else(|| "no address".into());
@@ -540,7 +547,15 @@ fn across_vips(c: &mut Checker<'_>, raw: &[Spanned<RawVip>], vips: &[VipConfig])
         let key = (v.address, v.port, v.protocol.ip_proto());
         if !keys.insert(key) {
             let span = line_span(c.text, v.line);
-            c.error(span, format!("vip {:?}: duplicate VIP {}:{}/{}", v.label(), v.address, v.port, wire(v.protocol)));
+            c.error(
+                span,
+                format!(
+                    "vip {:?}: duplicate VIP {}/{}",
+                    v.label(),
+                    SocketAddr::new(v.address, v.port),
+                    wire(v.protocol)
+                ),
+            );
         }
     }
     if raw.len() > MAX_VIPS as usize {

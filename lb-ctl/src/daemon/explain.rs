@@ -28,7 +28,7 @@ impl Writer {
                 Ok(ip) => (ip, None),
                 Err(_) => {
                     return Err(ApiError::bad_request(format!(
-                        "malformed client address {:?}: expected ADDR or ADDR:PORT",
+                        "malformed client address {:?}: expected ADDR or ADDR:PORT (IPv6 as [ADDR]:PORT)",
                         r.client
                     )));
                 }
@@ -37,6 +37,8 @@ impl Writer {
         if ip.is_ipv4() != v.address.is_ipv4() {
             return Err(ApiError::bad_request(format!("client {ip} and VIP {} are not of the same family", v.address)));
         }
+        // The key the XDP program builds from the packet's header: 16-byte addresses (IPv4 in
+        // the first 4 bytes), ports in network order, and the family (4 or 6).
         let (src, family) = ip_bytes(ip);
         let (dst, _) = ip_bytes(v.address);
         let protocol = v.protocol.ip_proto();

@@ -58,7 +58,10 @@ impl Writer {
         );
         let announced = self.routes_announced();
         for v in self.vips()? {
-            let labels = vec![("vip", v.name.clone().unwrap_or_else(|| format!("{}:{}", v.address, v.port)))];
+            let labels = vec![(
+                "vip",
+                v.name.clone().unwrap_or_else(|| std::net::SocketAddr::new(v.address, v.port).to_string()),
+            )];
             vip_packets.get_or_create(&labels).inc_by(v.packets);
             vip_bytes.get_or_create(&labels).inc_by(v.bytes);
             vip_healthy.get_or_create(&labels).set(v.healthy as i64);

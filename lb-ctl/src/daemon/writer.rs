@@ -21,7 +21,6 @@ use crate::proxy::ProxyRuntime;
 use crate::state::plan::{Applier, ApplyReport, MapContents};
 use crate::state::{SavedState, State, StateError};
 use lb_common::flow::{FlowKey, SharedFlow};
-use std::net::IpAddr;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
@@ -235,16 +234,19 @@ impl Writer {
                 .find(|v| v.address == f.vip.ip() && v.port == f.vip.port() && v.protocol.ip_proto() == f.protocol);
             let found =
                 vip.filter(|v| matches!(v.forwarding, Forwarding::DsrIpip | Forwarding::DsrGue | Forwarding::DsrL2));
-            match (found, f.client.ip(), f.vip.ip()) {
-                (Some(v), IpAddr::V4(client), IpAddr::V4(vip_ip)) => match v.backend(f.backend) {
+            // The key the data plane builds from the packet: 16-byte addresses, either family.
+            let (src, family) = lb_common::ip_bytes(f.client.ip());
+            let (dst, vip_family) = lb_common::ip_bytes(f.vip.ip());
+            match found {
+                Some(v) if family == vip_family => match v.backend(f.backend) {
                     Some(b) => shared.push(SharedFlow {
                         key: FlowKey {
-                            src: lb_common::ipv4_bytes(client.octets()),
-                            dst: lb_common::ipv4_bytes(vip_ip.octets()),
+                            src,
+                            dst,
                             src_port: f.client.port().to_be(),
                             dst_port: f.vip.port().to_be(),
                             protocol: f.protocol,
-                            family: lb_common::family::IPV4,
+                            family,
                             _pad: [0; 2],
                         },
                         backend_id: b.id,
@@ -399,7 +401,8 @@ impl Writer {
                 return;
             }
         };
-        let (usable, refused) = hosts::usable(vip.forwarding, SocketAddr::new(vip.address, vip.port), &found);
+        let (usable, refused) =
+            hosts::usable(vip.forwarding, SocketAddr::new(vip.address, vip.port), vip.encap_source, &found);
         if usable.is_empty() {
             let why = refused.unwrap_or_else(|| "no address".into());
             tracing::warn!(vip = %label, host = %name, "backend host name gives no usable address ({why}); its backends stay as they are");

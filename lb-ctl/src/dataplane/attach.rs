@@ -10,7 +10,7 @@ use std::path::Path;
 use aya::maps::MapInfo;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{XdpMode, xdp::XdpLink};
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use lb_common::backend::Backend;
 use lb_common::flow::{ForwardSet, ReverseSet, flow_sets};
 use lb_common::limits::MAX_VIPS;
@@ -239,7 +239,7 @@ fn unpin_link(paths: &AttachPaths) -> Result<()> {
 /// Puts the DSR decapsulator on `iface` (a backend's interface), pinned so it stays after
 /// this process exits, opening IPIP only from outer sources in `sources`. Returns the mode it
 /// got and, for auto mode's fallback, why.
-pub fn attach_decap(iface: &str, mode: AttachMode, sources: &[Ipv4Net]) -> Result<(XdpMode, Option<String>)> {
+pub fn attach_decap(iface: &str, mode: AttachMode, sources: &[IpNet]) -> Result<(XdpMode, Option<String>)> {
     ensure_bpffs()?;
     let paths = AttachPaths::decap(iface);
     let mut ebpf = load::load_decap()?;

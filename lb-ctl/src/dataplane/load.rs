@@ -5,7 +5,7 @@ use aya::maps::ProgramArray;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::programs::{Xdp, XdpMode, xdp::XdpLinkId};
 use aya::{Ebpf, EbpfLoader};
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use lb_common::flow::flow_sets;
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RING_SIZE, MAX_VIPS};
 use lb_common::map_names;
@@ -118,14 +118,54 @@ pub fn load_decap() -> Result<Ebpf> {
     Ok(ebpf)
 }
 
-/// Lets the loaded decapsulator open IPIP from outer sources in `prefixes` (and only those).
-pub fn allow_decap_sources(ebpf: &mut Ebpf, prefixes: &[Ipv4Net]) -> Result<()> {
-    let name = lb_common::map_names::DECAP_SOURCES;
-    let map = ebpf.map_mut(name).ok_or_else(|| load_error(name, "no such map in the object"))?;
-    let mut trie: LpmTrie<_, [u8; 4], u8> = LpmTrie::try_from(map).map_err(|e| load_error(name, e))?;
-    for prefix in prefixes {
-        let key = Key::new(prefix.prefix_len().into(), prefix.trunc().addr().octets());
-        trie.insert(&key, 1, 0).map_err(|e| load_error(&format!("{name}: {prefix}"), e))?;
+/// Lets the loaded decapsulator open encapsulated packets from outer sources in `prefixes`
+/// (and only those): IPv4 prefixes go to DECAP_SOURCES, IPv6 ones to DECAP_SOURCES6. The
+/// IPv6 map is only opened when there is an IPv6 prefix to write.
+pub fn allow_decap_sources(ebpf: &mut Ebpf, prefixes: &[IpNet]) -> Result<()> {
+    let (v4, v6) = decap_keys(prefixes);
+    if !v4.is_empty() {
+        allow_in::<4>(ebpf, lb_common::map_names::DECAP_SOURCES, &v4)?;
+    }
+    if !v6.is_empty() {
+        allow_in::<16>(ebpf, lb_common::map_names::DECAP_SOURCES6, &v6)?;
+    }
+    Ok(())
+}
+
+/// An LPM trie key: prefix length and address bytes.
+type LpmKey<const N: usize> = (u32, [u8; N]);
+
+/// The LPM keys (prefix length, address with the host bits cleared) of `prefixes`: IPv4's for
+/// DECAP_SOURCES, IPv6's for DECAP_SOURCES6.
+fn decap_keys(prefixes: &[IpNet]) -> (Vec<LpmKey<4>>, Vec<LpmKey<16>>) {
+    let v4: Vec<LpmKey<4>> = prefixes
+        .iter()
+        .filter_map(|p| match p.trunc() {
+            IpNet::V4(n) => Some((n.prefix_len().into(), n.addr().octets())),
+            IpNet::V6(_) => None,
+        })
+        .collect();
+    let v6: Vec<LpmKey<16>> = prefixes
+        .iter()
+        .filter_map(|p| match p.trunc() {
+            IpNet::V6(n) => Some((n.prefix_len().into(), n.addr().octets())),
+            IpNet::V4(_) => None,
+        })
+        .collect();
+    (v4, v6)
+}
+
+/// Writes `prefixes` (length, address) into the LPM trie `name` (value 1: allowed).
+fn allow_in<const N: usize>(ebpf: &mut Ebpf, name: &str, prefixes: &[LpmKey<N>]) -> Result<()>
+where
+    [u8; N]: aya::Pod,
+{
+    let map = ebpf.map_mut(name).ok_or_else(|| {
+        load_error(name, "no such map in the object (an lb-decap built before this address family was supported?)")
+    })?;
+    let mut trie: LpmTrie<_, [u8; N], u8> = LpmTrie::try_from(map).map_err(|e| load_error(name, e))?;
+    for (len, addr) in prefixes {
+        trie.insert(&Key::new(*len, *addr), 1, 0).map_err(|e| load_error(&format!("{name}: {addr:?}/{len}"), e))?;
     }
     Ok(())
 }
@@ -190,5 +230,21 @@ pub fn remove_pins(dir: &Path) -> std::io::Result<()> {
     match std::fs::remove_dir(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decap_sources_go_to_the_map_of_their_family() {
+        let prefixes: Vec<IpNet> = ["198.51.100.7/24", "2001:db8:1::fe/128", "2001:db8:2::1/48", "0.0.0.0/0"]
+            .map(|p| p.parse().unwrap())
+            .into();
+        let (v4, v6) = decap_keys(&prefixes);
+        assert_eq!(v4, [(24, [198, 51, 100, 0]), (0, [0; 4])]);
+        let addr = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
+        assert_eq!(v6, [(128, addr("2001:db8:1::fe")), (48, addr("2001:db8:2::"))]);
     }
 }

@@ -304,7 +304,7 @@ impl State {
             None => crate::config::DEFAULT_WEIGHT,
             Some(w) => rules::weight(i64::try_from(w).unwrap_or(i64::MAX)).map_err(rejected)?,
         };
-        rules::address(v.forwarding, SocketAddr::new(v.address, v.port), address).map_err(rejected)?;
+        rules::address(v.forwarding, SocketAddr::new(v.address, v.port), v.encap_source, address).map_err(rejected)?;
         rules::ring_room(v.backends.len() + 1, self.ring_size).map_err(rejected)?;
         let id = self.backend_ids.alloc().ok_or(StateError::NoFreeId("backend", MAX_BACKENDS))?;
         let v = &mut self.vips[i];

@@ -72,7 +72,7 @@ impl State {
             .vips
             .iter()
             .position(|v| v.identity() == vip)
-            .ok_or_else(|| StateError::UnknownVip(format!("{}:{}", vip.address, vip.port)))?;
+            .ok_or_else(|| StateError::UnknownVip(SocketAddr::new(vip.address, vip.port).to_string()))?;
         let from_name =
             |b: &BackendState| b.host.as_deref() == Some(host.host.as_str()) && b.address.port() == host.port;
         let mut out = Resolved::default();

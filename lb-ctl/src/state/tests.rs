@@ -185,7 +185,7 @@ fn bad_changes_are_refused_and_change_nothing() {
         ),
         (
             rig.state.add_backend("web", "[2001:db8::1]:80", None),
-            "VIP \"web\": backend [2001:db8::1]:80: IPv6 backends are not supported by the XDP data plane yet",
+            "VIP \"web\": backend [2001:db8::1]:80: an IPv6 backend cannot serve the IPv4 VIP 203.0.113.10:80 with forwarding \"nat\" (NAT does not translate between families)",
         ),
         (rig.state.remove_backend("web", "198.51.100.9:8080"), "VIP \"web\" has no backend 198.51.100.9:8080"),
         (rig.state.drain_backend("203.0.113.99", "198.51.100.1:8080"), "unknown VIP \"203.0.113.99\""),
