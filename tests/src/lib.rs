@@ -5,6 +5,7 @@ pub mod balancer;
 pub mod bench;
 pub mod cluster;
 pub mod fixture;
+pub mod fixture6;
 pub mod flood;
 pub mod fuzz;
 pub mod golden;
