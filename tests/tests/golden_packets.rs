@@ -149,8 +149,23 @@ fn golden_packets_through_lb_ingress() {
         .unwrap();
     run(
         &mut dp,
-        case("IPv6 TCP to a VIP's port, no IPv6 VIP there: pass untouched", v6, XDP_PASS, None, Counter::PassNotVip),
+        case(
+            "IPv6 TCP to a VIP's port, no IPv6 VIP there: pass untouched",
+            v6.clone(),
+            XDP_PASS,
+            None,
+            Counter::PassNotVip,
+        ),
     );
+    // Without its program in JUMPS (a loader that did not fill it), IPv6 passes untouched.
+    let v6_program = program(dp.ebpf_mut(), program_names::INGRESS_V6).unwrap().fd().unwrap().try_clone().unwrap();
+    let mut jumps =
+        aya::maps::ProgramArray::try_from(dp.ebpf_mut().map_mut(lb_common::map_names::JUMPS).unwrap()).unwrap();
+    jumps.clear_index(&lb_common::jumps::IPV6).unwrap();
+    run(&mut dp, case("IPv6 with lb_ingress_v6 missing: pass untouched", v6, XDP_PASS, None, Counter::PassJumpFailed));
+    let mut jumps =
+        aya::maps::ProgramArray::try_from(dp.ebpf_mut().map_mut(lb_common::map_names::JUMPS).unwrap()).unwrap();
+    jumps.set(lb_common::jumps::IPV6, &v6_program, 0).unwrap();
     // ---- From a NAT backend's port with no reply entry: never out with the backend's address.
     let stray = Frame::tcp(B1, 8080, CLIENT, 1234).with(|f| {
         f.l4 = L4::TcpAck;

@@ -1,6 +1,6 @@
 //! The lab's clients: bounded HTTP/1.1 exchanges from a chosen source address, and the byte
 //! pattern the test backend answers with.
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// Waits until a TCP connect to `addr` succeeds from the calling thread's namespace.
@@ -13,19 +13,26 @@ pub fn wait_for_listener(addr: SocketAddr, timeout: Duration) {
     }
 }
 
-/// One HTTP/1.1 GET from source address `src`, `Connection: close`; returns status and body.
-pub fn http_get(src: Ipv4Addr, dst: SocketAddrV4, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
-    exchange(src, dst, format!("GET {path} HTTP/1.1\r\nHost: {dst}\r\nConnection: close\r\n\r\n").as_bytes(), &[])
+/// One HTTP/1.1 GET from source address `src` (IPv4 or IPv6), `Connection: close`; returns
+/// status and body.
+pub fn http_get(src: impl Into<IpAddr>, dst: impl Into<SocketAddr>, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    let dst = dst.into();
+    exchange(
+        src.into(),
+        dst,
+        format!("GET {path} HTTP/1.1\r\nHost: {dst}\r\nConnection: close\r\n\r\n").as_bytes(),
+        &[],
+    )
 }
 
 /// Sends `head` and `body` from `src` to `dst`, reads the response to the end.
-fn exchange(src: Ipv4Addr, dst: SocketAddrV4, head: &[u8], body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
+fn exchange(src: IpAddr, dst: SocketAddr, head: &[u8], body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
     use std::io::{Read, Write};
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    let socket = socket2::Socket::new(socket2::Domain::for_address(dst), socket2::Type::STREAM, None)?;
     socket.bind(&SocketAddr::from((src, 0)).into())?;
     socket.set_read_timeout(Some(Duration::from_secs(10)))?;
     socket.set_write_timeout(Some(Duration::from_secs(10)))?;
-    socket.connect_timeout(&SocketAddr::V4(dst).into(), Duration::from_secs(5))?;
+    socket.connect_timeout(&dst.into(), Duration::from_secs(5))?;
     let mut stream: std::net::TcpStream = socket.into();
     stream.write_all(head)?;
     stream.write_all(body)?;
@@ -44,9 +51,15 @@ fn exchange(src: Ipv4Addr, dst: SocketAddrV4, head: &[u8], body: &[u8]) -> std::
 
 /// One HTTP/1.1 POST of `body` from source address `src`, `Connection: close`; returns status
 /// and response body.
-pub fn http_post(src: Ipv4Addr, dst: SocketAddrV4, path: &str, body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
+pub fn http_post(
+    src: impl Into<IpAddr>,
+    dst: impl Into<SocketAddr>,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, Vec<u8>)> {
+    let dst = dst.into();
     exchange(
-        src,
+        src.into(),
         dst,
         format!("POST {path} HTTP/1.1\r\nHost: {dst}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())
             .as_bytes(),

@@ -6,7 +6,7 @@
 //! Everything is named with the run's prefix (`lbt-<pid>-…`, see [`crate::netns`]) and goes
 //! away when the lab is dropped (also when the run panics); Ctrl-C is caught by
 //! [`catch_ctrl_c`] and a run killed outright is cleaned up by the next one.
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +37,22 @@ pub fn client_addr(i: usize) -> Ipv4Addr {
 /// The address of backend `i` (0-based).
 pub fn backend_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 51, 100, 11 + i as u8)
+}
+
+/// The balancer's IPv6 addresses (see [`Lab::enable_ipv6`]): facing the clients, the backends.
+pub const LB_CLIENT_SIDE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 1);
+pub const LB_BACKEND_SIDE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, 1);
+/// Where the lab's IPv6 VIPs live (routed to the balancer).
+pub const VIP_PREFIX6: &str = "2001:db8:a::/64";
+
+/// The IPv6 address of client `i` (0-based).
+pub fn client_addr6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 0x10 + i as u16)
+}
+
+/// The IPv6 address of backend `i` (0-based).
+pub fn backend_addr6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0xb, 0, 0, 0, 0, 0x11 + i as u16)
 }
 
 pub struct Lab {
@@ -95,6 +111,28 @@ impl Lab {
         lab
     }
 
+    /// Adds IPv6 next to IPv4: the clients in 2001:db8:c::/64 and the backends in
+    /// 2001:db8:b::/64, each routed through the balancer (which forwards IPv6), and the VIP
+    /// prefix routed to it. Addresses skip duplicate address detection, so they are usable at
+    /// once.
+    pub fn enable_ipv6(&self, clients: usize) {
+        let add = |host: &Netns, addr: String| {
+            host.exec(&["ip", "-6", "addr", "add", &addr, "dev", "eth0", "nodad"]);
+        };
+        add(&self.lb, format!("{LB_CLIENT_SIDE6}/64"));
+        add(&self.lb, format!("{LB_BACKEND_SIDE6}/64"));
+        self.lb.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+        for i in 0..clients {
+            add(&self.client, format!("{}/64", client_addr6(i)));
+        }
+        self.client.exec(&["ip", "-6", "route", "add", VIP_PREFIX6, "via", &LB_CLIENT_SIDE6.to_string()]);
+        self.client.exec(&["ip", "-6", "route", "add", "2001:db8:b::/64", "via", &LB_CLIENT_SIDE6.to_string()]);
+        for (i, b) in self.backends.iter().enumerate() {
+            add(b, format!("{}/64", backend_addr6(i)));
+            b.exec(&["ip", "-6", "route", "add", "default", "via", &LB_BACKEND_SIDE6.to_string()]);
+        }
+    }
+
     /// Links `host` to the bridge: `eth0` in the host, `port` on the bridge. Two queues each
     /// (XDP on single-queue veths serialises on one core), and no checksum/segmentation
     /// offloads on the host end: frames the stack sends are complete and MTU-sized, as XDP on
@@ -144,6 +182,13 @@ impl Lab {
     pub fn resolve_backends(&self) {
         for i in 0..self.backends.len() {
             self.lb.exec(&["ping", "-c1", "-W2", &backend_addr(i).to_string()]);
+        }
+    }
+
+    /// [`Lab::resolve_backends`] for the backends' IPv6 addresses.
+    pub fn resolve_backends6(&self) {
+        for i in 0..self.backends.len() {
+            self.lb.exec(&["ping", "-6", "-c1", "-W2", &backend_addr6(i).to_string()]);
         }
     }
 
