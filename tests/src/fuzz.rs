@@ -1,6 +1,7 @@
 //! Seeded fuzzing of lb_ingress through BPF_PROG_TEST_RUN: random frames, frames mutated from
 //! every kind of valid frame (IPv6 ones too: neighbour discovery, extension headers), and
-//! random but well-formed TCP/UDP/ICMP frames aimed at the fixture's VIPs and backends. Reproducible: the same seed gives the same frames.
+//! random but well-formed TCP/UDP/ICMP frames aimed at the fixture's VIPs and backends, IPv4
+//! ([`ipv4`]) or IPv6 ([`ipv6`]). Reproducible: the same seed gives the same frames.
 //!
 //! What must hold for every frame: the verdict is a defined action (never XDP_ABORTED); a frame
 //! that concerns no VIP and no NAT backend (judged from its raw header fields here, apart from
@@ -14,7 +15,10 @@ use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_ctl::dataplane::load::program;
 
+use std::net::IpAddr;
+
 use crate::fixture::{B_FAR, CLIENT, CLIENT2, Vip};
+use crate::fixture6::{CLIENT6, Frame6, Vip6};
 use crate::golden::{hex, is_verdict};
 use crate::packets::{Frame, L4, verify_checksums};
 use crate::testrun::{action_name, run_xdp};
@@ -56,30 +60,61 @@ pub struct Report {
     pub not_ours: u64,
 }
 
-/// The addresses the frames aim at.
-struct Targets {
+/// What a run aims at: the VIPs and NAT backends of the balancer's configuration, and valid
+/// frames of every kind to mutate.
+pub struct Targets {
     /// (address, port, protocol) of each VIP.
-    vips: Vec<([u8; 4], u16, u8)>,
+    vips: Vec<(IpAddr, u16, u8)>,
     /// (address, port, protocol) of each NAT backend.
-    nat_backends: Vec<([u8; 4], u16, u8)>,
+    nat_backends: Vec<(IpAddr, u16, u8)>,
+    seeds: Vec<Vec<u8>>,
+}
+
+/// The targets of the IPv4 fixture (`fixture::vips`).
+pub fn ipv4(vips: &[Vip]) -> Targets {
+    let nat = lb_common::vip::forwarding::NAT;
+    Targets {
+        vips: vips.iter().map(|v| (IpAddr::from(v.addr), v.port, v.protocol)).collect(),
+        nat_backends: vips
+            .iter()
+            .filter(|v| v.forwarding == nat)
+            .flat_map(|v| v.backends.iter().map(move |(_, a, p)| (IpAddr::from(*a), *p, v.protocol)))
+            .collect(),
+        seeds: seeds(vips),
+    }
+}
+
+/// The targets of the IPv6 fixture (`fixture6::vips6`, which has an IPv4 VIP over IPv6 too).
+pub fn ipv6(vips: &[Vip6]) -> Targets {
+    let nat = lb_common::vip::forwarding::NAT;
+    let mut seeds = ipv6_seeds();
+    for v in vips.iter().filter(|v| v.addr.is_ipv6()) {
+        let IpAddr::V6(addr) = v.addr else { continue };
+        let f = if v.protocol == ip_proto::UDP {
+            Frame6::udp(CLIENT6, 5000, addr.octets(), v.port)
+        } else {
+            Frame6::tcp(CLIENT6, 40000, addr.octets(), v.port)
+        };
+        seeds.push(f.bytes());
+        seeds.push(f.with(|f| f.l4 = if f.l4 == L4::Udp { L4::Udp } else { L4::TcpAck }).bytes());
+    }
+    Targets {
+        vips: vips.iter().map(|v| (v.addr, v.port, v.protocol)).collect(),
+        nat_backends: vips
+            .iter()
+            .filter(|v| v.forwarding == nat)
+            .flat_map(|v| v.backends.iter().map(move |(_, a, p)| (*a, *p, v.protocol)))
+            .collect(),
+        seeds,
+    }
 }
 
 impl Targets {
-    fn of(vips: &[Vip]) -> Targets {
-        let nat = lb_common::vip::forwarding::NAT;
-        Targets {
-            vips: vips.iter().map(|v| (v.addr, v.port, v.protocol)).collect(),
-            nat_backends: vips
-                .iter()
-                .filter(|v| v.forwarding == nat)
-                .flat_map(|v| v.backends.iter().map(move |(_, a, p)| (*a, *p, v.protocol)))
-                .collect(),
-        }
-    }
-
-    /// Whether the balancer may act on this frame, from its raw bytes: an IPv4 packet (behind
-    /// at most one 802.1Q tag) to a VIP's address, port and protocol, from a NAT backend's, or
-    /// an ICMP message to a VIP's address. Anything else must pass untouched.
+    /// Whether the balancer may act on this frame, from its raw bytes: an IP packet (behind at
+    /// most one 802.1Q tag) to a VIP's address, port and protocol, from a NAT backend's, or
+    /// an ICMP message to a VIP's address; for IPv6 (whose L4 header may sit behind extension
+    /// headers) anything to a VIP's address or from a NAT backend's. Anything else must pass
+    /// untouched.
     fn may_concern(&self, frame: &[u8]) -> bool {
         let mut l3 = 14;
         let ether_type = |at: usize| frame.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
@@ -88,11 +123,19 @@ impl Targets {
             kind = ether_type(16);
             l3 = 18;
         }
+        if kind == Some(0x86dd) && frame.len() >= l3 + 40 {
+            let ip = &frame[l3..];
+            let src = IpAddr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
+            let dst = IpAddr::from(<[u8; 16]>::try_from(&ip[24..40]).unwrap());
+            return self.vips.iter().any(|(a, _, _)| *a == dst) || self.nat_backends.iter().any(|(a, _, _)| *a == src);
+        }
         if kind != Some(0x0800) || frame.len() < l3 + 20 {
             return false;
         }
         let ip = &frame[l3..];
-        let (proto, src, dst) = (ip[9], [ip[12], ip[13], ip[14], ip[15]], [ip[16], ip[17], ip[18], ip[19]]);
+        let src = IpAddr::from([ip[12], ip[13], ip[14], ip[15]]);
+        let dst = IpAddr::from([ip[16], ip[17], ip[18], ip[19]]);
+        let proto = ip[9];
         let header_len = (ip[0] & 0xf) as usize * 4;
         if proto == ip_proto::ICMP {
             return self.vips.iter().any(|(a, _, _)| *a == dst);
@@ -128,9 +171,9 @@ fn seeds(vips: &[Vip]) -> Vec<Vec<u8>> {
     .collect()
 }
 
-/// IPv6 frames (the balancer serves no IPv6 VIP yet: every one must pass untouched, neighbour
-/// discovery and router traffic included): TCP and UDP to a VIP-like address, ND neighbour
-/// solicitation and router advertisement, and TCP behind hop-by-hop and fragment headers.
+/// IPv6 frames: TCP and UDP to an address that is no VIP's (all must pass untouched, neighbour
+/// discovery and router traffic included), ND neighbour solicitation and router
+/// advertisement, and TCP behind hop-by-hop and fragment headers.
 fn ipv6_seeds() -> Vec<Vec<u8>> {
     use etherparse::PacketBuilder;
     let client = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
@@ -159,7 +202,8 @@ fn ipv6_seeds() -> Vec<Vec<u8>> {
 }
 
 /// One frame: random bytes, a mutated seed, or a random well-formed frame aimed at a target.
-fn frame(rng: &mut Rng, seeds: &[Vec<u8>], targets: &Targets) -> Vec<u8> {
+fn frame(rng: &mut Rng, targets: &Targets) -> Vec<u8> {
+    let seeds = &targets.seeds;
     match rng.below(10) {
         0 => {
             let mut f: Vec<u8> = (0..ETH_LEN + rng.below(160)).map(|_| rng.next_u64() as u8).collect();
@@ -177,27 +221,38 @@ fn frame(rng: &mut Rng, seeds: &[Vec<u8>], targets: &Targets) -> Vec<u8> {
         _ => {
             let (addr, port, proto) =
                 if rng.below(3) == 0 { rng.pick(&targets.nat_backends) } else { rng.pick(&targets.vips) };
-            let peer = [192, 0, 2, 1 + rng.below(250) as u8];
             let from_backend = targets.nat_backends.contains(&(addr, port, proto)) && rng.below(2) == 0;
-            let (src, sport, dst, dport) = if from_backend {
-                (addr, port, peer, 1024 + rng.below(60000) as u16)
-            } else {
-                (peer, 1024 + rng.below(60000) as u16, addr, port)
+            let peer_port = 1024 + rng.below(60000) as u16;
+            let ttl = rng.pick(&[1, 2, 64, 255]);
+            let ack = proto == ip_proto::TCP && rng.below(2) == 0;
+            let vlan = (rng.below(4) == 0).then(|| 1 + rng.below(4000) as u16);
+            let payload: Vec<u8> = (0..rng.pick(&[0, 1, 64, 1400, 1472])).map(|_| rng.next_u64() as u8).collect();
+            let l4 = match (proto == ip_proto::UDP, ack) {
+                (true, _) => L4::Udp,
+                (false, true) => L4::TcpAck,
+                (false, false) => L4::TcpSyn,
             };
-            let mut f = if proto == ip_proto::UDP {
-                Frame::udp(src, sport, dst, dport)
-            } else {
-                Frame::tcp(src, sport, dst, dport)
+            let bytes = match addr {
+                IpAddr::V4(addr) => {
+                    let peer = [192, 0, 2, 1 + rng.below(250) as u8];
+                    let (src, sport, dst, dport) = if from_backend {
+                        (addr.octets(), port, peer, peer_port)
+                    } else {
+                        (peer, peer_port, addr.octets(), port)
+                    };
+                    Frame { ttl, l4, vlan, payload, ..Frame::tcp(src, sport, dst, dport) }.bytes()
+                }
+                IpAddr::V6(addr) => {
+                    let mut peer = CLIENT6;
+                    peer[15] = 1 + rng.below(250) as u8;
+                    let (src, sport, dst, dport) = if from_backend {
+                        (addr.octets(), port, peer, peer_port)
+                    } else {
+                        (peer, peer_port, addr.octets(), port)
+                    };
+                    Frame6 { hop_limit: ttl, l4, vlan, payload, ..Frame6::tcp(src, sport, dst, dport) }.bytes()
+                }
             };
-            f.ttl = rng.pick(&[1, 2, 64, 255]);
-            if proto == ip_proto::TCP && rng.below(2) == 0 {
-                f.l4 = L4::TcpAck;
-            }
-            if rng.below(4) == 0 {
-                f.vlan = Some(1 + rng.below(4000) as u16);
-            }
-            f.payload = (0..rng.pick(&[0, 1, 64, 1400, 1472])).map(|_| rng.next_u64() as u8).collect();
-            let bytes = f.bytes();
             if rng.below(4) == 0 { mutate(rng, bytes) } else { bytes }
         }
     }
@@ -231,11 +286,10 @@ fn mutate(rng: &mut Rng, mut frame: Vec<u8>) -> Vec<u8> {
     frame
 }
 
-/// Runs `frames` frames from `seed` through the balancer's lb_ingress (configured with `vips`),
-/// as received on `ingress`. The first violation ends the run with a reproducible description.
-pub fn run(dp: &mut AyaDataplane, vips: &[Vip], ingress: u32, frames: u64, seed: u64) -> Result<Report, String> {
-    let targets = Targets::of(vips);
-    let seeds = seeds(vips);
+/// Runs `frames` frames from `seed` through the balancer's lb_ingress (configured with the
+/// VIPs of `targets`), as received on `ingress`. The first violation ends the run with a
+/// reproducible description.
+pub fn run(dp: &mut AyaDataplane, targets: &Targets, ingress: u32, frames: u64, seed: u64) -> Result<Report, String> {
     let mut rng = Rng::new(seed);
     let verdicts = |dp: &AyaDataplane| -> u64 {
         dp.counters().unwrap().into_iter().filter(|(c, _)| is_verdict(*c)).map(|(_, n)| n).sum()
@@ -244,7 +298,7 @@ pub fn run(dp: &mut AyaDataplane, vips: &[Vip], ingress: u32, frames: u64, seed:
     let prog: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS).map_err(|e| e.to_string())?;
     let mut report = Report::default();
     for n in 0..frames {
-        let input = frame(&mut rng, &seeds, &targets);
+        let input = frame(&mut rng, targets);
         let result = run_xdp(prog, &input, ingress);
         let at = || format!("seed {seed:#x}, frame {n}: {}", hex(&input));
         if !(1..=4).contains(&result.action) {

@@ -198,6 +198,9 @@ pub fn icmp_frag_needed(macs: (Mac, Mac), from: [u8; 4], to: [u8; 4], ttl: u8, m
 /// Checks every checksum of an IPv4 TCP/UDP frame from scratch; describes the first wrong one.
 pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
     let sliced = etherparse::SlicedPacket::from_ethernet(frame).map_err(|e| format!("parse: {e}"))?;
+    if let Some(etherparse::NetSlice::Ipv6(ip)) = &sliced.net {
+        return verify_ipv6_checksums(&ip.header().to_header(), &sliced.transport);
+    }
     let Some(etherparse::NetSlice::Ipv4(ip)) = &sliced.net else { return Ok(()) };
     let header = ip.header().to_header();
     if header.calc_header_checksum() != header.header_checksum {
@@ -232,5 +235,32 @@ pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
         _ => {}
     }
     let _ = payload;
+    Ok(())
+}
+
+/// The TCP or UDP checksum of an IPv6 packet (UDP without one, as GUE sends, passes).
+fn verify_ipv6_checksums(
+    header: &etherparse::Ipv6Header,
+    transport: &Option<etherparse::TransportSlice>,
+) -> Result<(), String> {
+    match transport {
+        Some(etherparse::TransportSlice::Tcp(tcp)) => {
+            let h: TcpHeader = tcp.to_header();
+            let want = h.calc_checksum_ipv6(header, tcp.payload()).map_err(|e| e.to_string())?;
+            if want != h.checksum {
+                return Err(format!("TCP checksum {:#06x}, want {want:#06x}", h.checksum));
+            }
+        }
+        Some(etherparse::TransportSlice::Udp(udp)) => {
+            let h: UdpHeader = udp.to_header();
+            if h.checksum != 0 {
+                let want = h.calc_checksum_ipv6(header, udp.payload()).map_err(|e| e.to_string())?;
+                if want != h.checksum {
+                    return Err(format!("UDP checksum {:#06x}, want {want:#06x}", h.checksum));
+                }
+            }
+        }
+        _ => {}
+    }
     Ok(())
 }
