@@ -4,19 +4,25 @@
 //! 198.51.100.1) running `lb-ctl attach eth0` with the XDP program in native mode, three
 //! backends (198.51.100.11-13) running `lb-test-backend` on :8080.
 //!
-//! The demo sends bounded bursts of HTTP requests to the VIP 203.0.113.10:80, kills a backend
+//! The demo sends bounded bursts of HTTP requests to the VIP 203.0.113.10:80 and to its IPv6
+//! twin [2001:db8:a::10]:80 (the same backends by their IPv6 addresses, NAT66), kills a backend
 //! and times the health checks taking it out, then adds it back with `lb-ctl backends add`.
 //! Everything it creates is torn down at the end, on failure, and on Ctrl-C; leftovers of a
 //! run that was killed outright are removed by the next run.
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail, ensure};
 use lb_ctl::state::Health;
-use lb_tests::lab::{self, Daemon, LB_PORT, Lab, backend_addr, client_addr, http_get, sibling_bin, wait_for_listener};
+use lb_tests::lab::{
+    self, Daemon, LB_PORT, Lab, backend_addr, backend_addr6, client_addr, client_addr6, http_get, sibling_bin,
+    wait_for_listener,
+};
 
 const VIP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 10), 80);
+/// The same service over IPv6: a second VIP with the backends' IPv6 addresses.
+const VIP6: SocketAddrV6 = SocketAddrV6::new(Ipv6Addr::new(0x2001, 0xdb8, 0xa, 0, 0, 0, 0, 0x10), 80, 0, 0);
 const BACKENDS: usize = 3;
 const CLIENTS: usize = 8;
 /// Requests per burst (each a new connection).
@@ -120,9 +126,11 @@ fn demo() -> Result<()> {
         lb_tests::netns::run_name("")
     ));
     let mut lab = Lab::new("", BACKENDS, CLIENTS);
+    lab.enable_ipv6(CLIENTS);
     let mut backends: BTreeMap<usize, u32> = (0..BACKENDS).map(|i| (i, start_backend(&mut lab, i))).collect();
     lab.pass_on_switch_port(LB_PORT);
     lab.resolve_backends();
+    lab.resolve_backends6();
     check_interrupt()?;
 
     step("starting the balancer: lb-ctl attach eth0 (in the balancer's namespace)");
@@ -135,14 +143,21 @@ fn demo() -> Result<()> {
     println!("all {BACKENDS} backends passed {RISE} health checks in a row after {} ms", up.as_millis());
 
     step(&format!(
-        "{BURST} requests from {CLIENTS} client addresses (hash = \"ip\": each client sticks to one backend)"
+        "{BURST} requests from {CLIENTS} client addresses to {VIP} (hash = \"ip\": each client sticks to one backend)"
     ));
-    let burst = Burst::send(&lab)?;
+    let burst = Burst::send(&lab, Family::V4)?;
     burst.print();
     ensure!(burst.errors.is_empty(), "requests failed: {:?}", burst.errors);
+    step(&format!("the same over IPv6: {BURST} requests from {CLIENTS} IPv6 clients to {VIP6} (NAT66)"));
+    let burst = Burst::send(&lab, Family::V6)?;
+    burst.print();
+    ensure!(burst.errors.is_empty(), "IPv6 requests failed: {:?}", burst.errors);
+    ensure!(burst.answers.len() == BACKENDS, "IPv6 clients reached {} backends", burst.answers.len());
     print_indented(&d.ok(&["backends", "list"]));
     println!("why {} goes where it goes:", client_addr(0));
     print_indented(&d.ok(&["explain", "web", &client_addr(0).to_string()]));
+    println!("and why {} goes where it goes over IPv6:", client_addr6(0));
+    print_indented(&d.ok(&["explain", "web6", &client_addr6(0).to_string()]));
 
     let victim = 1;
     step(&format!("killing backend-{victim} ({})", backend(victim)));
@@ -154,11 +169,13 @@ fn demo() -> Result<()> {
         down.as_millis(),
         FALL * INTERVAL_MS + TIMEOUT_MS
     );
-    let burst = Burst::send(&lab)?;
-    burst.print();
-    ensure!(burst.errors.is_empty(), "requests failed after the failover: {:?}", burst.errors);
-    ensure!(!burst.answers.contains_key(&format!("backend-{victim}")), "traffic still reached the dead backend");
-    println!("every request answered, none by backend-{victim}");
+    for family in [Family::V4, Family::V6] {
+        let burst = Burst::send(&lab, family)?;
+        burst.print();
+        ensure!(burst.errors.is_empty(), "requests failed after the failover: {:?}", burst.errors);
+        ensure!(!burst.answers.contains_key(&format!("backend-{victim}")), "traffic still reached the dead backend");
+    }
+    println!("every request answered, over IPv4 and IPv6, none by backend-{victim}");
 
     step(&format!("bringing backend-{victim} back: lb-ctl backends remove, restart its server, lb-ctl backends add"));
     print_indented(&d.ok(&["backends", "remove", "web", &backend(victim).to_string()]));
@@ -169,7 +186,7 @@ fn demo() -> Result<()> {
         "backend-{victim} healthy and back in the ring {} ms after the add (rise {RISE} x {INTERVAL_MS} ms)",
         rejoined.as_millis()
     );
-    let burst = Burst::send(&lab)?;
+    let burst = Burst::send(&lab, Family::V4)?;
     burst.print();
     ensure!(burst.errors.is_empty(), "requests failed after the re-add: {:?}", burst.errors);
     ensure!(burst.answers.contains_key(&format!("backend-{victim}")), "the re-added backend got no traffic");
@@ -181,32 +198,40 @@ fn demo() -> Result<()> {
 fn start_backend(lab: &mut Lab, i: usize) -> u32 {
     let ns = lab.backends[i].name.clone();
     let bin = sibling_bin("lb-test-backend");
-    let pid = lab.spawn(&ns, &[bin.to_str().expect("utf-8 path"), "0.0.0.0:8080", &format!("backend-{i}")]);
+    // [::] takes IPv4 and IPv6 connections alike.
+    let pid = lab.spawn(&ns, &[bin.to_str().expect("utf-8 path"), "[::]:8080", &format!("backend-{i}")]);
     let _in = lab.backends[i].enter();
     wait_for_listener(backend(i), Duration::from_secs(10));
     pid
 }
 
 fn config(d: &Daemon) -> String {
-    let backends: Vec<String> =
-        (0..BACKENDS).map(|i| format!("  {{ address = \"{}\", port = 8080 }},", backend_addr(i))).collect();
+    let vip = |name: &str, address: IpAddr, backends: Vec<String>| {
+        format!(
+            "\n[[vip]]\n\
+             name = \"{name}\"\n\
+             address = \"{address}\"\n\
+             port = 80\n\
+             protocol = \"tcp\"\n\
+             forwarding = \"nat\"\n\
+             hash = \"ip\"\n\
+             health = {{ kind = \"http\", path = \"/health\", interval = \"{INTERVAL_MS}ms\", timeout = \"{TIMEOUT_MS}ms\", rise = {RISE}, fall = {FALL} }}\n\
+             backends = [\n{}\n]\n",
+            backends.join("\n")
+        )
+    };
+    let backends = |address: &dyn Fn(usize) -> IpAddr| -> Vec<String> {
+        (0..BACKENDS).map(|i| format!("  {{ address = \"{}\", port = 8080 }},", address(i))).collect()
+    };
     format!(
         "# Written by `cargo xtask demo`.\n\
          [daemon]\n\
          api_socket = \"{}\"\n\
-         flow_table_size = 65536\n\n\
-         [[vip]]\n\
-         name = \"web\"\n\
-         address = \"{}\"\n\
-         port = 80\n\
-         protocol = \"tcp\"\n\
-         forwarding = \"nat\"\n\
-         hash = \"ip\"\n\
-         health = {{ kind = \"http\", path = \"/health\", interval = \"{INTERVAL_MS}ms\", timeout = \"{TIMEOUT_MS}ms\", rise = {RISE}, fall = {FALL} }}\n\
-         backends = [\n{}\n]\n",
+         flow_table_size = 65536\n{}{}",
         d.socket().display(),
-        VIP.ip(),
-        backends.join("\n")
+        vip("web", IpAddr::V4(*VIP.ip()), backends(&|i| IpAddr::V4(backend_addr(i)))),
+        // Dual stack: a second VIP, the same backends by their IPv6 addresses.
+        vip("web6", IpAddr::V6(*VIP6.ip()), backends(&|i| IpAddr::V6(backend_addr6(i)))),
     )
 }
 
@@ -229,25 +254,35 @@ fn wait_health(d: &Daemon, which: &[usize], want: Health) -> Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// Which of the two VIPs a burst goes to.
+#[derive(Clone, Copy)]
+enum Family {
+    V4,
+    V6,
+}
+
 /// One burst of requests from the client namespace, each a new connection, taking the client
 /// addresses in turn; each gives up after 10 s.
 #[derive(Default)]
 struct Burst {
     took: Duration,
     answers: BTreeMap<String, usize>,
-    clients: BTreeMap<String, BTreeSet<Ipv4Addr>>,
+    clients: BTreeMap<String, BTreeSet<IpAddr>>,
     errors: Vec<String>,
 }
 
 impl Burst {
-    fn send(lab: &Lab) -> Result<Burst> {
+    fn send(lab: &Lab, family: Family) -> Result<Burst> {
         check_interrupt()?;
         let _in = lab.client.enter();
         let started = Instant::now();
         let mut burst = Burst::default();
         for n in 0..BURST {
-            let src = client_addr(n % CLIENTS);
-            match http_get(src, VIP, "/") {
+            let (src, vip) = match family {
+                Family::V4 => (IpAddr::V4(client_addr(n % CLIENTS)), SocketAddr::V4(VIP)),
+                Family::V6 => (IpAddr::V6(client_addr6(n % CLIENTS)), SocketAddr::V6(VIP6)),
+            };
+            match http_get(src, vip, "/") {
                 Ok((200, body)) => {
                     let name = String::from_utf8_lossy(&body).trim().to_string();
                     *burst.answers.entry(name.clone()).or_insert(0) += 1;
@@ -267,8 +302,15 @@ impl Burst {
         println!("{total} requests in {} ms, {} failed", self.took.as_millis(), self.errors.len());
         for (name, n) in &self.answers {
             let bar = "#".repeat(n * 40 / total.max(1));
-            let clients: Vec<String> = self.clients[name].iter().map(|c| c.octets()[3].to_string()).collect();
-            println!("    {name:<10} {n:>4}  {bar:<40}  clients .{}", clients.join(" ."));
+            // Each client by the last part of its address.
+            let clients: Vec<String> = self.clients[name]
+                .iter()
+                .map(|c| match c {
+                    IpAddr::V4(v4) => format!(".{}", v4.octets()[3]),
+                    IpAddr::V6(v6) => format!("::{:x}", v6.segments()[7]),
+                })
+                .collect();
+            println!("    {name:<10} {n:>4}  {bar:<40}  clients {}", clients.join(" "));
         }
     }
 }
