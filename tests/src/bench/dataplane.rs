@@ -26,23 +26,23 @@ use lb_ctl::dataplane::load::{load_decap, program};
 const ROUNDS: usize = 31;
 const CALLS_PER_ROUND: usize = 2000;
 
-struct Path {
-    name: &'static str,
-    frame: Vec<u8>,
-    action: u32,
+pub(super) struct Path {
+    pub(super) name: &'static str,
+    pub(super) frame: Vec<u8>,
+    pub(super) action: u32,
     /// Flow to forget before each call (new-flow paths): the FLOWS set of its key and, for
     /// NAT, the REVERSE_FLOWS set of its reply's key. Those sets are emptied.
-    forget: Option<(u32, Option<u32>)>,
-    target: Option<f64>,
-    katran: Option<f64>,
+    pub(super) forget: Option<(u32, Option<u32>)>,
+    pub(super) target: Option<f64>,
+    pub(super) katran: Option<f64>,
     /// `DataplaneConfig::new_flow_budget` while this row runs.
-    budget: u32,
+    pub(super) budget: u32,
     /// `DataplaneConfig::share_flows` while this row runs (recorded flows are reported).
-    share: bool,
+    pub(super) share: bool,
 }
 
 /// No budget limit in practice, but the budget is checked.
-const UNSPENT: u32 = u32::MAX;
+pub(super) const UNSPENT: u32 = u32::MAX;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -75,8 +75,32 @@ pub struct PathCost {
     pub katran_ns: Option<f64>,
 }
 
+/// Every path of both families: the IPv4 rows, then the IPv6 rows (each family in a balancer and
+/// namespace of its own), then the ratios the targets are stated in.
 pub fn run() -> anyhow::Result<Vec<PathCost>> {
     anyhow::ensure!(unsafe { libc::geteuid() } == 0, "the data-plane benchmark needs root");
+    let mut costs = ipv4_rows()?;
+    println!();
+    costs.extend(super::dataplane6::ipv6_rows()?);
+    let extra = |name: &str| costs.iter().find(|c| c.path == name).map(|c| c.extra_ns);
+    if let (Some(v6), Some(v4)) = (extra(super::dataplane6::ESTABLISHED_NAT66), extra("established TCP (NAT)")) {
+        println!("IPv6 / IPv4, established TCP (NAT): {:.2}x (target <= 1.2x)", v6 / v4);
+    }
+    if let (Some(v6), Some(v4)) = (extra(super::dataplane6::ESTABLISHED_IP6IP6), extra("IPIP encapsulation (DSR)")) {
+        println!("IPv6 / IPv4, established DSR by IP in IP: {:.2}x (target <= 1.2x)", v6 / v4);
+    }
+    if let (Some(gue), Some(ipip)) = (extra("GUE encapsulation (DSR)"), extra("IPIP encapsulation (DSR)")) {
+        println!("GUE - IPIP, established (IPv4): {:+.1} ns (target <= 15 ns)", gue - ipip);
+    }
+    if let (Some(gue), Some(ipip)) =
+        (extra(super::dataplane6::ESTABLISHED_GUE6), extra(super::dataplane6::ESTABLISHED_IP6IP6))
+    {
+        println!("GUE - IP in IP, established (IPv6): {:+.1} ns (target <= 15 ns)", gue - ipip);
+    }
+    Ok(costs)
+}
+
+fn ipv4_rows() -> anyhow::Result<Vec<PathCost>> {
     let ns = lab();
     let _inside = ns.enter();
     let g0 = ifindex("g0");
@@ -85,11 +109,7 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
     configure(&mut dp, &vips);
     // The shared-flow row's reports, drained after every round as the daemon's sender would.
     let mut events = dp.take_flow_events();
-    let mut flows: Array<_, ForwardSet> = Array::try_from(dp.ebpf_mut().take_map(map_names::FLOWS).expect("FLOWS"))?;
-    let mut reverse: Array<_, ReverseSet> =
-        Array::try_from(dp.ebpf_mut().take_map(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS"))?;
-    let mut config: Array<_, DataplaneConfig> =
-        Array::try_from(dp.ebpf_mut().take_map(map_names::CONFIG).expect("CONFIG"))?;
+    let mut tables = Tables::take(&mut dp)?;
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;
 
@@ -264,28 +284,69 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
         },
     ];
     let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
-    let set_row = |config: &mut Array<_, DataplaneConfig>, path: &Path| -> anyhow::Result<()> {
-        let current = config.get(&0, 0)?;
-        let share_flows = u32::from(path.share);
-        config.set(0, DataplaneConfig { new_flow_budget: path.budget, share_flows, ..current }, 0)?;
-        Ok(())
-    };
     for port in &proven_ports {
         for l4 in [L4::TcpSyn, L4::TcpAck] {
             run_xdp(ours, &Frame::tcp(CLIENT, *port, web, 80).with(|f| f.l4 = l4).bytes(), g0);
         }
     }
-    // Warm up: establish the flows, and check each path takes the branch it is named after.
-    for path in &paths {
-        set_row(&mut config, path)?;
-        for _ in 0..2 {
-            if let Some((key, reply)) = &path.forget {
-                forget(&mut flows, key)?;
-                if let Some(reply) = reply {
-                    forget(&mut reverse, reply)?;
-                }
+    let mut drain = || while events.as_mut().and_then(|e| e.next()).is_some() {};
+    measure(&paths, ours, bare, &mut tables, &mut drain, g0)
+}
+
+/// The maps a row changes: the connection tables (emptied for new-flow rows) and CONFIG.
+pub(super) struct Tables {
+    pub(super) flows: Array<MapData, ForwardSet>,
+    pub(super) reverse: Array<MapData, ReverseSet>,
+    pub(super) config: Array<MapData, DataplaneConfig>,
+}
+
+impl Tables {
+    /// Takes the maps a row changes out of the balancer's object.
+    pub(super) fn take(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Tables> {
+        let mut take = |name: &str| dp.ebpf_mut().take_map(name).ok_or_else(|| anyhow::anyhow!("no map {name}"));
+        Ok(Tables {
+            flows: Array::try_from(take(map_names::FLOWS)?)?,
+            reverse: Array::try_from(take(map_names::REVERSE_FLOWS)?)?,
+            config: Array::try_from(take(map_names::CONFIG)?)?,
+        })
+    }
+}
+
+impl Tables {
+    fn set_row(&mut self, path: &Path) -> anyhow::Result<()> {
+        let current = self.config.get(&0, 0)?;
+        let share_flows = u32::from(path.share);
+        self.config.set(0, DataplaneConfig { new_flow_budget: path.budget, share_flows, ..current }, 0)?;
+        Ok(())
+    }
+
+    fn forget(&mut self, path: &Path) -> anyhow::Result<()> {
+        if let Some((key, reply)) = &path.forget {
+            forget(&mut self.flows, key)?;
+            if let Some(reply) = reply {
+                forget(&mut self.reverse, reply)?;
             }
-            let r = run_xdp(ours, &path.frame, g0);
+        }
+        Ok(())
+    }
+}
+
+/// Checks every path takes its branch, then times each: `ours` and `bare` alternately, call by
+/// call, medians over rounds. `drain` empties what a round left for userspace (shared flows).
+pub(super) fn measure(
+    paths: &[Path],
+    ours: &Xdp,
+    bare: &Xdp,
+    tables: &mut Tables,
+    drain: &mut dyn FnMut(),
+    ingress: u32,
+) -> anyhow::Result<Vec<PathCost>> {
+    // Warm up: establish the flows, and check each path takes the branch it is named after.
+    for path in paths {
+        tables.set_row(path)?;
+        for _ in 0..2 {
+            tables.forget(path)?;
+            let r = run_xdp(ours, &path.frame, ingress);
             anyhow::ensure!(
                 r.action == path.action,
                 "{}: verdict {} (expected {})",
@@ -301,36 +362,31 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
         "lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, medians"
     );
     println!(
-        "{:<28} {:>9} {:>9} {:>12} {:>10} {:>14}",
+        "{:<36} {:>9} {:>9} {:>12} {:>10} {:>14}",
         "path", "ours ns", "bare ns", "extra ns", "target", "Katran extra"
     );
     let mut costs = Vec::new();
-    for path in &paths {
-        set_row(&mut config, path)?;
+    for path in paths {
+        tables.set_row(path)?;
         let (mut b_state, mut o_state) = ((0, 0), (0, 0));
         ns_per_run(bare, &mut b_state);
         ns_per_run(ours, &mut o_state);
         let (mut b_all, mut o_all, mut extra) = (vec![], vec![], vec![]);
         for _ in 0..ROUNDS {
             for _ in 0..CALLS_PER_ROUND {
-                run_xdp(bare, &path.frame, g0);
-                if let Some((key, reply)) = &path.forget {
-                    forget(&mut flows, key)?;
-                    if let Some(reply) = reply {
-                        forget(&mut reverse, reply)?;
-                    }
-                }
-                run_xdp(ours, &path.frame, g0);
+                run_xdp(bare, &path.frame, ingress);
+                tables.forget(path)?;
+                run_xdp(ours, &path.frame, ingress);
             }
             let b = ns_per_run(bare, &mut b_state);
             let o = ns_per_run(ours, &mut o_state);
-            while events.as_mut().and_then(|e| e.next()).is_some() {}
+            drain();
             b_all.push(b);
             o_all.push(o);
             extra.push(o - b);
         }
         println!(
-            "{:<28} {:>9.1} {:>9.1} {:>12.1} {:>10} {:>14}",
+            "{:<36} {:>9.1} {:>9.1} {:>12.1} {:>10} {:>14}",
             path.name,
             median(o_all),
             median(b_all),

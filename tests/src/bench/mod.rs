@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod control;
 pub mod cpu;
 pub mod dataplane;
+mod dataplane6;
 pub mod flood;
 pub mod flows;
 pub mod lab;
