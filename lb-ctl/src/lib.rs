@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod dataplane;
+pub mod dsr_probe;
 pub mod health;
 pub mod logging;
 pub mod paths;

@@ -190,4 +190,33 @@ fn http_through_ipv6_vips_in_every_mode() {
     assert_eq!(rose("pass_jump_failed"), 0, "every IPv6 frame reached its program");
     let vips = daemon.ok(&["vips", "list"]);
     assert!(vips.contains(&format!("[{NAT_VIP}]:80")), "IPv6 VIPs print as [ADDR]:PORT:\n{vips}");
+
+    // `backends verify` from the balancer: every backend of every VIP passes, directly and
+    // along the data plane's path ...
+    for vip in ["nat66", "ip6ip6", "l2", "gue6", "v4-over-v6"] {
+        let out = daemon.ctl_on_balancer(&["backends", "verify", vip]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("backends verify {vip}:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "verify {vip}: every backend passes");
+        assert_eq!(text.matches(" ok\n").count(), 2, "verify {vip}: two backends, both ok:\n{text}");
+    }
+    // ... and a backend that lost the VIP from lo still passes its health checks, but verify
+    // names it and says why.
+    lab.backends[1].exec(&["ip", "-6", "addr", "del", &format!("{IPIP_VIP}/128"), "dev", "lo"]);
+    let out = daemon.ctl_on_balancer(&["backends", "verify", "ip6ip6", "--timeout", "500ms"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("backends verify ip6ip6, backend-1 without the VIP:\n{text}");
+    assert_eq!(out.status.code(), Some(1), "verify fails when a backend fails");
+    let broken = text.lines().find(|l| l.contains(&backend_addr6(1).to_string())).expect("backend-1's line");
+    assert!(
+        broken.contains("FAILED") && broken.contains(&format!("On the backend: the VIP {IPIP_VIP} on lo")),
+        "backend-1 is named with the fix: {broken}"
+    );
+    let fine = text.lines().find(|l| l.contains(&backend_addr6(0).to_string())).expect("backend-0's line");
+    assert!(fine.trim_end().ends_with(" ok"), "backend-0 still passes: {fine}");
+    let health = daemon.backends();
+    assert!(
+        health.iter().filter(|b| b.vip == "ip6ip6").all(|b| b.health == Health::Up),
+        "health checks alone do not see it: {health:?}"
+    );
 }

@@ -57,6 +57,9 @@ pub struct VipView {
     pub port: u16,
     pub protocol: String,
     pub forwarding: String,
+    /// `dsr-ipip` and `dsr-gue`: the outer header's source address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap_source: Option<IpAddr>,
     pub hash: String,
     /// The all-down policy.
     pub all_down_policy: String,

@@ -317,6 +317,20 @@ pub enum BackendsCommand {
         /// The backend: ADDR:PORT, or ADDR for the VIP's port.
         address: String,
     },
+    /// Check each backend of a VIP from this balancer: directly (as health checks do) and
+    /// along the data plane's own path (a TCP SYN to the VIP inside IP in IP or GUE from
+    /// encap_source, or to the backend's MAC for dsr-l2), and say what is wrong. A DSR backend
+    /// that answers only directly is misconfigured for DSR. Run as root on the balancer.
+    Verify {
+        /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.
+        vip: String,
+        /// How long to wait for each answer.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Backends with weight, health, state, traffic and active flows.
     List {
         /// Only this VIP's backends (name, ADDR:PORT[/PROTOCOL] or ADDR).

@@ -62,6 +62,19 @@ pub fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: C
         Command::Stats { watch: true, json: as_json, interval, count } => {
             runtime.block_on(watch_stats(&client, as_json, interval, count)).map(|()| String::new())
         }
+        Command::Backends(BackendsCommand::Verify { vip, timeout, json: as_json }) => {
+            // Exits 1 when a backend fails, after printing every result.
+            return match runtime.block_on(super::verify::run(&client, &vip, timeout)) {
+                Ok(results) => {
+                    print!("{}", if as_json { json(&results) } else { super::verify::render(&results) });
+                    if results.iter().all(|r| r.ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+                }
+                Err(e) => {
+                    eprintln!("lb-ctl: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         command => runtime.block_on(run_client(&client, command)),
     };
     match result {
@@ -150,7 +163,8 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
             let e = c.explain(&ExplainRequest { vip, client }).await?;
             if as_json { json(&e) } else { render::explain(&e) }
         }
-        Command::Attach(_)
+        Command::Backends(BackendsCommand::Verify { .. })
+        | Command::Attach(_)
         | Command::Validate { .. }
         | Command::Detach { .. }
         | Command::Decap(_)

@@ -14,3 +14,4 @@ pub mod rates;
 pub mod render;
 pub mod start;
 pub mod top;
+mod verify;

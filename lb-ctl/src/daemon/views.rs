@@ -48,6 +48,7 @@ impl Writer {
                     port: v.port,
                     protocol: v.protocol.as_str().into(),
                     forwarding: v.forwarding.as_str().into(),
+                    encap_source: v.encap_source,
                     hash: v.hash.as_str().into(),
                     all_down_policy: v.all_down.as_str().into(),
                     all_down: crate::state::plan::all_down(v),

@@ -191,6 +191,19 @@ impl Daemon {
         out
     }
 
+    /// `lb-ctl --socket SOCKET ARGS...` inside the daemon's network namespace: for commands that
+    /// send packets from the balancer (`backends verify`).
+    pub fn ctl_on_balancer(&self, args: &[&str]) -> Output {
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(crate::lb_ctl_bin())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .output()
+            .expect("running lb-ctl")
+    }
+
     /// `lb-ctl --socket SOCKET ARGS...`, as root.
     pub fn ctl(&self, args: &[&str]) -> Output {
         Command::new(crate::lb_ctl_bin())
