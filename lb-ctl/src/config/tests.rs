@@ -632,3 +632,66 @@ fn log_level_may_be_set_in_defaults() {
     let e = errors("[defaults]\nlog_level = \"lb_ctl=loud\"\n");
     assert!(e.len() == 1 && e[0].starts_with("lb.toml:2: defaults: log_level \"lb_ctl=loud\""), "{e:?}");
 }
+
+/// Where a probe is put: a table under a key, or a table in an array under a key.
+#[derive(Clone)]
+enum Step {
+    Table(String),
+    Array(String),
+}
+
+/// The keys the table at `path` accepts, read from the types themselves: a file with an
+/// unknown key there is refused with serde's list of the keys the table knows. None when no
+/// table of keys belongs there.
+fn keys_at(path: &[Step]) -> Option<Vec<String>> {
+    const PROBE: &str = "zz_probe";
+    let mut value = toml::Value::Table(toml::Table::from_iter([(PROBE.to_string(), toml::Value::Integer(1))]));
+    for step in path.iter().rev() {
+        value = match step {
+            Step::Table(key) => toml::Value::Table(toml::Table::from_iter([(key.clone(), value)])),
+            Step::Array(key) => {
+                toml::Value::Table(toml::Table::from_iter([(key.clone(), toml::Value::Array(vec![value]))]))
+            }
+        };
+    }
+    let text = toml::to_string(&value).unwrap();
+    let e = toml::from_str::<super::raw::RawFile>(&text).err()?;
+    let message = e.message();
+    let expected = message.strip_prefix(&format!("unknown field `{PROBE}`, expected "))?;
+    Some(expected.split('`').skip(1).step_by(2).map(str::to_string).collect())
+}
+
+/// Every key of every table at or under `path`.
+fn keys_under(path: Vec<Step>, out: &mut std::collections::BTreeSet<String>) {
+    let Some(keys) = keys_at(&path) else { return };
+    for key in keys {
+        out.insert(key.clone());
+        for step in [Step::Table(key.clone()), Step::Array(key)] {
+            let mut deeper = path.clone();
+            deeper.push(step);
+            if keys_at(&deeper).is_some() {
+                keys_under(deeper, out);
+                break;
+            }
+        }
+    }
+}
+
+/// lb.toml.example documents every key the file accepts, at every depth ([vip.proxy]'s from
+/// lb-proxy's types included): the keys come from the types, so a new field fails this test
+/// until the example names it.
+#[test]
+fn the_example_documents_every_key() {
+    let mut keys = std::collections::BTreeSet::new();
+    keys_under(Vec::new(), &mut keys);
+    // The walk reaches the deepest tables (a check of the walk itself).
+    for deep in ["ring_size", "min_healthy", "rise", "weight", "h2_max_streams", "chain", "names", "ca_file", "max"] {
+        assert!(keys.contains(deep), "{deep} not found: {keys:?}");
+    }
+    assert!(keys.len() > 80, "{} keys: {keys:?}", keys.len());
+    let example = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example")).unwrap();
+    let is_key_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let words: std::collections::HashSet<&str> = example.split(|c: char| !is_key_char(c)).collect();
+    let missing: Vec<&String> = keys.iter().filter(|k| !words.contains(k.as_str())).collect();
+    assert!(missing.is_empty(), "keys lb.toml.example does not document: {missing:?}");
+}
