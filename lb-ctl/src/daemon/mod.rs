@@ -8,6 +8,7 @@
 mod explain;
 mod metrics;
 mod proxy_metrics;
+mod events;
 mod resolver;
 mod serve;
 mod views;
