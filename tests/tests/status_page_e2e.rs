@@ -96,7 +96,8 @@ fn the_status_page_in_a_browser_shows_the_backends_list() {
     assert!(dom.contains("updated "), "the page's script polled /status.json: {dom}");
     // Recent events: backend 2 going down is one, with its VIP, address and time.
     let events = dom.split("<table id=\"events\">").nth(1).and_then(|t| t.split("</table>").next()).expect(&dom);
-    let down_event = events.split("<tr").find(|row| row.contains("data-kind=\"health\"") && row.contains(&down.to_string()));
+    let down_event =
+        events.split("<tr").find(|row| row.contains("data-kind=\"health\"") && row.contains(&down.to_string()));
     let down_event = down_event.unwrap_or_else(|| panic!("no health event for {down} in the recent events: {events}"));
     assert!(down_event.contains("<td>web</td>") && down_event.contains("backend is down"), "{down_event}");
     let year = down_event.split("<td>").nth(1).and_then(|t| t.get(..4)).and_then(|y| y.parse::<u32>().ok());

@@ -148,7 +148,10 @@ async fn the_status_page_shows_recent_events() {
     assert_eq!((drain.vip.as_deref(), drain.backend), (Some("web"), Some("198.51.100.1:8080".parse().unwrap())));
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     assert!(drain.at_unix <= now && drain.at_unix + 60 > now, "{drain:?}");
-    assert!(events[0].message.starts_with("reloaded: ") && events[0].message.contains("undid 1 API changes"), "{events:#?}");
+    assert!(
+        events[0].message.starts_with("reloaded: ") && events[0].message.contains("undid 1 API changes"),
+        "{events:#?}"
+    );
     let page = get("/").await;
     let row = format!(
         "<tr data-kind=\"drain\"><td>{}</td><td>drain</td><td>web</td><td>198.51.100.1:8080</td><td>web: backend 198.51.100.1:8080 draining",

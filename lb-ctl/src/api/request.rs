@@ -4,8 +4,8 @@ use std::future::Future;
 
 use super::ApiError;
 use super::types::{
-    BackendRequest, BackendView, Changed, EventView, ExplainRequest, ExplainView, NodeView, ReloadView, StatsView, StatusView,
-    VipView,
+    BackendRequest, BackendView, Changed, EventView, ExplainRequest, ExplainView, NodeView, ReloadView, StatsView,
+    StatusView, VipView,
 };
 
 /// A request to the daemon.

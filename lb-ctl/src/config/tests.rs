@@ -597,7 +597,10 @@ fn every_unknown_key_is_reported_with_the_other_mistakes() {
     );
     assert!(e[3].contains("expected one of `connect`, `client_header`"), "{e:#?}");
     // The file's other mistakes are still found.
-    assert!(e.contains(&"lb.toml:16: vip \"not-an-ip:0/tcp\": address \"not-an-ip\" is not an IP address".into()), "{e:#?}");
+    assert!(
+        e.contains(&"lb.toml:16: vip \"not-an-ip:0/tcp\": address \"not-an-ip\" is not an IP address".into()),
+        "{e:#?}"
+    );
     assert!(e.contains(&"lb.toml:17: vip \"not-an-ip:0/tcp\": port must be 1-65535, got 0".into()), "{e:#?}");
     assert_eq!(e.len(), 9, "{e:#?}");
 }

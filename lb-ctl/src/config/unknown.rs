@@ -156,15 +156,13 @@ mod tests {
         let d = deserialize::<Outer>(text);
         assert_eq!(d.text.len(), text.len());
         assert_eq!(d.text.lines().count(), text.lines().count());
-        d.mistakes
-            .into_iter()
-            .map(|(span, m)| (text[..span.unwrap().start].matches('\n').count() + 1, m))
-            .collect()
+        d.mistakes.into_iter().map(|(span, m)| (text[..span.unwrap().start].matches('\n').count() + 1, m)).collect()
     }
 
     #[test]
     fn every_unknown_key_is_reported_at_every_depth() {
-        let text = "b = 1\na = 2\ninner = { y = 1, x = 2, z = 3 }\n[[list]]\nw = 'é'\n[[list]]\nx = 1\n[inner2]\nq = 1\n";
+        let text =
+            "b = 1\na = 2\ninner = { y = 1, x = 2, z = 3 }\n[[list]]\nw = 'é'\n[[list]]\nx = 1\n[inner2]\nq = 1\n";
         let found = lines(text);
         let keys: Vec<(usize, &str)> =
             found.iter().map(|(l, m)| (*l, m.split('`').nth(1).unwrap_or_default())).collect();
