@@ -313,12 +313,13 @@ fn attach_refuses_a_bad_config_before_touching_anything() {
 }
 
 /// Only root may use the control socket: the file is 0600, and the daemon also checks the
-/// peer's credentials. Needs root to switch to another user; prints SKIPPED otherwise.
+/// peer's credentials. Needs root to switch to another user: prints SKIPPED without it, and
+/// fails instead under CI (`CI` set), where it must run.
 #[test]
 fn non_root_users_are_refused() {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED (needs root): non_root_users_are_refused");
+    let root = unsafe { libc::geteuid() } == 0;
+    if !runs_as_root("non_root_users_are_refused", root, std::env::var_os("CI").is_some()) {
         return;
     }
     let d = Daemon::start();
@@ -339,6 +340,28 @@ fn non_root_users_are_refused() {
     assert!(out.stdout.is_empty());
     // Root still gets in.
     d.ok(&["status"]);
+}
+
+/// Whether a test that needs root runs: without root it prints SKIPPED, or under CI fails.
+fn runs_as_root(test: &str, root: bool, ci: bool) -> bool {
+    if root {
+        return true;
+    }
+    assert!(!ci, "{test}: needs root (to run a client as another user) and CI is set: refusing to skip");
+    eprintln!("SKIPPED (needs root): {test}");
+    false
+}
+
+#[test]
+#[should_panic(expected = "and CI is set: refusing to skip")]
+fn a_root_test_without_root_fails_under_ci() {
+    runs_as_root("t", false, true);
+}
+
+#[test]
+fn a_root_test_without_root_skips_outside_ci() {
+    assert!(!runs_as_root("t", false, false));
+    assert!(runs_as_root("t", true, true));
 }
 
 /// The subcommands a user sees, for the completion and man page checks.
@@ -454,4 +477,47 @@ fn top_without_a_terminal_points_to_stats_watch() {
     let (code, err) = d.fails(&["top"]);
     assert_eq!(code, 1);
     assert!(err.contains("stats --watch"), "{err}");
+}
+
+/// The daemon's stderr as it logs at start, with stderr a pipe (not a terminal); `extra` is
+/// added to the configuration file.
+fn daemon_log(extra: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run").join("test0.sock");
+    std::fs::write(dir.path().join("lb.toml"), config(&socket, extra)).unwrap();
+    let child = Command::new(BIN)
+        .args(["attach", "test0", "--fake-dataplane", "--log-format", "text", "--config"])
+        .arg(dir.path().join("lb.toml"))
+        .arg("--state-dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut d = Daemon { child: Some(child), dir, socket };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !d.run(&["status"]).status.success() {
+        assert!(Instant::now() < deadline, "the daemon did not answer within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let child = d.child.take().unwrap();
+    // SAFETY: kill on the pid of a child this test started and has not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn no_colour_codes_when_stderr_is_not_a_terminal() {
+    let log = daemon_log("");
+    assert!(log.contains(" INFO "), "the daemon logs at info by default: {log}");
+    assert!(!log.contains("\x1b["), "ANSI escape codes in a log written to a pipe: {log:?}");
+}
+
+#[test]
+fn the_log_level_may_come_from_defaults() {
+    let log = daemon_log("[defaults]\nlog_level = \"warn\"\n");
+    assert!(!log.contains(" INFO "), "[defaults] log_level = \"warn\" lets no info line through: {log}");
+    let log = daemon_log("[defaults]\nlog_level = \"debug\"\n");
+    assert!(log.contains(" INFO "), "{log}");
 }

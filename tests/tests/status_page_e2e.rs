@@ -1,6 +1,7 @@
 //! The status page of a running daemon, loaded in headless Chromium (Debian's `chromium`) from
 //! the balancer's namespace of a namespace lab: the backends it shows, with their health, are
-//! those of `lb-ctl backends list`, and its script fills the rates. A screenshot is kept in
+//! those of `lb-ctl backends list`, its recent events show a backend going down, and its
+//! script fills the rates. A screenshot is kept in
 //! `target/test-artifacts/status-page.png`. Needs root.
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -93,6 +94,14 @@ fn the_status_page_in_a_browser_shows_the_backends_list() {
     assert_eq!(shown.len(), 3, "{dom}");
     assert_eq!(shown, listed, "the page against backends list");
     assert!(dom.contains("updated "), "the page's script polled /status.json: {dom}");
+    // Recent events: backend 2 going down is one, with its VIP, address and time.
+    let events = dom.split("<table id=\"events\">").nth(1).and_then(|t| t.split("</table>").next()).expect(&dom);
+    let down_event =
+        events.split("<tr").find(|row| row.contains("data-kind=\"health\"") && row.contains(&down.to_string()));
+    let down_event = down_event.unwrap_or_else(|| panic!("no health event for {down} in the recent events: {events}"));
+    assert!(down_event.contains("<td>web</td>") && down_event.contains("backend is down"), "{down_event}");
+    let year = down_event.split("<td>").nth(1).and_then(|t| t.get(..4)).and_then(|y| y.parse::<u32>().ok());
+    assert!(year.is_some_and(|y| y >= 2025), "a UTC time first: {down_event}");
     let shot = artifacts.join("status-page.png");
     let _ = std::fs::remove_file(&shot);
     chromium(&[&format!("--screenshot={}", shot.display())]);

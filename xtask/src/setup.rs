@@ -16,7 +16,7 @@ const LLVM_MAJOR: &str = "22";
 /// recommended by chromium, and recommends are not installed), BIRD 2 (the scale-out
 /// suite announces VIPs over BGP to a router namespace) and nft (nftables: the export test
 /// checks the generated ruleset with `nft -c`).
-const DEBIAN_PACKAGES: &[&str] = &[
+pub(crate) const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "ethtool",
     "iputils-ping",

@@ -127,3 +127,37 @@ async fn the_status_page_shows_the_backends_list() {
     assert_eq!(backends, list);
     d.stop().await;
 }
+
+/// A drain and a reload are recent events: in `/status.json` newest first, with their time,
+/// and on the page.
+#[tokio::test]
+async fn the_status_page_shows_recent_events() {
+    let d = Daemon::start(&lb_toml("")).await;
+    let get = |path: &'static str| d.metrics_get(path);
+    let page = get("/").await;
+    assert!(page.contains("<h2>Recent events</h2>") && page.contains("none since the daemon started"), "{page}");
+    d.client.drain_backend(&d.req("web", "198.51.100.1:8080", None)).await.unwrap();
+    d.client.reload().await.unwrap();
+    let json = get("/status.json").await;
+    let body = &json[json.find("\r\n\r\n").unwrap() + 4..];
+    let snapshot: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let events: Vec<crate::api::types::EventView> = serde_json::from_value(snapshot["events"].clone()).unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["reload", "drain"], "newest first: {events:#?}");
+    let drain = &events[1];
+    assert_eq!((drain.vip.as_deref(), drain.backend), (Some("web"), Some("198.51.100.1:8080".parse().unwrap())));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert!(drain.at_unix <= now && drain.at_unix + 60 > now, "{drain:?}");
+    assert!(
+        events[0].message.starts_with("reloaded: ") && events[0].message.contains("undid 1 API changes"),
+        "{events:#?}"
+    );
+    let page = get("/").await;
+    let row = format!(
+        "<tr data-kind=\"drain\"><td>{}</td><td>drain</td><td>web</td><td>198.51.100.1:8080</td><td>web: backend 198.51.100.1:8080 draining",
+        super::status_page::event_time(drain.at_unix)
+    );
+    assert!(page.contains(&row), "{row} missing:\n{page}");
+    assert!(page.find("data-kind=\"reload\"").unwrap() < page.find("data-kind=\"drain\"").unwrap(), "newest first");
+    d.stop().await;
+}

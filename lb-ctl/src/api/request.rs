@@ -4,8 +4,8 @@ use std::future::Future;
 
 use super::ApiError;
 use super::types::{
-    BackendRequest, BackendView, Changed, ExplainRequest, ExplainView, NodeView, ReloadView, StatsView, StatusView,
-    VipView,
+    BackendRequest, BackendView, Changed, EventView, ExplainRequest, ExplainView, NodeView, ReloadView, StatsView,
+    StatusView, VipView,
 };
 
 /// A request to the daemon.
@@ -30,6 +30,8 @@ pub enum Request {
     },
     /// Every metric, in the OpenMetrics text format.
     Metrics,
+    /// The recent events, newest first.
+    Events,
 }
 
 /// The daemon's answer to a [`Request`].
@@ -45,6 +47,7 @@ pub enum Response {
     Node(NodeView),
     /// OpenMetrics text.
     Metrics(String),
+    Events(Vec<EventView>),
 }
 
 impl Response {
@@ -60,6 +63,7 @@ impl Response {
             Response::Reloaded(v) => serde_json::to_value(v),
             Response::Node(v) => serde_json::to_value(v),
             Response::Metrics(text) => Ok(serde_json::Value::String(text.clone())),
+            Response::Events(v) => serde_json::to_value(v),
         };
         value.expect("API views serialize to JSON")
     }

@@ -97,6 +97,7 @@ pub fn router<S: Service>(service: S) -> Router {
         .route("/status", only("GET", get(|State(s): State<S>| call(s, Request::Status))))
         .route("/vips", only("GET", get(|State(s): State<S>| call(s, Request::Vips))))
         .route("/stats", only("GET", get(|State(s): State<S>| call(s, Request::Stats))))
+        .route("/events", only("GET", get(|State(s): State<S>| call(s, Request::Events))))
         .route("/reload", only("POST", post(|State(s): State<S>| call(s, Request::Reload))))
         .route("/node/drain", only("POST", post(|State(s): State<S>| call(s, Request::Node { drain: true }))))
         .route("/node/undrain", only("POST", post(|State(s): State<S>| call(s, Request::Node { drain: false }))))

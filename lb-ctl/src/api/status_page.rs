@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::ApiError;
 use super::request::{Request, Response, Service};
-use super::types::{BackendView, StatsView, StatusView, VipView};
+use super::types::{BackendView, EventView, StatsView, StatusView, VipView};
 
 /// Everything the page shows, also served as `/status.json`.
 #[derive(Serialize)]
@@ -19,6 +19,8 @@ pub struct Snapshot {
     vips: Vec<VipView>,
     backends: Vec<BackendView>,
     stats: StatsView,
+    /// The recent events, newest first.
+    events: Vec<EventView>,
 }
 
 async fn snapshot<S: Service>(service: &S) -> Result<Snapshot, ApiError> {
@@ -29,7 +31,8 @@ async fn snapshot<S: Service>(service: &S) -> Result<Snapshot, ApiError> {
         return Err(unexpected());
     };
     let Response::Stats(stats) = service.call(Request::Stats).await? else { return Err(unexpected()) };
-    Ok(Snapshot { status, vips, backends, stats })
+    let Response::Events(events) = service.call(Request::Events).await? else { return Err(unexpected()) };
+    Ok(Snapshot { status, vips, backends, stats, events })
 }
 
 pub async fn json<S: Service>(State(service): State<S>) -> Result<Json<Snapshot>, ApiError> {
@@ -121,6 +124,14 @@ fn render(s: &Snapshot) -> String {
             b.errors.map_or("&ndash;".into(), |n| n.to_string()),
         ));
     }
+    body.push_str(&format!(
+        "</table>\n<h2>Recent events</h2>\n<table id=\"events\"><tr><th>time (UTC)</th><th>event</th><th>VIP</th>\
+         <th>backend</th><th>what</th></tr>\n{}",
+        s.events.iter().map(event_row).collect::<String>()
+    ));
+    if s.events.is_empty() {
+        body.push_str("<tr class=\"none\"><td colspan=\"5\">none since the daemon started</td></tr>\n");
+    }
     body.push_str("</table>\n<h2>Data plane counters (non-zero)</h2>\n<table id=\"counters\">");
     for c in s.stats.counters.iter().filter(|c| c.value > 0) {
         body.push_str(&row(&[escape(&c.name), c.value.to_string()]));
@@ -129,6 +140,34 @@ fn render(s: &Snapshot) -> String {
     format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>lb-ctl status</title>\n<style>{STYLE}</style>\
          </head><body>\n{body}<script>{SCRIPT}</script>\n</body></html>\n"
+    )
+}
+
+/// When an event happened, as the page shows it: `2026-01-02 03:04:05`, UTC.
+pub(super) fn event_time(at_unix: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at_unix);
+    humantime::format_rfc3339_seconds(at).to_string().replace('T', " ").trim_end_matches('Z').to_string()
+}
+
+fn event_row(e: &EventView) -> String {
+    let class = if (e.kind == "health" && e.message.starts_with("backend is down")) || e.kind == "ejected" {
+        " class=\"bad\""
+    } else {
+        ""
+    };
+    format!(
+        "<tr{class} data-kind=\"{}\">{}</tr>\n",
+        escape(&e.kind),
+        [
+            event_time(e.at_unix),
+            escape(&e.kind),
+            escape(e.vip.as_deref().unwrap_or("")),
+            e.backend.map(|b| b.to_string()).unwrap_or_default(),
+            escape(&e.message),
+        ]
+        .iter()
+        .map(|c| format!("<td>{c}</td>"))
+        .collect::<String>()
     )
 }
 
@@ -161,6 +200,15 @@ async function poll() {
           row.querySelector('.packets').textContent = b.packets;
           row.querySelector('.health').textContent = b.health;
         }
+      }
+      const events = document.getElementById('events');
+      while (events.rows.length > 1) events.deleteRow(1);
+      for (const e of s.events) {
+        const row = events.insertRow();
+        row.dataset.kind = e.kind;
+        if ((e.kind === 'health' && e.message.startsWith('backend is down')) || e.kind === 'ejected') row.className = 'bad';
+        const time = new Date(e.at_unix * 1000).toISOString().replace('T', ' ').slice(0, 19);
+        for (const text of [time, e.kind, e.vip || '', e.backend || '', e.message]) row.insertCell().textContent = text;
       }
       document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
     }

@@ -220,6 +220,24 @@ pub struct ReloadView {
     pub message: String,
 }
 
+/// One of the daemon's recent events (`GET /v1/events`, newest first; the status page's
+/// "Recent events").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventView {
+    /// Seconds since the Unix epoch.
+    pub at_unix: u64,
+    /// `health`, `ejected`, `drain`, `undrain`, `add`, `remove`, `resolve` or `reload`.
+    pub kind: String,
+    /// The VIP's label, when the event is about one.
+    #[serde(default)]
+    pub vip: Option<String>,
+    /// The backend, when the event is about one.
+    #[serde(default)]
+    pub backend: Option<SocketAddr>,
+    /// What happened (for a reload: what changed).
+    pub message: String,
+}
+
 /// How `explain` decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

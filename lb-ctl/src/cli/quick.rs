@@ -3,29 +3,32 @@
 //! next to the control socket and checked like any other, so the daemon, its API, its metrics
 //! and reloads are exactly those of `lb-ctl proxy --config`. `--backends-file FILE` (one
 //! `HOST:PORT` a line, `#` comments) is read at start and again whenever it changes; a file
-//! with mistakes is refused with FILE:LINE and the running backends stay.
-use std::net::{SocketAddr, ToSocketAddrs};
+//! with mistakes is refused with FILE:LINE and the running backends stay. A backend given by
+//! host name is written as that name, so the daemon resolves it again every
+//! `resolve_interval` (the path of names in any lb.toml).
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
 
 use super::args::{QuickBalance, QuickStart};
+use crate::config::hosts;
 
-/// Every address `spec` (`HOST:PORT`, `IP:PORT`, `[IPv6]:PORT`) stands for, in the resolver's
-/// order without duplicates: a name with several addresses gives several backends.
-pub fn resolve(spec: &str) -> anyhow::Result<Vec<SocketAddr>> {
-    let mut out: Vec<SocketAddr> = Vec::new();
-    let found = spec.to_socket_addrs().with_context(|| format!("backend {spec:?}: not HOST:PORT, or not resolved"))?;
-    for addr in found {
-        if !out.contains(&addr) {
-            out.push(addr);
-        }
+/// A backend spec (`HOST:PORT`, `IP:PORT`, `[IPv6]:PORT`) as lb.toml writes it: an address
+/// and a port. A host name stays a name: the daemon resolves it at load and again every
+/// `daemon.resolve_interval`, each address a backend, as for names written in lb.toml.
+pub fn split(spec: &str) -> anyhow::Result<(String, u16)> {
+    if let Ok(addr) = spec.parse::<SocketAddr>() {
+        return Ok((addr.ip().to_string(), addr.port()));
     }
-    if out.is_empty() {
-        bail!("backend {spec:?}: the name has no address");
+    let not = || format!("backend {spec:?}: not HOST:PORT");
+    let (host, port) = spec.rsplit_once(':').with_context(not)?;
+    let port = port.parse::<u16>().ok().filter(|p| *p != 0).with_context(not)?;
+    if !hosts::is_host_name(host) {
+        bail!("backend {spec:?}: {host:?} is neither an IP address nor a host name");
     }
-    Ok(out)
+    Ok((host.to_string(), port))
 }
 
 /// The backend specs of a backends file: one `HOST:PORT` a line; blank lines and `#` comments
@@ -46,18 +49,18 @@ pub fn read_backends_file(path: &Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// Every backend of the quick start: the `--backend` flags and the backends file, resolved.
-fn backends(q: &QuickStart) -> anyhow::Result<Vec<SocketAddr>> {
+/// Every backend of the quick start: the `--backend` flags and the backends file, as
+/// `(address or host name, port)`.
+fn backends(q: &QuickStart) -> anyhow::Result<Vec<(String, u16)>> {
     let mut specs = q.backend.clone();
     if let Some(file) = &q.backends_file {
         specs.extend(read_backends_file(file)?);
     }
     let mut out = Vec::new();
     for spec in &specs {
-        for addr in resolve(spec)? {
-            if !out.contains(&addr) {
-                out.push(addr);
-            }
+        let backend = split(spec)?;
+        if !out.contains(&backend) {
+            out.push(backend);
         }
     }
     Ok(out)
@@ -83,7 +86,7 @@ pub fn config_text(q: &QuickStart, socket: &Path) -> anyhow::Result<String> {
     ));
     let list: Vec<String> = backends
         .iter()
-        .map(|b| format!("  {{ address = {}, port = {} }},", toml_string(&b.ip().to_string()), b.port()))
+        .map(|(address, port)| format!("  {{ address = {}, port = {port} }},", toml_string(address)))
         .collect();
     // A TCP check, as HAProxy's `check`: a backend that refuses connections leaves at once.
     text.push_str("health = { kind = \"tcp\", interval = \"2s\", rise = 1 }\n");
@@ -180,6 +183,24 @@ mod tests {
         std::fs::write(&file, "127.0.0.1:80\n\n# c\n127.0.0.1 80\n").unwrap();
         let e = read_backends_file(&file).unwrap_err().to_string();
         assert_eq!(e, format!("{}:4: expected one HOST:PORT, got \"127.0.0.1 80\"", file.display()));
-        assert!(resolve("no-such-host.invalid:80").is_err());
+        assert!(split("no-port").is_err() && split("app:0").is_err() && split("a b:80").is_err());
+    }
+
+    #[test]
+    fn host_names_are_left_for_the_daemon_to_resolve_again() {
+        let q = quick(&["--listen", "127.0.0.1:7777", "--backend", "app.internal:9000", "--backend", "127.0.0.1:8080"]);
+        let text = config_text(&q, Path::new("/s")).unwrap();
+        let resolve: hosts::Resolver = std::sync::Arc::new(|host, port| {
+            assert_eq!(host, "app.internal");
+            Ok(vec![SocketAddr::from(([127, 0, 0, 2], port)), SocketAddr::from(([127, 0, 0, 3], port))])
+        });
+        let config = Config::parse_with(&text, Path::new("q.toml"), &resolve).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let vip = &config.vips[0];
+        // A host-name backend of the file: the resolver task re-resolves `hosts` every interval.
+        let named: Vec<(&str, u16)> = vip.hosts.iter().map(|h| (h.host.as_str(), h.port)).collect();
+        assert_eq!(named, [("app.internal", 9000)], "{text}");
+        let addrs: Vec<String> = vip.backends.iter().map(|b| b.address.to_string()).collect();
+        assert_eq!(addrs, ["127.0.0.2:9000", "127.0.0.3:9000", "127.0.0.1:8080"]);
+        assert_eq!(config.daemon.resolve_interval, crate::config::DEFAULT_RESOLVE_INTERVAL);
     }
 }

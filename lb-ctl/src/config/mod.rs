@@ -10,6 +10,7 @@ mod health;
 pub mod hosts;
 mod raw;
 pub mod rules;
+mod unknown;
 mod validate;
 mod yaml;
 

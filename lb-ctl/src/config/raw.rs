@@ -52,6 +52,8 @@ pub(super) struct RawCluster {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDefaults {
     pub health: Option<Spanned<RawHealth>>,
+    /// The daemon's log filter, as `[daemon] log_level` (one of the two).
+    pub log_level: Option<Spanned<String>>,
     /// Deserialized only to be checked here, with its lines; `defaults.rs` merges the table
     /// as written into each proxy VIP's options.
     #[allow(dead_code)]

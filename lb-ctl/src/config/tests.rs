@@ -568,3 +568,133 @@ fn proxy_sub_tables_parse_without_their_parent_header() {
     let text = format!("[defaults.proxy.retries]\nmax = 4\n\n{base}");
     assert_eq!(parse(&text).unwrap().vips[0].spec.proxy.as_ref().unwrap().retries.max, 4);
 }
+
+#[test]
+fn every_unknown_key_is_reported_with_the_other_mistakes() {
+    let text = format!(
+        "[daemon]\nring_sise = 7\n{VIP}wieght = 1\nbackends = [ {{ address = \"198.51.100.1\", prot = 80 }} ]\n\
+         forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\", idle = \"2s\", tunel = \"1h\" }}\n\
+         limits = {{ max_conns = 5 }}\n[vip.proxy.retries]\nmaximum = 1\n[[vip]]\naddress = \"not-an-ip\"\nport = 0\n"
+    );
+    let e = errors(&text);
+    let unknown: Vec<(&str, &str)> = e
+        .iter()
+        .filter(|m| m.contains("unknown field"))
+        .map(|m| (m.split(": ").next().unwrap(), m.split('`').nth(1).unwrap()))
+        .collect();
+    assert_eq!(
+        unknown,
+        [
+            ("lb.toml:2", "ring_sise"),
+            ("lb.toml:7", "wieght"),
+            ("lb.toml:8", "prot"),
+            ("lb.toml:11", "conect"),
+            ("lb.toml:11", "tunel"),
+            ("lb.toml:12", "max_conns"),
+            ("lb.toml:14", "maximum"),
+        ],
+        "{e:#?}"
+    );
+    assert!(e[3].contains("expected one of `connect`, `client_header`"), "{e:#?}");
+    // The file's other mistakes are still found.
+    assert!(
+        e.contains(&"lb.toml:16: vip \"not-an-ip:0/tcp\": address \"not-an-ip\" is not an IP address".into()),
+        "{e:#?}"
+    );
+    assert!(e.contains(&"lb.toml:17: vip \"not-an-ip:0/tcp\": port must be 1-65535, got 0".into()), "{e:#?}");
+    assert_eq!(e.len(), 9, "{e:#?}");
+}
+
+#[test]
+fn an_unknown_table_is_one_mistake_and_a_type_mistake_still_shows_the_unknown_keys() {
+    let e = errors(&format!("{VIP}[vip.prox]\nbalance = 1\ntimeouts = 2\n[vip.health]\nkin = \"tcp\"\n"));
+    assert_eq!(e.len(), 2, "{e:#?}");
+    assert!(e[0].starts_with("lb.toml:5: unknown field `prox`"), "{e:#?}");
+    assert!(e[1].starts_with("lb.toml:9: unknown field `kin`"), "{e:#?}");
+    let e = errors(&format!("[daemon]\nringsize = 1\n{VIP}weight = 2\nhash = 3\nzone = 1\n"));
+    assert!(e[0].starts_with("lb.toml:2: unknown field `ringsize`"), "{e:#?}");
+    assert!(e[1].starts_with("lb.toml:7: unknown field `weight`"), "{e:#?}");
+    assert_eq!(e[2], "lb.toml:8: wanted string or table", "{e:#?}");
+    assert!(e[3].starts_with("lb.toml:9: unknown field `zone`"), "{e:#?}");
+    assert_eq!(e.len(), 4, "{e:#?}");
+}
+
+#[test]
+fn log_level_may_be_set_in_defaults() {
+    assert_eq!(parse("[defaults]\nlog_level = \"debug\"\n").unwrap().daemon.log_level, "debug");
+    let both = "[daemon]\nlog_level = \"warn\"\n[defaults]\nlog_level = \"warn\"\n";
+    assert_eq!(parse(both).unwrap().daemon.log_level, "warn", "the same in both is no mistake");
+    assert_eq!(
+        errors("[defaults]\nlog_level = \"debug\"\n[daemon]\nlog_level = \"warn\"\n"),
+        ["lb.toml:4: log_level is set twice, to \"warn\" in [daemon] and to \"debug\" in [defaults]: keep one"]
+    );
+    assert_eq!(
+        errors("[daemon]\nlog_level = \"warn\"\n[defaults]\nlog_level = \"debug\"\n"),
+        ["lb.toml:4: log_level is set twice, to \"warn\" in [daemon] and to \"debug\" in [defaults]: keep one"]
+    );
+    let e = errors("[defaults]\nlog_level = \"lb_ctl=loud\"\n");
+    assert!(e.len() == 1 && e[0].starts_with("lb.toml:2: defaults: log_level \"lb_ctl=loud\""), "{e:?}");
+}
+
+/// Where a probe is put: a table under a key, or a table in an array under a key.
+#[derive(Clone)]
+enum Step {
+    Table(String),
+    Array(String),
+}
+
+/// The keys the table at `path` accepts, read from the types themselves: a file with an
+/// unknown key there is refused with serde's list of the keys the table knows. None when no
+/// table of keys belongs there.
+fn keys_at(path: &[Step]) -> Option<Vec<String>> {
+    const PROBE: &str = "zz_probe";
+    let mut value = toml::Value::Table(toml::Table::from_iter([(PROBE.to_string(), toml::Value::Integer(1))]));
+    for step in path.iter().rev() {
+        value = match step {
+            Step::Table(key) => toml::Value::Table(toml::Table::from_iter([(key.clone(), value)])),
+            Step::Array(key) => {
+                toml::Value::Table(toml::Table::from_iter([(key.clone(), toml::Value::Array(vec![value]))]))
+            }
+        };
+    }
+    let text = toml::to_string(&value).unwrap();
+    let e = toml::from_str::<super::raw::RawFile>(&text).err()?;
+    let message = e.message();
+    let expected = message.strip_prefix(&format!("unknown field `{PROBE}`, expected "))?;
+    Some(expected.split('`').skip(1).step_by(2).map(str::to_string).collect())
+}
+
+/// Every key of every table at or under `path`.
+fn keys_under(path: Vec<Step>, out: &mut std::collections::BTreeSet<String>) {
+    let Some(keys) = keys_at(&path) else { return };
+    for key in keys {
+        out.insert(key.clone());
+        for step in [Step::Table(key.clone()), Step::Array(key)] {
+            let mut deeper = path.clone();
+            deeper.push(step);
+            if keys_at(&deeper).is_some() {
+                keys_under(deeper, out);
+                break;
+            }
+        }
+    }
+}
+
+/// lb.toml.example documents every key the file accepts, at every depth ([vip.proxy]'s from
+/// lb-proxy's types included): the keys come from the types, so a new field fails this test
+/// until the example names it.
+#[test]
+fn the_example_documents_every_key() {
+    let mut keys = std::collections::BTreeSet::new();
+    keys_under(Vec::new(), &mut keys);
+    // The walk reaches the deepest tables (a check of the walk itself).
+    for deep in ["ring_size", "min_healthy", "rise", "weight", "h2_max_streams", "chain", "names", "ca_file", "max"] {
+        assert!(keys.contains(deep), "{deep} not found: {keys:?}");
+    }
+    assert!(keys.len() > 80, "{} keys: {keys:?}", keys.len());
+    let example = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example")).unwrap();
+    let is_key_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let words: std::collections::HashSet<&str> = example.split(|c: char| !is_key_char(c)).collect();
+    let missing: Vec<&String> = keys.iter().filter(|k| !words.contains(k.as_str())).collect();
+    assert!(missing.is_empty(), "keys lb.toml.example does not document: {missing:?}");
+}

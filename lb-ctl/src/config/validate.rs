@@ -78,23 +78,22 @@ impl Checker<'_> {
 
 pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
-    let raw: RawFile = match toml::from_str(text) {
-        Ok(raw) => raw,
-        Err(e) => {
-            let mut c = Checker { file, text, resolve, problems: Vec::new(), warnings: Vec::new() };
-            let message = e.message().trim_end().replace('\n', ": ");
-            match e.span() {
-                Some(span) => c.error(span, message),
-                None => c.problems.push(Problem { file: c.file.clone(), line: None, message }),
-            }
-            return Err(ConfigError::Invalid(c.problems));
-        }
-    };
+    // Every unknown key is a mistake; the rest of the file is checked without them.
+    let found = super::unknown::deserialize::<RawFile>(text);
+    let text = found.text.as_str();
     let mut c = Checker { file, text, resolve, problems: Vec::new(), warnings: Vec::new() };
-    let daemon = match &raw.daemon {
+    for (span, message) in found.mistakes {
+        match span {
+            Some(span) => c.error(span, message),
+            None => c.problems.push(Problem { file: c.file.clone(), line: None, message }),
+        }
+    }
+    let Some(raw) = found.raw else { return Err(ConfigError::Invalid(c.problems)) };
+    let mut daemon = match &raw.daemon {
         Some(d) => daemon(&mut c, d.get_ref()),
         None => DaemonSettings::default(),
     };
+    defaults_log_level(&mut c, &raw, &mut daemon);
     let cluster = raw.cluster.as_ref().and_then(|r| super::cluster::cluster(&mut c, r, path));
     let defaults = Defaults::of(&raw, text);
     if let Some(h) = defaults.health {
@@ -238,14 +237,8 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
     {
         out.proxy_workers = Some(v as u32);
     }
-    if let Some(s) = &d.log_level {
-        match tracing_subscriber::EnvFilter::try_new(s.get_ref()) {
-            Ok(_) => out.log_level = s.get_ref().clone(),
-            Err(e) => c.error(
-                s.span(),
-                format!("daemon: log_level {:?}: {e} (a level, or per module: lb_ctl=debug,warn)", s.get_ref()),
-            ),
-        }
+    if let Some(level) = d.log_level.as_ref().and_then(|s| log_level(c, s, "daemon")) {
+        out.log_level = level;
     }
     if let Some(s) = &d.all_down {
         out.all_down = *s.get_ref();
@@ -262,6 +255,45 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
         }
     }
     out
+}
+
+/// A log filter (`log_level` of `[daemon]` or `[defaults]`), checked.
+fn log_level(c: &mut Checker<'_>, s: &Spanned<String>, table: &str) -> Option<String> {
+    match tracing_subscriber::EnvFilter::try_new(s.get_ref()) {
+        Ok(_) => Some(s.get_ref().clone()),
+        Err(e) => {
+            let message =
+                format!("{table}: log_level {:?}: {e} (a level, or per module: lb_ctl=debug,warn)", s.get_ref());
+            c.error(s.span(), message);
+            None
+        }
+    }
+}
+
+/// `log_level` may be written in `[daemon]` or in `[defaults]`; written in both, it must say
+/// the same (the second one written is the mistake).
+fn defaults_log_level(c: &mut Checker<'_>, raw: &RawFile, daemon: &mut DaemonSettings) {
+    let in_defaults = raw.defaults.as_ref().and_then(|d| d.get_ref().log_level.as_ref());
+    let in_daemon = raw.daemon.as_ref().and_then(|d| d.get_ref().log_level.as_ref());
+    match (in_daemon, in_defaults) {
+        (Some(a), Some(b)) if a.get_ref() != b.get_ref() => {
+            let second = if a.span().start > b.span().start { a } else { b };
+            c.error(
+                second.span(),
+                format!(
+                    "log_level is set twice, to {:?} in [daemon] and to {:?} in [defaults]: keep one",
+                    a.get_ref(),
+                    b.get_ref()
+                ),
+            );
+        }
+        (None, Some(b)) => {
+            if let Some(level) = log_level(c, b, "defaults") {
+                daemon.log_level = level;
+            }
+        }
+        _ => {}
+    }
 }
 
 fn vip<'a>(

@@ -153,3 +153,31 @@ fn an_empty_file_is_the_defaults() {
     assert!(c.vips.is_empty());
     assert_eq!(c.daemon, DaemonSettings::default());
 }
+
+#[test]
+fn every_unknown_key_names_its_yaml_line() {
+    let e = errors(
+        "daemon:\n  ring_sise: 7\nvip:\n  - name: web\n    address: 203.0.113.10\n    port: 80\n    colour: blue\n\
+         \x20   protocol: http\n    proxy:\n      timeouts:\n        conect: 1s\n        idle: 2s\n      limits:\n\
+         \x20       max_conns: 5\n    backends:\n      - address: 198.51.100.1\n        wieght: 3\n\
+         \x20 - address: 203.0.113.11\n    port: 0\n",
+    );
+    let unknown: Vec<(&str, &str)> = e
+        .iter()
+        .filter(|m| m.contains("unknown field"))
+        .map(|m| (m.split(": ").next().unwrap(), m.split('`').nth(1).unwrap()))
+        .collect();
+    assert_eq!(
+        unknown,
+        [
+            ("lb.yaml:2", "ring_sise"),
+            ("lb.yaml:7", "colour"),
+            ("lb.yaml:11", "conect"),
+            ("lb.yaml:14", "max_conns"),
+            ("lb.yaml:17", "wieght"),
+        ],
+        "{e:#?}"
+    );
+    assert!(e.contains(&"lb.yaml:19: vip \"203.0.113.11:0/tcp\": port must be 1-65535, got 0".into()), "{e:#?}");
+    assert_eq!(e.len(), 6, "{e:#?}");
+}

@@ -5,6 +5,7 @@
 //! block) and receives [`Command`]s on one channel; the API server and the health checkers
 //! only send messages. Every change is made on a copy of the state, applied as a map
 //! difference, and kept only if the data plane accepted it.
+mod events;
 mod explain;
 mod metrics;
 mod proxy_metrics;

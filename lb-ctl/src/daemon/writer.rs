@@ -67,6 +67,11 @@ pub(super) struct Writer {
     pub(super) sharing: Option<(Arc<RwLock<IdBook>>, Arc<Counters>)>,
     /// How long each change's map writes took (`lb_map_write_duration_seconds`).
     pub(super) map_writes: prometheus_client::metrics::histogram::Histogram,
+    /// The recent events (status page, `GET /v1/events`).
+    pub(super) events: super::events::Events,
+    /// Outlier ejections of each proxy backend (VIP label, address) seen so far, to record the
+    /// new ones as events.
+    ejections_seen: HashMap<(String, SocketAddr), u64>,
 }
 
 impl Writer {
@@ -100,6 +105,8 @@ impl Writer {
             map_writes: prometheus_client::metrics::histogram::Histogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(0.00001, 4.0, 10),
             ),
+            events: Default::default(),
+            ejections_seen: HashMap::new(),
         };
         writer.save_ids();
         writer
@@ -141,11 +148,15 @@ impl Writer {
         while let Some(command) = rx.blocking_recv() {
             match command {
                 Command::Call(request, reply) => {
+                    self.note_ejections();
                     let answer = self.handle(request);
                     let _ = reply.send(answer);
                 }
                 Command::Health(event) => self.on_health(event),
-                Command::CheckRoutes => self.check_routes(),
+                Command::CheckRoutes => {
+                    self.note_ejections();
+                    self.check_routes()
+                }
                 Command::Resolved(answer) => self.on_resolved(answer),
                 Command::SharedFlows(flows) => self.on_shared_flows(&flows),
                 Command::RefreshNextHops => {
@@ -283,17 +294,22 @@ impl Writer {
             Request::Vips => self.vips().map(Response::Vips),
             Request::Backends { vip } => self.backends(vip.as_deref()).map(Response::Backends),
             Request::Add(r) => {
-                self.change("added", |s| s.add_backend(&r.vip, &r.address, r.weight)).map(Response::Changed)
+                self.change("add", "added", |s| s.add_backend(&r.vip, &r.address, r.weight)).map(Response::Changed)
             }
             Request::Remove(r) => {
-                self.change("removed", |s| s.remove_backend(&r.vip, &r.address)).map(Response::Changed)
+                self.change("remove", "removed", |s| s.remove_backend(&r.vip, &r.address)).map(Response::Changed)
             }
             Request::Drain(r) => self
-                .change("draining: no new flows, established ones stay", |s| s.drain_backend(&r.vip, &r.address))
+                .change("drain", "draining: no new flows, established ones stay", |s| {
+                    s.drain_backend(&r.vip, &r.address)
+                })
                 .map(Response::Changed),
             Request::Undrain(r) => self
-                .change("undrained: takes new flows again (once healthy)", |s| s.undrain_backend(&r.vip, &r.address))
+                .change("undrain", "undrained: takes new flows again (once healthy)", |s| {
+                    s.undrain_backend(&r.vip, &r.address)
+                })
                 .map(Response::Changed),
+            Request::Events => Ok(Response::Events(self.events.newest_first())),
             Request::Stats => self.stats().map(Response::Stats),
             Request::Metrics => self.metrics().map(Response::Metrics),
             Request::Node { drain } => self.node(drain).map(Response::Node),
@@ -347,6 +363,7 @@ impl Writer {
     /// An API change: made on a copy of the state; refused changes leave everything as it was.
     fn change(
         &mut self,
+        kind: &str,
         done: &str,
         f: impl FnOnce(&mut State) -> Result<u32, StateError>,
     ) -> Result<Changed, ApiError> {
@@ -359,6 +376,7 @@ impl Writer {
         let report = self.commit(next)?;
         let message = format!("{vip}: backend {backend} {done}");
         tracing::info!(vip = %vip, backend = %backend, via = "api", changes = %describe(&report), "{message}");
+        self.events.record(kind, Some(vip.clone()), Some(backend), format!("{message} (API)"));
         Ok(Changed { vip, backend, backend_id: id, message })
     }
 
@@ -373,6 +391,10 @@ impl Writer {
         match self.commit(next) {
             Ok(report) => {
                 tracing::debug!(backend_id = event.backend_id, changes = %describe(&report), "health applied");
+                if let Some((vip, backend)) = self.state.backend_by_id(event.backend_id) {
+                    let message = format!("backend is {}: {}", event.health.as_str(), event.reason);
+                    self.events.record("health", Some(vip.label()), Some(backend.address), message);
+                }
                 let count = self.transitions.get(&event.backend_id).map_or(0, |t| t.count) + 1;
                 let last = health::Transition { at_unix: unix_now(), reason: event.reason, count };
                 self.transitions.insert(event.backend_id, last);
@@ -420,7 +442,8 @@ impl Writer {
         };
         match self.commit(next) {
             Ok(report) => {
-                tracing::info!(vip = %label, host = %name, changes = %describe(&report), "backend host name resolved again: {changes}")
+                tracing::info!(vip = %label, host = %name, changes = %describe(&report), "backend host name resolved again: {changes}");
+                self.events.record("resolve", Some(label), None, format!("{name} resolved again: {changes}"));
             }
             Err(e) => {
                 tracing::error!(vip = %label, host = %name, error = %e, "new addresses of a backend host name not applied")
@@ -446,8 +469,10 @@ impl Writer {
         };
         if view.ok {
             self.reloads.0 += 1;
+            self.events.record("reload", None, None, format!("reloaded: {}", view.message));
         } else {
             self.reloads.1 += 1;
+            self.events.record("reload", None, None, view.message.clone());
         }
         self.last_reload = Some(view.clone());
         view
@@ -524,6 +549,24 @@ impl Writer {
             }
         }
         Ok(message)
+    }
+
+    /// Records the proxy backends' new outlier ejections as events (each is logged where it
+    /// happens, in lb-proxy, which counts them; the daemon reads the counts on every API call
+    /// and every few seconds).
+    fn note_ejections(&mut self) {
+        let Some(proxy) = &self.proxy else { return };
+        for vip in proxy.handle().stats() {
+            for b in &vip.backends {
+                let seen = self.ejections_seen.entry((vip.name.clone(), b.addr)).or_insert(0);
+                if b.ejections > *seen {
+                    let (new, total) = (b.ejections - *seen, b.ejections);
+                    *seen = total;
+                    let message = format!("ejected by outlier detection ({new} new, {total} in all)");
+                    self.events.record("ejected", Some(vip.name.clone()), Some(b.addr), message);
+                }
+            }
+        }
     }
 
     fn save_ids(&mut self) {
