@@ -48,11 +48,13 @@ pub mod map_names {
 pub mod jumps {
     /// `program_names::INGRESS_V6`: IPv6 frames.
     pub const IPV6: u32 = 0;
-    /// `program_names::ICMP_ERRORS`: ICMP and ICMPv6 errors about VIP flows.
+    /// `program_names::ICMP_ERRORS`: ICMP errors about VIP flows.
     pub const ICMP_ERRORS: u32 = 1;
     /// `program_names::ENCAP_V6`: IPv6 DSR packets, placed, to be encapsulated.
     pub const ENCAP_V6: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// `program_names::ICMP6_ERRORS`: ICMPv6 errors about VIP flows.
+    pub const ICMP6_ERRORS: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Program names (the `#[xdp]` function names) in the two objects.
@@ -61,8 +63,10 @@ pub mod program_names {
     pub const INGRESS: &str = "lb_ingress";
     /// The balancer's IPv6 half, in the `lb-ingress` object (reached through JUMPS).
     pub const INGRESS_V6: &str = "lb_ingress_v6";
-    /// ICMP and ICMPv6 errors about VIP flows, in the `lb-ingress` object (through JUMPS).
+    /// ICMP errors about VIP flows, in the `lb-ingress` object (through JUMPS).
     pub const ICMP_ERRORS: &str = "lb_icmp_errors";
+    /// ICMPv6 errors about VIP flows, in the `lb-ingress` object (through JUMPS).
+    pub const ICMP6_ERRORS: &str = "lb_icmp6_errors";
     /// The encapsulation of IPv6 DSR packets, in the `lb-ingress` object (through JUMPS).
     pub const ENCAP_V6: &str = "lb_encap_v6";
     /// The DSR decapsulator, in the `lb-decap` object.

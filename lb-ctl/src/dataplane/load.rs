@@ -93,6 +93,7 @@ fn fill_jumps(ebpf: &mut Ebpf) -> Result<()> {
         (jumps::IPV6, program_names::INGRESS_V6),
         (jumps::ICMP_ERRORS, program_names::ICMP_ERRORS),
         (jumps::ENCAP_V6, program_names::ENCAP_V6),
+        (jumps::ICMP6_ERRORS, program_names::ICMP6_ERRORS),
     ] {
         let prog = program(ebpf, name)?;
         prog.load().map_err(|e| load_error(&format!("verifying {name}"), e))?;

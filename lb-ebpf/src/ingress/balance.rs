@@ -21,7 +21,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
     match parse::parse(ctx) {
         Parsed::Ipv4(pkt) => balance(ctx, &pkt),
         Parsed::Ipv6Frame | Parsed::Ipv6(_) => maps::jump(ctx, jumps::IPV6),
-        Parsed::IcmpError(_) | Parsed::Icmp6Error(_) => maps::jump(ctx, jumps::ICMP_ERRORS),
+        Parsed::IcmpError(_) => maps::jump(ctx, jumps::ICMP_ERRORS),
         other => not_balanced(other),
     }
 }
@@ -31,20 +31,25 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
 pub fn try_balance_v6(ctx: &XdpContext) -> Verdict {
     match parse6::parse_frame(ctx) {
         Parsed::Ipv6(pkt) => balance(ctx, &pkt),
-        Parsed::Icmp6Error(_) => maps::jump(ctx, jumps::ICMP_ERRORS),
+        Parsed::Icmp6Error(_) => maps::jump(ctx, jumps::ICMP6_ERRORS),
         other => not_balanced(other),
     }
 }
 
-/// `lb_icmp_errors`: an ICMP or ICMPv6 error about a flow.
+/// `lb_icmp_errors`: an ICMP error about a flow.
 #[inline(always)]
 pub fn try_icmp_error(ctx: &XdpContext) -> Verdict {
     match parse::parse(ctx) {
         Parsed::IcmpError(err) => icmp_error::to_backend(ctx, &err),
-        Parsed::Ipv6Frame => match parse6::parse_frame(ctx) {
-            Parsed::Icmp6Error(err) => icmp_error::to_backend(ctx, &err),
-            other => not_balanced(other),
-        },
+        other => not_balanced(other),
+    }
+}
+
+/// `lb_icmp6_errors`: an ICMPv6 error about a flow.
+#[inline(always)]
+pub fn try_icmp6_error(ctx: &XdpContext) -> Verdict {
+    match parse6::parse_frame(ctx) {
+        Parsed::Icmp6Error(err) => icmp_error::to_backend(ctx, &err),
         other => not_balanced(other),
     }
 }

@@ -47,12 +47,20 @@ pub fn lb_ingress_v6(ctx: XdpContext) -> u32 {
     action
 }
 
-/// ICMP and ICMPv6 errors about VIP flows, reached from lb_ingress (or lb_ingress_v6) through
-/// JUMPS.
+/// ICMP errors about VIP flows, reached from lb_ingress through JUMPS.
 #[xdp]
 #[inline(always)]
 pub fn lb_icmp_errors(ctx: XdpContext) -> u32 {
     let (action, reason) = balance::try_icmp_error(&ctx);
+    maps::count(reason);
+    action
+}
+
+/// ICMPv6 errors about VIP flows, reached from lb_ingress_v6 through JUMPS.
+#[xdp]
+#[inline(always)]
+pub fn lb_icmp6_errors(ctx: XdpContext) -> u32 {
+    let (action, reason) = balance::try_icmp6_error(&ctx);
     maps::count(reason);
     action
 }

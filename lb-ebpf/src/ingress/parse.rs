@@ -5,7 +5,7 @@ use lb_common::ip_proto;
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv4Hdr;
 
-use crate::parse6::{Icmp6Error, Ipv6Packet};
+use crate::parse6::{self, Icmp6Error, Ipv6Packet};
 
 /// A TCP segment's flags byte (byte 13 of its header), or null for UDP: whether a packet opens
 /// or continues a connection. Read when asked, so packets that pass through never pay for it.
@@ -79,7 +79,7 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         return Parsed::Malformed;
     };
     if ether_type == ETH_P_IPV6 {
-        return Parsed::Ipv6Frame;
+        return if parse6::passes_through(ctx, l3_offset) { Parsed::NotTcpUdp } else { Parsed::Ipv6Frame };
     }
     if ether_type != ETH_P_IPV4 {
         return Parsed::NotIp;

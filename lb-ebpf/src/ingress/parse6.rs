@@ -4,6 +4,7 @@
 //! walk (or a routing header with segments left: the destination is not the final one yet)
 //! are "options", anything cut short is malformed.
 use aya_ebpf::programs::XdpContext;
+use lb_common::config::port_flags;
 use lb_common::ip_proto;
 use lb_ebpf::packet::{ETH_P_IPV6, IPV6_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv6Hdr;
@@ -51,6 +52,38 @@ pub struct Icmp6Error {
     pub quoted: *mut Ipv6Hdr,
     pub quoted_src_port: *mut u16,
     pub quoted_dst_port: *mut u16,
+}
+
+/// Whether an IPv6 packet surely concerns no VIP, judged in lb_ingress so that most IPv6
+/// traffic that passes through costs no tail call: a well-formed packet whose next header is
+/// TCP or UDP (no extension headers) with ports no VIP or NAT backend uses, or an ICMPv6
+/// informational message (echo, neighbour discovery, router advertisements: 128 and up). Every
+/// other packet goes to lb_ingress_v6, whose verdict for these would also be "pass, not a VIP".
+#[inline(always)]
+pub fn passes_through(ctx: &XdpContext, l3_offset: usize) -> bool {
+    // The fixed header and the first four bytes behind it (ports, or ICMPv6 type).
+    let Some(ip) = ptr_at::<[u8; IPV6_LEN + 4]>(ctx, l3_offset) else {
+        return false;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    let ip = unsafe { &*ip };
+    let payload_len = u16::from_be_bytes([ip[4], ip[5]]) as usize;
+    if ip[0] >> 4 != 6 || payload_len < 4 || l3_offset + IPV6_LEN + payload_len > ctx.data_end() - ctx.data() {
+        return false;
+    }
+    let (vip_bit, backend_bit, minimum) = match ip[6] {
+        ip_proto::TCP => (port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP, 20),
+        ip_proto::UDP => (port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP, 8),
+        ip_proto::ICMPV6 => return ip[IPV6_LEN] > ICMPV6_LAST_ERROR,
+        _ => return false,
+    };
+    let src_port = u16::from_be_bytes([ip[IPV6_LEN], ip[IPV6_LEN + 1]]);
+    let dst_port = u16::from_be_bytes([ip[IPV6_LEN + 2], ip[IPV6_LEN + 3]]);
+    // A TCP SYN to a NAT backend's port is noted (a connection straight to a backend), so any
+    // packet to such a port goes on too.
+    payload_len >= minimum
+        && maps::port_flags(dst_port) & (vip_bit | backend_bit) == 0
+        && maps::port_flags(src_port) & backend_bit == 0
 }
 
 /// Parses an IPv6 frame (anything else is `NotIp`).
