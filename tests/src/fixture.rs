@@ -1,14 +1,13 @@
 //! The golden-packet fixture: a namespace whose FIB answers the balancer's next-hop lookups
 //! (static neighbours, so MAC addresses are known), and a set of VIPs covering every forwarding
 //! path. Shared by the golden-packet suite and the data-plane benchmark.
-use std::collections::HashMap;
+use std::net::IpAddr;
 
-use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend, NAT_BACKEND_SHARED, NatBackendKey};
-use lb_common::config::{DataplaneConfig, port_flags};
-use lb_common::vip::{VipInfo, VipKey, forwarding, hash_mode};
+use lb_common::vip::{VipKey, forwarding, hash_mode};
 use lb_common::{family, ip_proto, ipv4_bytes};
-use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
+
+use crate::fixture6::{Vip6, configure6};
 
 use crate::netns::Netns;
 use crate::packets::Mac;
@@ -116,60 +115,19 @@ pub fn vip_key(v: &Vip) -> VipKey {
 /// Writes every VIP, backend and ring through the map writer. Rings alternate between a VIP's
 /// backends slot by slot, so the slot a hash picks decides the backend.
 pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
-    dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1, ..Default::default() })
-        .unwrap();
-    let mut flags: HashMap<u16, u32> = HashMap::new();
-    let mut nat_backends: HashMap<NatBackendKey, u32> = HashMap::new();
-    for (id, v) in vips.iter().enumerate() {
-        let info = VipInfo {
-            id: id as u32,
+    let any: Vec<Vip6> = vips
+        .iter()
+        .map(|v| Vip6 {
+            addr: IpAddr::from(v.addr),
+            port: v.port,
+            protocol: v.protocol,
             forwarding: v.forwarding,
             hash: v.hash,
-            _pad: [0; 2],
-            encap_source: ipv4_bytes(LB_ADDR),
-            ..Default::default()
-        };
-        dp.upsert_vip(vip_key(v), info).unwrap();
-        let tcp = v.protocol == ip_proto::TCP;
-        *flags.entry(v.port).or_default() |= if tcp { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
-        for &(bid, addr, port) in &v.backends {
-            let backend = Backend {
-                addr: ipv4_bytes(addr),
-                port: port.to_be(),
-                family: family::IPV4,
-                flags: BACKEND_ACTIVE,
-                generation: 0,
-            };
-            dp.upsert_backend(bid, backend).unwrap();
-            if v.forwarding == forwarding::NAT {
-                let reply_source = NatBackendKey {
-                    addr: backend.addr,
-                    port: backend.port,
-                    protocol: v.protocol,
-                    family: family::IPV4,
-                };
-                let owner = nat_backends.entry(reply_source).or_insert(id as u32);
-                if *owner != id as u32 {
-                    *owner = NAT_BACKEND_SHARED;
-                }
-                *flags.entry(port).or_default() |=
-                    if tcp { port_flags::NAT_BACKEND_TCP } else { port_flags::NAT_BACKEND_UDP };
-            }
-        }
-        let ring: Vec<u32> = (0..RING as usize)
-            .map(|slot| match v.backends.len() {
-                0 => BACKEND_NONE,
-                n => v.backends[slot % n].0,
-            })
-            .collect();
-        dp.write_ring(id as u32, &ring).unwrap();
-    }
-    for (port, f) in flags {
-        dp.set_port_flags(port, f).unwrap();
-    }
-    for (key, owner) in nat_backends {
-        dp.set_nat_backend(key, Some(owner)).unwrap();
-    }
+            encap_source: IpAddr::from(LB_ADDR),
+            backends: v.backends.iter().map(|(id, a, p)| (*id, IpAddr::from(*a), *p)).collect(),
+        })
+        .collect();
+    configure6(dp, &any);
 }
 
 /// Connection-table size of the fixture's balancer (flows).

@@ -15,7 +15,7 @@ use lb_ctl::dataplane::aya::AyaDataplane;
 
 use crate::fixture::{LB_ADDR, LB_MAC, RING, SEED, lab};
 use crate::netns::Netns;
-use crate::packets::{L4, Mac};
+use crate::packets::{L4, Mac, write_l4};
 
 /// 2001:db8::N: clients, the balancer and backends on g0's segment.
 pub const fn seg(last: u8) -> [u8; 16] {
@@ -110,29 +110,11 @@ impl Frame6 {
 
     pub fn bytes(&self) -> Vec<u8> {
         let eth = PacketBuilder::ethernet2(self.src_mac, self.dst_mac);
-        let mut out = Vec::new();
-        macro_rules! finish {
-            ($ip:expr) => {{
-                let ip = $ip;
-                match self.l4 {
-                    L4::TcpSyn => {
-                        ip.tcp(self.src_port, self.dst_port, 1000, 64240).syn().write(&mut out, &self.payload)
-                    }
-                    L4::TcpAck => {
-                        ip.tcp(self.src_port, self.dst_port, 1001, 64240).ack(5000).write(&mut out, &self.payload)
-                    }
-                    L4::Udp | L4::UdpNoChecksum => ip.udp(self.src_port, self.dst_port).write(&mut out, &self.payload),
-                }
-                .unwrap()
-            }};
-        }
-        match self.vlan {
-            Some(id) => {
-                finish!(eth.single_vlan(VlanId::try_new(id).unwrap()).ipv6(self.src, self.dst, self.hop_limit))
-            }
-            None => finish!(eth.ipv6(self.src, self.dst, self.hop_limit)),
-        }
-        out
+        let ip = match self.vlan {
+            Some(id) => eth.single_vlan(VlanId::try_new(id).unwrap()).ipv6(self.src, self.dst, self.hop_limit),
+            None => eth.ipv6(self.src, self.dst, self.hop_limit),
+        };
+        write_l4(ip, self.l4, (self.src_port, self.dst_port), &self.payload)
     }
 }
 
@@ -238,11 +220,13 @@ pub fn wrapped(inner: &[u8], l3: usize, wrap: Wrap, label: u32, src_mac: Mac, ds
     out
 }
 
+/// A fixture VIP of either family (the IPv4 fixture's are written through it too).
 pub struct Vip6 {
     pub addr: IpAddr,
     pub port: u16,
     pub protocol: u8,
     pub forwarding: u8,
+    pub hash: u8,
     pub encap_source: IpAddr,
     /// (backend id, address, port)
     pub backends: Vec<(u32, IpAddr, u16)>,
@@ -265,6 +249,7 @@ pub fn vips6() -> Vec<Vip6> {
         port: 80,
         protocol: ip_proto::TCP,
         forwarding,
+        hash: hash_mode::CLIENT_IP,
         encap_source,
         backends,
     };
@@ -292,7 +277,8 @@ pub fn vip_key6(v: &Vip6) -> VipKey {
     VipKey { addr, port: v.port.to_be(), protocol: v.protocol, family }
 }
 
-/// Writes every VIP, backend and ring through the map writer (as `fixture::configure`).
+/// Writes every VIP, backend and ring through the map writer. Rings alternate between a VIP's
+/// backends slot by slot, so the slot a hash picks decides the backend.
 pub fn configure6(dp: &mut AyaDataplane, vips: &[Vip6]) {
     dp.set_config(DataplaneConfig { ring_size: RING, hash_seed: SEED, nexthop_generation: 1, ..Default::default() })
         .unwrap();
@@ -302,7 +288,7 @@ pub fn configure6(dp: &mut AyaDataplane, vips: &[Vip6]) {
         let info = VipInfo {
             id: id as u32,
             forwarding: v.forwarding,
-            hash: hash_mode::CLIENT_IP,
+            hash: v.hash,
             encap_source: ip_bytes(v.encap_source).0,
             ..Default::default()
         };

@@ -125,3 +125,32 @@ pub fn nat_out(input: &Frame, src: ([u8; 4], u16), dst: ([u8; 4], u16), smac: Ma
         })
         .bytes()
 }
+
+/// A case of lb_decap: name, input frame, the exact output (lb_decap always passes), and the
+/// counter it must move.
+pub type DecapCase = (&'static str, Vec<u8>, Vec<u8>, lb_common::stats::DecapCounter);
+
+/// Runs every case through the loaded lb_decap, prints each outcome, then checks every counter
+/// moved exactly as the cases say; panics naming the failed cases.
+pub fn run_decap_cases(ebpf: &mut aya::Ebpf, cases: &[DecapCase]) {
+    use lb_common::stats::DecapCounter;
+    let prog: &Xdp = program(ebpf, program_names::DECAP).unwrap();
+    let mut failed = Vec::new();
+    let mut seen = HashMap::new();
+    for (name, input, want, counter) in cases {
+        let r = run_xdp(prog, input, 1);
+        let ok = r.action == XDP_PASS && &r.output == want;
+        println!("{name:<64} {}", if ok { "ok" } else { "FAILED" });
+        if !ok {
+            failed.push(format!("{name}: {} {}\n want {}", action_name(r.action), hex(&r.output), hex(want)));
+        }
+        *seen.entry(*counter).or_insert(0u64) += 1;
+    }
+    let map: aya::maps::PerCpuArray<_, u64> =
+        aya::maps::PerCpuArray::try_from(ebpf.map(lb_common::map_names::DECAP_COUNTERS).unwrap()).unwrap();
+    for c in DecapCounter::ALL {
+        let total: u64 = map.get(&(*c as u32), 0).unwrap().iter().sum();
+        assert_eq!(total, seen.get(c).copied().unwrap_or(0), "decap counter {}", c.name());
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

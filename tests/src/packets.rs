@@ -1,6 +1,8 @@
 //! Test frames, built with etherparse: every checksum in an expected frame is computed from
 //! scratch, never carried over from the program's output.
-use etherparse::{Ethernet2Header, IpNumber, Ipv4Header, PacketBuilder, TcpHeader, UdpHeader, VlanId};
+use etherparse::{
+    Ethernet2Header, IpHeaders, IpNumber, Ipv4Header, PacketBuilder, PacketBuilderStep, TcpHeader, UdpHeader, VlanId,
+};
 
 pub type Mac = [u8; 6];
 
@@ -61,32 +63,31 @@ impl Frame {
 
     pub fn bytes(&self) -> Vec<u8> {
         let eth = PacketBuilder::ethernet2(self.src_mac, self.dst_mac);
-        let mut out = Vec::new();
-        macro_rules! finish {
-            ($ip:expr) => {{
-                let ip = $ip;
-                match self.l4 {
-                    L4::TcpSyn => {
-                        ip.tcp(self.src_port, self.dst_port, 1000, 64240).syn().write(&mut out, &self.payload)
-                    }
-                    L4::TcpAck => {
-                        ip.tcp(self.src_port, self.dst_port, 1001, 64240).ack(5000).write(&mut out, &self.payload)
-                    }
-                    L4::Udp | L4::UdpNoChecksum => ip.udp(self.src_port, self.dst_port).write(&mut out, &self.payload),
-                }
-                .unwrap()
-            }};
-        }
-        match self.vlan {
-            Some(id) => finish!(eth.single_vlan(VlanId::try_new(id).unwrap()).ipv4(self.src, self.dst, self.ttl)),
-            None => finish!(eth.ipv4(self.src, self.dst, self.ttl)),
-        }
+        let ip = match self.vlan {
+            Some(id) => eth.single_vlan(VlanId::try_new(id).unwrap()).ipv4(self.src, self.dst, self.ttl),
+            None => eth.ipv4(self.src, self.dst, self.ttl),
+        };
+        let mut out = write_l4(ip, self.l4, (self.src_port, self.dst_port), &self.payload);
         if self.l4 == L4::UdpNoChecksum {
             let at = self.l3_offset() + 20 + 6;
             out[at..at + 2].copy_from_slice(&[0, 0]);
         }
         out
     }
+}
+
+/// The frame behind `ip` (an IPv4 or IPv6 step of a builder): the L4 header `l4` with `ports`
+/// (source, destination), then `payload`. TCP SYNs and ACKs carry fixed sequence numbers.
+pub fn write_l4(ip: PacketBuilderStep<IpHeaders>, l4: L4, ports: (u16, u16), payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (src, dst) = ports;
+    match l4 {
+        L4::TcpSyn => ip.tcp(src, dst, 1000, 64240).syn().write(&mut out, payload),
+        L4::TcpAck => ip.tcp(src, dst, 1001, 64240).ack(5000).write(&mut out, payload),
+        L4::Udp | L4::UdpNoChecksum => ip.udp(src, dst).write(&mut out, payload),
+    }
+    .unwrap();
+    out
 }
 
 /// Rewrites the IPv4 header of `frame` (at `l3`) through `change`, then recomputes its length

@@ -3,20 +3,16 @@
 //! with BPF_PROG_TEST_RUN and real maps written by the real map writer. Each case states the
 //! verdict, the exact output (built independently with etherparse, checksums included) and the
 //! counters that must move. Needs root; the FIB lookups resolve in a namespace made here.
-use std::collections::HashMap;
 
-use aya::programs::Xdp;
 use etherparse::{Icmpv6Type, PacketBuilder};
-use lb_common::program_names;
 use lb_common::stats::{Counter, DecapCounter};
-use lb_ctl::dataplane::load::{allow_decap_sources, load_decap, program};
+use lb_ctl::dataplane::load::{allow_decap_sources, load_decap};
 use lb_tests::fixture::{B1, LB_ADDR, LB_MAC, balancer, mac_of};
 use lb_tests::fixture6::*;
 use lb_tests::golden::*;
 use lb_tests::netns::ifindex;
 use lb_tests::packets::{Frame, L4, Mac};
 use lb_tests::privileges::require_root;
-use lb_tests::testrun::{action_name, run_xdp};
 
 const HOP_BY_HOP: u8 = 0;
 const ROUTING: u8 = 43;
@@ -498,7 +494,7 @@ fn ipv6_golden_packets_through_lb_decap() {
     // 2001:db8::177: outside 2001:db8::/120.
     let outsider = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0x77];
     let stranger = wrap(&inner6.bytes(), 14, Wrap::Ip { src: v6(outsider), dst: v6(B6_1) });
-    let cases: Vec<(&str, Vec<u8>, Vec<u8>, DecapCounter)> = vec![
+    let cases: Vec<DecapCase> = vec![
         (
             "IPv6 in IPv6: outer header removed",
             six_in_six.clone(),
@@ -538,24 +534,5 @@ fn ipv6_golden_packets_through_lb_decap() {
         ("IPv6 in IPv6 from outside the allowed sources: untouched", stranger.clone(), stranger, DecapCounter::Refused),
         ("plain IPv6 TCP: untouched", inner6.bytes(), inner6.bytes(), DecapCounter::Passed),
     ];
-    let prog = program(&mut ebpf, program_names::DECAP).unwrap();
-    let prog: &Xdp = prog;
-    let mut failed = Vec::new();
-    let mut seen = HashMap::new();
-    for (name, input, want, counter) in &cases {
-        let r = run_xdp(prog, input, 1);
-        let ok = r.action == XDP_PASS && &r.output == want;
-        println!("{name:<64} {}", if ok { "ok" } else { "FAILED" });
-        if !ok {
-            failed.push(format!("{name}: {} {}\n want {}", action_name(r.action), hex(&r.output), hex(want)));
-        }
-        *seen.entry(*counter).or_insert(0u64) += 1;
-    }
-    let map: aya::maps::PerCpuArray<_, u64> =
-        aya::maps::PerCpuArray::try_from(ebpf.map(lb_common::map_names::DECAP_COUNTERS).unwrap()).unwrap();
-    for c in DecapCounter::ALL {
-        let total: u64 = map.get(&(*c as u32), 0).unwrap().iter().sum();
-        assert_eq!(total, seen.get(c).copied().unwrap_or(0), "decap counter {}", c.name());
-    }
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    run_decap_cases(&mut ebpf, &cases);
 }

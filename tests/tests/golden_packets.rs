@@ -3,7 +3,6 @@
 //! verdict, the exact output bytes (built independently with etherparse, checksums included)
 //! and the counters that must move. Needs root; the FIB lookups resolve in a namespace this
 //! test creates, with static neighbours so MAC addresses are known.
-use std::collections::HashMap;
 
 use aya::programs::Xdp;
 use lb_common::backend::BACKEND_NONE;
@@ -1045,7 +1044,7 @@ fn golden_packets_through_lb_decap() {
     let mut short = wrapped[..14 + 20 + 8].to_vec();
     short[16..18].copy_from_slice(&28u16.to_be_bytes());
 
-    let cases: Vec<(&str, Vec<u8>, Vec<u8>, DecapCounter)> = vec![
+    let cases: Vec<DecapCase> = vec![
         ("IPIP: outer header removed", wrapped.clone(), want, DecapCounter::Decapsulated),
         ("802.1Q IPIP: outer header removed, tag kept", wrapped_tagged, want_tagged, DecapCounter::Decapsulated),
         ("plain TCP: untouched", inner.bytes(), inner.bytes(), DecapCounter::Passed),
@@ -1056,26 +1055,7 @@ fn golden_packets_through_lb_decap() {
         ("GUE from outside the allowed sources: untouched", gue_stranger.clone(), gue_stranger, DecapCounter::Refused),
         ("UDP to another port: untouched", other_port.clone(), other_port, DecapCounter::Passed),
     ];
-    let prog = program(&mut ebpf, program_names::DECAP).unwrap();
-    let prog: &Xdp = prog;
-    let mut failed = Vec::new();
-    let mut seen = HashMap::new();
-    for (name, input, want, counter) in &cases {
-        let r = run_xdp(prog, input, 1);
-        let ok = r.action == XDP_PASS && &r.output == want;
-        println!("{name:<58} {}", if ok { "ok" } else { "FAILED" });
-        if !ok {
-            failed.push(format!("{name}: {} {}\n want {}", action_name(r.action), hex(&r.output), hex(want)));
-        }
-        *seen.entry(*counter).or_insert(0u64) += 1;
-    }
-    let map: aya::maps::PerCpuArray<_, u64> =
-        aya::maps::PerCpuArray::try_from(ebpf.map(lb_common::map_names::DECAP_COUNTERS).unwrap()).unwrap();
-    for c in DecapCounter::ALL {
-        let total: u64 = map.get(&(*c as u32), 0).unwrap().iter().sum();
-        assert_eq!(total, seen.get(c).copied().unwrap_or(0), "decap counter {}", c.name());
-    }
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    run_decap_cases(&mut ebpf, &cases);
 }
 
 /// Flow sharing: with `share_flows` on, each flow the program records is reported on
