@@ -161,6 +161,15 @@ fn ipv6_golden_packets_through_lb_ingress() {
     );
     c.events = vec![Counter::FlowHit];
     run(&mut dp, c);
+    let mut c = case(
+        "established flow, NAT66, a packet no larger than the last: the cached next hop",
+        ack.bytes(),
+        XDP_TX,
+        Some(nat6(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
+        Counter::ForwardTx,
+    );
+    c.unchanged = vec![Counter::NexthopLookup];
+    run(&mut dp, c);
     let reply = Frame6::tcp(backend, port, CLIENT6, 40000).with(|f| {
         f.l4 = L4::TcpAck;
         f.src_mac = mac6(backend);
@@ -292,6 +301,15 @@ fn ipv6_golden_packets_through_lb_ingress() {
         Counter::ForwardTx,
     );
     c.events = vec![Counter::FlowHit];
+    run(&mut dp, c);
+    let mut c = case(
+        "established flow, IPv6 in IPv6, no larger than the last: the cached next hop",
+        dack.bytes(),
+        XDP_TX,
+        Some(ip6ip6(&dack)),
+        Counter::ForwardTx,
+    );
+    c.unchanged = vec![Counter::NexthopLookup];
     run(&mut dp, c);
     let dtag = dack.with(|f| f.vlan = Some(42));
     run(&mut dp, case("802.1Q IPv6 in IPv6: tag kept", dtag.bytes(), XDP_TX, Some(ip6ip6(&dtag)), Counter::ForwardTx));
