@@ -383,15 +383,16 @@ pub fn bad_peers(cluster: &Cluster, daemons: &[Daemon], say: &mut dyn FnMut(Stri
     use lb_ctl::cluster::wire::{MAX_FLOWS, WireFlow, encode};
     const WRONG_KEY: u64 = 100;
     const FLOOD: u64 = 50_000;
-    /// Connections through node 0 wanted; at most [`CLIENTS`] are opened to get them.
+    /// Connections through node 0 wanted; at most twice [`CLIENTS`] are opened to get them.
     const THROUGH_NODE0: usize = 4;
     let node0 = &daemons[0];
     let mut out = BadPeers { wrong_key_sent: WRONG_KEY, ..BadPeers::default() };
     // Connections streaming, until enough of them go through node 0 (ECMP chooses).
     let all: Vec<usize> = (0..NODES).collect();
     let mut holds = Vec::new();
-    for k in 0..CLIENTS {
-        let (hold, node) = open_placed(cluster, daemons, &all, SocketAddrV4::new(client_addr(k), 0), STREAM_SECS, true);
+    for k in 0..2 * CLIENTS {
+        let client = SocketAddrV4::new(client_addr(k % CLIENTS), 0);
+        let (hold, node) = open_placed(cluster, daemons, &all, client, STREAM_SECS, true);
         if node == Some(0) {
             holds.push(hold);
             if holds.len() == THROUGH_NODE0 {
