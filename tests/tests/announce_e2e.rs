@@ -13,10 +13,11 @@ use lb_tests::privileges::require_root;
 /// BGP session set-up and route propagation; generous for a loaded CI machine.
 const CONVERGE: Duration = Duration::from_secs(30);
 
-fn config(socket: &std::path::Path, node: usize) -> String {
+fn config(socket: &std::path::Path, bird: &std::path::Path, node: usize) -> String {
     format!(
         "[daemon]\n\
          api_socket = \"{}\"\n\
+         bird_socket = \"{}\"\n\
          \n\
          [[vip]]\n\
          name = \"web\"\n\
@@ -27,6 +28,7 @@ fn config(socket: &std::path::Path, node: usize) -> String {
          announce = {{ min_healthy = 2 }}\n\
          backends = [ {{ address = \"198.51.100.11\" }}, {{ address = \"198.51.100.12\" }} ]\n",
         socket.display(),
+        bird.display(),
         node_addr(node)
     )
 }
@@ -40,7 +42,7 @@ fn the_router_follows_what_the_nodes_announce() {
     let mut daemons: Vec<Daemon> = (0..2)
         .map(|i| {
             let mut d = Daemon::new(&cluster.nodes[i], "eth0", &format!("an{i}"), &["--xdp-mode", "skb"]);
-            d.write_config_text(&config(&d.socket(), i));
+            d.write_config_text(&config(&d.socket(), &cluster.bird_socket(i), i));
             d.start();
             d
         })
@@ -50,6 +52,10 @@ fn the_router_follows_what_the_nodes_announce() {
     println!("the router had both nodes as next hops {} ms after the daemons started", took.as_millis());
     let table = cluster.nodes[0].exec(&["ip", "route", "show", "table", "4242", "proto", "249"]);
     assert!(String::from_utf8_lossy(&table.stdout).contains("203.0.113.10 dev lo"), "{table:?}");
+    let announced_line =
+        |d: &Daemon| d.ok(&["status"]).lines().find(|l| l.starts_with("announced")).map(str::to_string);
+    let line = announced_line(&daemons[0]);
+    assert!(line.as_deref().is_some_and(|l| l.ends_with("bird runs)")), "BIRD answers on its control socket: {line:?}");
 
     // Node drain: the route loses the node; undrain brings it back.
     daemons[0].ok(&["node", "drain"]);
@@ -97,6 +103,18 @@ fn the_router_follows_what_the_nodes_announce() {
     assert!(detached.status.success(), "{}", String::from_utf8_lossy(&detached.stderr));
     assert!(String::from_utf8_lossy(&detached.stdout).contains("announced VIP routes withdrawn"));
     assert!(table(&cluster, 1).is_empty(), "detach withdrew the routes: {}", table(&cluster, 1));
+
+    // Node 0's BIRD killed: the daemon tells from its control socket that BIRD is installed
+    // but not running (the socket file stays, refusing), and says what to do.
+    cluster.kill_bird(0);
+    let line = announced_line(&daemons[0]).unwrap_or_default();
+    println!("status with BIRD killed: {line}");
+    assert!(
+        line.contains("nobody announces them: BIRD is installed but not running (control socket")
+            && line.contains("systemctl start bird"),
+        "{line}"
+    );
+    cluster.wait_next_hops(VIP, &[], CONVERGE);
 
     // A clean stop withdraws the last node's route.
     assert!(daemons[0].stop().success());

@@ -25,7 +25,7 @@ enum Task {
     /// Run every suite: unit, golden packets, end to end (root ones need root).
     Test,
     /// The lab demo: a namespace lab with a client, the balancer and three backends (root).
-    /// `demo cluster`: three balancer nodes behind a BIRD router with ECMP and BFD.
+    /// `demo cluster`: four balancer nodes behind a BIRD router with ECMP and BFD.
     Demo {
         /// `cluster` for the scale-out demo; nothing for the single-balancer one.
         which: Option<String>,

@@ -16,6 +16,7 @@ mod kernel;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 
 pub use kernel::KernelRoutes;
 
@@ -54,18 +55,58 @@ impl Change {
     }
 }
 
-/// Process names of the routing daemons that can announce the table: BIRD (documented in
-/// `docs/bird.conf`), FRR's bgpd and GoBGP.
-const ROUTING_DAEMONS: &[&str] = &["bird", "bgpd", "gobgpd"];
+/// Whether BIRD can announce the table, as told by its control socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bird {
+    /// Something accepts connections on the socket: BIRD runs.
+    Running,
+    /// The `bird` program is installed but nothing answers on the socket (why, in words).
+    NotRunning(String),
+    /// No `bird` program where a package puts it (PATH, /usr/sbin, /usr/local/sbin, /sbin).
+    NotInstalled,
+}
 
-/// The routing daemon running on this host, if any (by process name, in any namespace).
-pub fn routing_daemon() -> Option<String> {
-    let entries = std::fs::read_dir("/proc").ok()?;
-    entries.flatten().find_map(|e| {
-        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        let name = comm.trim();
-        ROUTING_DAEMONS.contains(&name).then(|| name.to_string())
-    })
+impl Bird {
+    /// BIRD on `socket` (`[daemon] bird_socket`): a connection to the control socket, nothing
+    /// sent. A socket in the filesystem, so it answers from any network namespace.
+    pub fn check(socket: &Path) -> Bird {
+        let mut dirs: Vec<PathBuf> =
+            std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+        dirs.extend(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
+        Bird::check_with(socket, &dirs)
+    }
+
+    /// [`Bird::check`], looking for the program in `dirs`.
+    pub fn check_with(socket: &Path, dirs: &[PathBuf]) -> Bird {
+        match std::os::unix::net::UnixStream::connect(socket) {
+            Ok(_) => Bird::Running,
+            Err(_) if !dirs.iter().any(|d| is_program(&d.join("bird"))) => Bird::NotInstalled,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Bird::NotRunning(format!("no control socket {}", socket.display()))
+            }
+            Err(e) => Bird::NotRunning(format!("control socket {}: {e}", socket.display())),
+        }
+    }
+
+    /// What an operator reads (status line, warning): what is wrong and what to do.
+    pub fn problem(&self) -> Option<String> {
+        match self {
+            Bird::Running => None,
+            Bird::NotInstalled => Some(
+                "BIRD is not installed (no `bird` in PATH, /usr/sbin, /usr/local/sbin): install it (Debian: apt-get install bird2) and configure it as docs/bird.conf shows"
+                    .into(),
+            ),
+            Bird::NotRunning(why) => Some(format!(
+                "BIRD is installed but not running ({why}): start it (systemctl start bird), or set [daemon] bird_socket to the socket it was started with (bird -s), default {}",
+                crate::config::DEFAULT_BIRD_SOCKET
+            )),
+        }
+    }
+}
+
+fn is_program(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The addresses `state` says to announce.
@@ -130,6 +171,53 @@ mod tests {
         s.undrain_backend("web", "198.51.100.2").unwrap();
         s.node_drained = true;
         assert!(wanted(&s).is_empty(), "a drained node announces nothing");
+    }
+
+    #[test]
+    fn bird_is_told_running_not_running_or_not_installed_by_its_control_socket() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("bird.ctl");
+        let bin = dir.path().join("sbin");
+        std::fs::create_dir(&bin).unwrap();
+        let nowhere = [dir.path().join("empty")];
+        // Neither the program nor the socket.
+        assert_eq!(Bird::check_with(&socket, &nowhere), Bird::NotInstalled);
+        assert!(Bird::NotInstalled.problem().unwrap().contains("not installed"));
+        // The program, no socket: not running, and the message names the socket.
+        std::fs::write(bin.join("bird"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(bin.join("bird"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dirs = [bin.clone()];
+        let state = Bird::check_with(&socket, &dirs);
+        assert_eq!(state, Bird::NotRunning(format!("no control socket {}", socket.display())));
+        let message = state.problem().unwrap();
+        assert!(message.starts_with("BIRD is installed but not running (no control socket "), "{message}");
+        assert!(message.contains("bird_socket"), "{message}");
+        // A socket file that nothing listens on any more (BIRD killed): not running.
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+        assert!(matches!(Bird::check_with(&socket, &dirs), Bird::NotRunning(why) if why.contains("refused")));
+        std::fs::remove_file(&socket).unwrap();
+        // A socket that accepts: running, whatever the program search finds.
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        assert_eq!(Bird::check_with(&socket, &dirs), Bird::Running);
+        assert_eq!(Bird::check_with(&socket, &nowhere), Bird::Running);
+        assert_eq!(Bird::Running.problem(), None);
+    }
+
+    #[test]
+    fn the_bird_socket_is_configurable() {
+        let c = Config::parse("[daemon]\nbird_socket = \"/run/bird/node1.ctl\"\n", Path::new("lb.toml")).unwrap();
+        assert_eq!(c.daemon.bird_socket, Path::new("/run/bird/node1.ctl"));
+        let c = Config::parse("", Path::new("lb.toml")).unwrap();
+        assert_eq!(c.daemon.bird_socket, Path::new("/run/bird/bird.ctl"));
+        let problems =
+            Config::parse("[daemon]\nbird_socket = \"bird.ctl\"\n", Path::new("lb.toml")).unwrap_err().problems();
+        assert_eq!(
+            problems,
+            [
+                "lb.toml:2: daemon: bird_socket \"bird.ctl\" must be an absolute path (BIRD's `-s`, Debian: /run/bird/bird.ctl)"
+            ]
+        );
     }
 
     #[test]

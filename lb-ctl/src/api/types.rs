@@ -193,9 +193,12 @@ pub struct StatusView {
     pub announced: Vec<std::net::IpAddr>,
     #[serde(default)]
     pub announce_table: u32,
-    /// The routing daemon running on this host that can announce them (bird, bgpd, gobgpd).
+    /// "bird" when BIRD answers on its control socket (`[daemon] bird_socket`).
     #[serde(default)]
     pub routing_daemon: Option<String>,
+    /// Otherwise, why not: BIRD not installed, or not running, and what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_problem: Option<String>,
     /// Flow sharing counters (`[cluster]`), by name; absent without a cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_sharing: Option<std::collections::BTreeMap<String, u64>>,

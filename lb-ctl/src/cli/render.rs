@@ -141,9 +141,10 @@ pub fn status(s: &StatusView) -> String {
     }
     if !s.announced.is_empty() {
         let list: Vec<String> = s.announced.iter().map(|a| a.to_string()).collect();
-        let by = match &s.routing_daemon {
-            Some(daemon) => format!("{daemon} runs"),
-            None => "NO routing daemon runs: nobody announces them".into(),
+        let by = match (&s.routing_daemon, &s.routing_problem) {
+            (Some(daemon), _) => format!("{daemon} runs"),
+            (None, Some(problem)) => format!("nobody announces them: {problem}"),
+            (None, None) => "nobody announces them: no routing daemon answers".into(),
         };
         out.push_str(&format!("announced   {} (routes in table {}; {by})\n", list.join(" "), s.announce_table));
     }

@@ -91,10 +91,15 @@ pub struct DaemonSettings {
     /// The kernel routing table that holds the announced VIPs' routes, for the routing
     /// daemon (BIRD's `kernel` protocol) to learn. Fixed for the daemon's life.
     pub announce_table: u32,
+    /// The control socket of the BIRD that announces them (`bird -s`): the daemon connects to
+    /// it to tell whether BIRD runs, and says so at start and in `status`.
+    pub bird_socket: std::path::PathBuf,
 }
 
 /// Default of `daemon.announce_table`.
 pub const DEFAULT_ANNOUNCE_TABLE: u32 = 4242;
+/// Default of `daemon.bird_socket`: where Debian's bird2 listens.
+pub const DEFAULT_BIRD_SOCKET: &str = "/run/bird/bird.ctl";
 
 impl Default for DaemonSettings {
     fn default() -> Self {
@@ -114,6 +119,7 @@ impl Default for DaemonSettings {
             proxy_workers: None,
             all_down: AllDownPolicy::Forward,
             announce_table: DEFAULT_ANNOUNCE_TABLE,
+            bird_socket: DEFAULT_BIRD_SOCKET.into(),
         }
     }
 }

@@ -33,6 +33,7 @@ pub(super) struct RawDaemon {
     pub log_level: Option<Spanned<String>>,
     pub proxy_workers: Option<Spanned<i64>>,
     pub announce_table: Option<Spanned<i64>>,
+    pub bird_socket: Option<Spanned<String>>,
     pub all_down: Option<Spanned<AllDownPolicy>>,
 }
 

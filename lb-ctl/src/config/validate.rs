@@ -254,6 +254,19 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
             None => {}
         }
     }
+    if let Some(s) = &d.bird_socket {
+        if s.get_ref().starts_with('/') {
+            out.bird_socket = s.get_ref().into();
+        } else {
+            c.error(
+                s.span(),
+                format!(
+                    "daemon: bird_socket {:?} must be an absolute path (BIRD's `-s`, Debian: /run/bird/bird.ctl)",
+                    s.get_ref()
+                ),
+            );
+        }
+    }
     out
 }
 

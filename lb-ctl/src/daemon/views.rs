@@ -8,6 +8,16 @@ use crate::state::plan::{ring_digest, ring_input};
 impl Writer {
     pub(super) fn status(&self) -> StatusView {
         let backends = || self.state.vips.iter().flat_map(|v| v.backends.iter());
+        // Whether BIRD runs, asked only when something is to be announced (a connection to its
+        // control socket).
+        let (routing_daemon, routing_problem) = if self.state.vips.iter().any(|v| v.announce.is_some()) {
+            match crate::announce::Bird::check(&self.config.daemon.bird_socket).problem() {
+                None => (Some("bird".to_string()), None),
+                Some(problem) => (None, Some(problem)),
+            }
+        } else {
+            (None, None)
+        };
         StatusView {
             version: env!("CARGO_PKG_VERSION").into(),
             interface: self.options.interface.clone(),
@@ -26,7 +36,8 @@ impl Writer {
             node_drained: self.state.node_drained,
             announced: self.routes_announced(),
             announce_table: self.config.daemon.announce_table,
-            routing_daemon: crate::announce::routing_daemon(),
+            routing_daemon,
+            routing_problem,
             flow_sharing: self
                 .sharing
                 .as_ref()

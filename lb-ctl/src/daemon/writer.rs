@@ -189,11 +189,15 @@ impl Writer {
             return Ok(());
         }
         let table = self.config.daemon.announce_table;
-        if self.state.vips.iter().any(|v| v.announce.is_some()) && announce::routing_daemon().is_none() {
-            tracing::warn!(
-                table,
-                "VIPs are to be announced but no routing daemon (bird, bgpd, gobgpd) runs on this host: their routes are kept in table {table}, and nobody announces them until one starts (docs/bird.conf)"
-            );
+        if self.state.vips.iter().any(|v| v.announce.is_some()) {
+            let socket = &self.config.daemon.bird_socket;
+            if let Some(problem) = announce::Bird::check(socket).problem() {
+                tracing::warn!(
+                    table,
+                    bird_socket = %socket.display(),
+                    "VIPs are to be announced but {problem}; until then their routes are kept in table {table} and nobody announces them"
+                );
+            }
         }
         let routes = KernelRoutes::open(table, self.runtime.clone())
             .map_err(|e| format!("opening routing table {table} for the announced VIPs: {e}"))?;

@@ -102,19 +102,23 @@ fn demo_cluster() -> Result<()> {
         scenario::CLIENTS
     ));
     let backend_bin = sibling_bin("lb-test-backend");
-    let (mut cluster, mut daemons) =
-        scenario::start("", &backend_bin.to_string_lossy(), scenario::Options { bfd: true, share: true });
+    let options = scenario::Options { bfd: true, share: true, bad_peers: true };
+    let (mut cluster, mut daemons) = scenario::start("", &backend_bin.to_string_lossy(), options);
     check_interrupt()?;
     step(
-        "traffic through the router's ECMP route; mid-stream a backend is added on every node, node 1 crashes, node 2 is drained",
+        "traffic through the router's ECMP route; mid-stream node 1 is killed, node 2 is drained, then a backend is removed on every node and node 3 is killed",
     );
-    let out = scenario::run(&mut cluster, &mut daemons, &mut |line| println!("    {line}"));
+    let out = scenario::run(&mut cluster, &mut daemons, options, &mut |line| println!("    {line}"));
     step(&format!(
-        "{} long-lived connections, {} broken; router failover: crash {} ms (BFD), drain {} ms",
+        "{} long-lived connections, {} broken, {} of {} bytes lost; router failover: crash {} ms (BFD), drain {} ms; flows kept by flow sharing: {} of {}",
         out.connections,
         out.broken.len(),
+        out.bytes_lost,
+        out.bytes,
         out.crash_failover.as_millis(),
-        out.drain_failover.as_millis()
+        out.drain_failover.as_millis(),
+        out.moved_to_survivor - out.moved_broken,
+        out.moved_to_survivor
     ));
     ensure!(out.broken.is_empty(), "broken connections: {:#?}", out.broken);
     Ok(())

@@ -190,6 +190,28 @@ impl Cluster {
         self.nodes[i].exec(&["ip", "link", "set", "eth0", "down"]);
     }
 
+    /// Kills node `i` as a power loss would: its link goes down first (so nothing it sends on
+    /// the way out, not even BIRD's TCP FIN, reaches the router), then its BIRD gets SIGKILL.
+    /// The caller kills the node's daemon (`Daemon::kill9`). Only BFD, or the BGP hold time,
+    /// can tell the router.
+    pub fn kill_node(&mut self, i: usize) {
+        self.nodes[i].exec(&["ip", "link", "set", "eth0", "down"]);
+        self.kill_bird(i);
+    }
+
+    /// SIGKILL to node `i`'s BIRD (its control socket file stays, answering nothing).
+    pub fn kill_bird(&mut self, i: usize) {
+        if let Some(mut child) = self.node_birds[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The control socket of node `i`'s BIRD (`bird -s`), for `[daemon] bird_socket`.
+    pub fn bird_socket(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("node{i}.ctl"))
+    }
+
     /// Starts BIRD in the foreground in namespace `ns` with `conf`.
     fn bird(&self, ns: &str, name: &str, conf: &str) -> Child {
         let conf_path = self.dir.join(format!("{name}.conf"));

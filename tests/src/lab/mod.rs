@@ -21,7 +21,7 @@ mod hold;
 mod http;
 
 pub use daemon::Daemon;
-pub use hold::Hold;
+pub use hold::{Ending, Hold};
 pub use http::{http_get, http_post, pattern_byte, wait_for_listener};
 
 pub const LB_CLIENT_SIDE: &str = "192.0.2.1";
