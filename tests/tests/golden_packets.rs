@@ -733,6 +733,15 @@ fn golden_packets_through_lb_ingress() {
     );
     c.events = vec![Counter::FlowHit];
     run(&mut dp, c);
+    let mut c = case(
+        "established flow, DSR by MAC, no larger than the last: the cached next hop",
+        lack.bytes(),
+        XDP_TX,
+        Some(to_mac(&lack.bytes(), mac_of(B1))),
+        Counter::ForwardTx,
+    );
+    c.unchanged = vec![Counter::NexthopLookup];
+    run(&mut dp, c);
     let l2_err = icmp_frag_needed(
         (CLIENT_MAC, LB_MAC),
         [192, 0, 2, 254],

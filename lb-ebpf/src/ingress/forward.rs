@@ -56,20 +56,26 @@ pub struct Lookup<'a> {
 /// FIB's (cached for next time when it is a success).
 #[inline(always)]
 pub fn lookup(ctx: &XdpContext, query: &Lookup, cache: HopCache) -> Route {
-    // The key is built in this CPU's scratch space, not on the program's stack.
-    let Some(scratch) = maps::scratch() else {
-        return Route::Unreachable;
-    };
-    // SAFETY: this CPU's own map slot; nothing else uses it while this packet is handled.
-    let key = unsafe { &mut (*scratch).key };
-    *key = NextHopKey {
+    let built = NextHopKey {
         src: query.src.0,
         dst: query.dst.0,
         ingress_ifindex: ctx.ingress_ifindex() as u32,
         tos: query.tos as u32,
         family: query.family as u32,
     };
-    let key = &*key;
+    // An IPv4 key stays on the stack (most of it constant zeros, compared as such); an IPv6 one
+    // goes to this CPU's scratch space, as lb_ingress_v6's stack has no room for it.
+    let key = match maps::scratch() {
+        // SAFETY: this CPU's own map slot; nothing else uses it while this packet is handled.
+        Some(scratch) if query.family == family::IPV6 => unsafe {
+            (*scratch).key = built;
+            &(*scratch).key
+        },
+        _ => &built,
+    };
+    let Some(scratch) = maps::scratch() else {
+        return Route::Unreachable;
+    };
     let tot_len = query.tot_len;
     let generation = maps::config().map_or(0, |c| c.nexthop_generation);
     let cached = maps::next_hop(cache, key).filter(|hop| generation != 0 && hop.generation == generation);
