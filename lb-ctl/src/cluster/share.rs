@@ -62,7 +62,10 @@ async fn receive(
     counters: Arc<Counters>,
     deliver: impl Fn(Vec<WireFlow>) -> bool,
 ) {
-    let mut bucket = Bucket::new(settings.max_messages_per_second);
+    // A bucket per peer: a peer that floods (or a host that spoofs its address) is held to the
+    // rate without holding up the others. Only peers get one, so the map stays as small as
+    // the peer list.
+    let mut buckets: HashMap<IpAddr, Bucket> = HashMap::new();
     let mut last_sequence: HashMap<IpAddr, u64> = HashMap::new();
     let mut buf = vec![0u8; 2048];
     let mut warned = Instant::now() - Duration::from_secs(60);
@@ -77,7 +80,11 @@ async fn receive(
         };
         let refused = if !settings.peers.iter().any(|p| p.ip() == from.ip()) {
             Some((&counters.refused_not_peer, "not a peer"))
-        } else if !bucket.take(Instant::now()) {
+        } else if !buckets
+            .entry(from.ip())
+            .or_insert_with(|| Bucket::new(settings.max_messages_per_second))
+            .take(Instant::now())
+        {
             Some((&counters.refused_rate, "over max_messages_per_second"))
         } else {
             match wire::decode(&buf[..n], &settings.key) {

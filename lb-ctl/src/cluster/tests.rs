@@ -157,7 +157,7 @@ async fn a_flooding_peer_is_held_to_the_rate() {
     let extra = format!(
         "\n[[vip]]\nname = \"dsr\"\naddress = \"203.0.113.12\"\nport = 80\nforwarding = \"dsr-ipip\"\nencap_source = \"198.51.100.254\"\n\
          backends = [ {{ address = \"198.51.100.21\" }} ]\n\n\
-         [cluster]\nlisten = \"{listen}\"\npeers = [\"127.0.0.1:9\"]\nkey_file = \"cluster.key\"\nmax_messages_per_second = 5\n"
+         [cluster]\nlisten = \"{listen}\"\npeers = [\"127.0.0.1:9\", \"127.0.0.2:9\"]\nkey_file = \"cluster.key\"\nmax_messages_per_second = 5\n"
     );
     let d = Daemon::start_on(dir, SharedFake::default(), &lb_toml(&extra)).await;
     let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -170,6 +170,14 @@ async fn a_flooding_peer_is_held_to_the_rate() {
     assert!(s["refused_rate"] >= 100, "most of the flood refused: {s:?}");
     assert!(s["messages_received"] <= 20, "at most about the rate accepted: {s:?}");
     assert!(d.client.status().await.is_ok(), "the daemon keeps answering");
+    // The other peer has a budget of its own: the flood holds up none of its messages.
+    let other = tokio::net::UdpSocket::bind("127.0.0.2:0").await.unwrap();
+    let before = s["messages_received"];
+    for i in 0..3u16 {
+        let message = encode(seq(), &[dsr_flow(31000 + i, "198.51.100.21:80")], KEY.as_bytes());
+        other.send_to(&message, listen).await.unwrap();
+    }
+    wait_for(&d, "the other peer's messages taken", |s| s["messages_received"] >= before + 3).await;
     d.stop().await;
 }
 
