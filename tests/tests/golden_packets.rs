@@ -1200,3 +1200,23 @@ fn mutated_frames_get_a_defined_counted_verdict() {
         by_action[1], by_action[2], by_action[3], by_action[4]
     );
 }
+
+/// COUNTERS pinned by an older build (an upgrade's restart keeps the pinned maps) holds fewer
+/// counters than this build names: reading them must still work, the newer ones as 0.
+#[test]
+fn counters_of_an_older_pinned_map_read_as_zero() {
+    if !require_root("counters_of_an_older_pinned_map_read_as_zero") {
+        return;
+    }
+    let older = Counter::COUNT - 1;
+    let ebpf = aya::EbpfLoader::new()
+        .map_max_entries(lb_common::map_names::COUNTERS, older)
+        .load(lb_ctl::dataplane::objects::INGRESS)
+        .unwrap();
+    let dp = AyaDataplane::new(ebpf, RING);
+    let counters = dp.counters().expect("counters of a smaller map");
+    assert_eq!(counters.len(), Counter::ALL.len());
+    assert!(counters.iter().all(|(_, n)| *n == 0), "{counters:?}");
+    let per_cpu = dp.counters_per_cpu().expect("per-CPU counters of a smaller map");
+    assert!(per_cpu.iter().all(|cpu| cpu.len() == Counter::ALL.len()), "{per_cpu:?}");
+}

@@ -268,9 +268,16 @@ impl Dataplane for AyaDataplane {
     fn counters(&self) -> Result<Vec<(Counter, u64)>> {
         let map: PerCpuArray<&MapData, u64> =
             PerCpuArray::try_from(self.map(map_names::COUNTERS)?).map_err(map_err(map_names::COUNTERS))?;
+        // COUNTERS pinned by an older build (kept across an upgrade's restart) may hold fewer
+        // counters than this build names: the newer ones read as 0 (the program cannot count
+        // them either until `detach` makes the maps anew).
+        let entries = map.len();
         Counter::ALL
             .iter()
             .map(|&c| {
+                if c as u32 >= entries {
+                    return Ok((c, 0));
+                }
                 let values = map.get(&(c as u32), 0).map_err(map_err(map_names::COUNTERS))?;
                 Ok((c, values.iter().sum()))
             })
@@ -284,8 +291,14 @@ impl Dataplane for AyaDataplane {
     fn counters_per_cpu(&self) -> Result<Vec<Vec<(Counter, u64)>>> {
         let map: PerCpuArray<&MapData, u64> =
             PerCpuArray::try_from(self.map(map_names::COUNTERS)?).map_err(map_err(map_names::COUNTERS))?;
+        let entries = map.len();
         let mut cpus: Vec<Vec<(Counter, u64)>> = Vec::new();
         for &c in Counter::ALL {
+            // Counters an older build's pinned map lacks read as 0 (see `counters`).
+            if c as u32 >= entries {
+                cpus.iter_mut().for_each(|cpu| cpu.push((c, 0)));
+                continue;
+            }
             let values = map.get(&(c as u32), 0).map_err(map_err(map_names::COUNTERS))?;
             for (cpu, value) in values.iter().enumerate() {
                 if cpus.len() <= cpu {
