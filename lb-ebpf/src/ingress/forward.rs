@@ -73,9 +73,6 @@ pub fn lookup(ctx: &XdpContext, query: &Lookup, cache: HopCache) -> Route {
         },
         _ => &built,
     };
-    let Some(scratch) = maps::scratch() else {
-        return Route::Unreachable;
-    };
     let tot_len = query.tot_len;
     let generation = maps::config().map_or(0, |c| c.nexthop_generation);
     let cached = maps::next_hop(cache, key).filter(|hop| generation != 0 && hop.generation == generation);
@@ -85,7 +82,11 @@ pub fn lookup(ctx: &XdpContext, query: &Lookup, cache: HopCache) -> Route {
         return Route::Out { ifindex: hop.ifindex, smac: hop.smac, dmac: hop.dmac, adjacent: hop.via_gateway == 0 };
     }
     maps::count(Counter::NexthopLookup);
-    // SAFETY: as above.
+    // The FIB lookup's parameters, in the scratch space too: taken only on a cache miss.
+    let Some(scratch) = maps::scratch() else {
+        return Route::Unreachable;
+    };
+    // SAFETY: this CPU's own map slot; `fib` is a field apart from `key`.
     let route = fib(ctx, query, unsafe { &mut (*scratch).fib });
     if let Route::Out { ifindex, smac, dmac, adjacent } = route
         && generation != 0
