@@ -14,11 +14,11 @@ use lb_common::flow::FlowKey;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, VipKey, forwarding};
 use lb_common::{IpBytes, family, gue, ip_proto, ipv4_bytes};
-use lb_ebpf::packet::{IPV6_LEN, packet_len};
+use lb_ebpf::packet::packet_len;
 
 use crate::encap::{self, Encap, Inner, TooBig};
 use crate::forward::{self, ANY_SOURCE, Lookup, Route, decrement_hop_limit, decrement_ttl};
-use crate::ip::{Addr, field, load, store};
+use crate::ip::{Addr, field, ipv6_len, load, store, traffic_class};
 use crate::l2::{self, Sent};
 use crate::maps::{self, HopCache};
 use crate::parse::IcmpError;
@@ -251,11 +251,11 @@ impl FlowError for Icmp6Error {
     }
     #[inline(always)]
     fn tos(&self) -> u8 {
-        unsafe { ((*self.ip).vcf[0] << 4) | ((*self.ip).vcf[1] >> 4) }
+        traffic_class(unsafe { &*self.ip })
     }
     #[inline(always)]
     fn ip_len(&self) -> u16 {
-        unsafe { u16::from_be_bytes((*self.ip).payload_len).wrapping_add(IPV6_LEN as u16) }
+        ipv6_len(unsafe { &*self.ip })
     }
     /// The ICMPv6 checksum covers the pseudo-header (so the outer destination) and the quote:
     /// it changes with both addresses and the port. IPv6 headers have no checksum.

@@ -3,6 +3,7 @@
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum::{replace16, replace32, replace128, udp_fixup};
 use lb_common::{IpBytes, family, ip_proto, ipv4_bytes};
+use network_types::ip::Ipv6Hdr;
 
 use crate::forward::{decrement_hop_limit, decrement_ttl};
 use crate::parse::{Ipv4Packet, TcpFlags};
@@ -146,12 +147,11 @@ impl IpPacket for Ipv6Packet {
     }
     #[inline(always)]
     fn tos(&self) -> u8 {
-        // The traffic class straddles the first two bytes.
-        unsafe { ((*self.ip).vcf[0] << 4) | ((*self.ip).vcf[1] >> 4) }
+        traffic_class(unsafe { &*self.ip })
     }
     #[inline(always)]
     fn ip_len(&self) -> u16 {
-        unsafe { u16::from_be_bytes((*self.ip).payload_len).wrapping_add(lb_ebpf::packet::IPV6_LEN as u16) }
+        ipv6_len(unsafe { &*self.ip })
     }
     #[inline(always)]
     fn rewrite(&self, end: End, addr: &Addr, port: u16) {
@@ -184,6 +184,18 @@ impl IpPacket for Ipv6Packet {
     fn too_big(&self, ctx: &XdpContext, mtu: u16) -> Verdict {
         icmp6::too_big(ctx, self, mtu)
     }
+}
+
+/// An IPv6 header's traffic class (it straddles the first two bytes).
+#[inline(always)]
+pub fn traffic_class(ip: &Ipv6Hdr) -> u8 {
+    (ip.vcf[0] << 4) | (ip.vcf[1] >> 4)
+}
+
+/// Bytes from an IPv6 header to the end of its datagram: the fixed header and the payload.
+#[inline(always)]
+pub fn ipv6_len(ip: &Ipv6Hdr) -> u16 {
+    u16::from_be_bytes(ip.payload_len).wrapping_add(lb_ebpf::packet::IPV6_LEN as u16)
 }
 
 /// A 16-byte address known to be 4-byte aligned, so it is read and compared as four words.
