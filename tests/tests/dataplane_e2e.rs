@@ -1,8 +1,8 @@
 //! End to end through the XDP program: a namespace lab (client, balancer, two backends on one
 //! L2 segment) with real HTTP over TCP, in NAT mode and in DSR (IPIP) mode with the backends
 //! decapsulating with lb_decap. Needs root.
-use std::collections::{HashMap, HashSet};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use lb_common::ip_proto;
@@ -12,7 +12,9 @@ use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_ctl::dataplane::load::AttachMode;
 use lb_tests::balancer::{VipSpec, attach_ingress, configure};
-use lb_tests::lab::{LB_PORT, Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, wait_for_listener};
+use lb_tests::lab::{
+    LB_PORT, Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, spread, wait_for_listener,
+};
 use lb_tests::privileges::require_root;
 
 const CLIENTS: usize = 16;
@@ -37,24 +39,6 @@ fn decap_count(pin_dir: &std::path::Path, c: DecapCounter) -> u64 {
     let map: aya::maps::PerCpuArray<_, u64> =
         aya::maps::PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).unwrap();
     map.get(&(c as u32), 0).unwrap().iter().sum()
-}
-
-/// Every client asks the VIP which backend it reached, twice; returns client → backend name.
-fn spread(vip: SocketAddrV4) -> HashMap<Ipv4Addr, String> {
-    let mut seen = HashMap::new();
-    for i in 0..CLIENTS {
-        let src = client_addr(i);
-        for round in 0..2 {
-            let (status, body) = http_get(src, vip, "/").unwrap_or_else(|e| panic!("{src} → {vip}: {e}"));
-            assert_eq!(status, 200);
-            let name = String::from_utf8(body).unwrap().trim().to_string();
-            if round == 1 {
-                assert_eq!(seen.get(&src), Some(&name), "hash=ip: client {src} must stick to one backend");
-            }
-            seen.insert(src, name);
-        }
-    }
-    seen
 }
 
 fn large_response(vip: SocketAddrV4) {
@@ -177,7 +161,8 @@ fn http_through_xdp_in_nat_and_dsr_modes() {
     for (mode, vip) in [("nat", NAT_VIP), ("dsr-ipip", DSR_VIP), ("dsr-l2", L2_VIP), ("dsr-gue", GUE_VIP)] {
         let vip = SocketAddrV4::new(vip, 80);
         let tx_before = counter(&dp, Counter::ForwardTx);
-        let seen = spread(vip);
+        let clients: Vec<IpAddr> = (0..CLIENTS).map(|i| IpAddr::V4(client_addr(i))).collect();
+        let seen = spread(&clients, vip.into());
         let names: HashSet<&String> = seen.values().collect();
         println!("{mode}: {CLIENTS} clients spread over {names:?}");
         assert_eq!(names.len(), 2, "{mode}: clients must reach both backends");

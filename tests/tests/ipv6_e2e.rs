@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use lb_ctl::state::Health;
 use lb_tests::lab::{
     Daemon, LB_BACKEND_SIDE6, LB_PORT, Lab, backend_addr6, client_addr, client_addr6, http_get, http_post,
-    pattern_byte, wait_for_listener,
+    pattern_byte, spread, wait_for_listener,
 };
 use lb_tests::privileges::require_root;
 
@@ -42,23 +42,6 @@ fn vip_table(name: &str, address: IpAddr, forwarding: &str, port: u16) -> String
          backends = [\n{}\n]\n\n",
         backends.join("\n")
     )
-}
-
-/// Every client asks the VIP which backend it reached, twice; returns client → backend name.
-fn spread(clients: &[IpAddr], vip: SocketAddr) -> HashMap<IpAddr, String> {
-    let mut seen = HashMap::new();
-    for &src in clients {
-        for round in 0..2 {
-            let (status, body) = http_get(src, vip, "/").unwrap_or_else(|e| panic!("{src} → {vip}: {e}"));
-            assert_eq!(status, 200);
-            let name = String::from_utf8(body).unwrap().trim().to_string();
-            if round == 1 {
-                assert_eq!(seen.get(&src), Some(&name), "hash=ip: client {src} must stick to one backend");
-            }
-            seen.insert(src, name);
-        }
-    }
-    seen
 }
 
 fn counters(daemon: &Daemon) -> HashMap<String, u64> {

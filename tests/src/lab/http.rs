@@ -1,5 +1,6 @@
 //! The lab's clients: bounded HTTP/1.1 exchanges from a chosen source address, and the byte
 //! pattern the test backend answers with.
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -65,6 +66,24 @@ pub fn http_post(
             .as_bytes(),
         body,
     )
+}
+
+/// Every client asks the VIP (hashing the client address) which backend it reached, twice,
+/// and must get the same answer both times; returns client → backend name.
+pub fn spread(clients: &[IpAddr], vip: SocketAddr) -> HashMap<IpAddr, String> {
+    let mut seen = HashMap::new();
+    for &src in clients {
+        for round in 0..2 {
+            let (status, body) = http_get(src, vip, "/").unwrap_or_else(|e| panic!("{src} → {vip}: {e}"));
+            assert_eq!(status, 200);
+            let name = String::from_utf8(body).unwrap().trim().to_string();
+            if round == 1 {
+                assert_eq!(seen.get(&src), Some(&name), "hash=ip: client {src} must stick to one backend");
+            }
+            seen.insert(src, name);
+        }
+    }
+    seen
 }
 
 /// The byte at offset `i` of the test backend's `/bytes/N` responses.
