@@ -3,7 +3,8 @@
 //! 300 KiB, h2 multiplexed, TLS keep-alive and new connection, TCP mode, TCP bulk) it prints
 //! requests/s (MiB/s for bulk), p50/p99/p99.9 latency, errors and the proxy's CPU time per
 //! request (per MiB for bulk); asserts nothing. `LB_BENCH_ROUNDS=N` repeats every workload N
-//! times (peers interleaved) and compares medians. Everything listens on 127.0.0.1, and every
+//! times (peers interleaved) and compares medians; `LB_BENCH_TESTS=a,b` runs only the
+//! workloads whose names contain one of those words (case-insensitive). Everything listens on 127.0.0.1, and every
 //! process started here is stopped by its pid when the run ends (also on error).
 use std::net::TcpListener;
 use std::path::Path;
@@ -81,6 +82,14 @@ const TESTS: [Test; 8] = [
 /// compares medians, which a shared machine's noise moves less.
 fn rounds() -> usize {
     std::env::var("LB_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize).max(1)
+}
+
+/// Whether a workload is selected by `LB_BENCH_TESTS` (comma-separated parts of names; all
+/// workloads when unset), to profile or tune one workload without the whole run.
+fn selected(test: &str) -> bool {
+    let Ok(wanted) = std::env::var("LB_BENCH_TESTS") else { return true };
+    let test = test.to_lowercase();
+    wanted.split(',').map(|w| w.trim().to_lowercase()).any(|w| !w.is_empty() && test.contains(&w))
 }
 
 /// One run of a peer, for the report.
@@ -220,7 +229,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
         if rounds > 1 {
             println!("round {round}/{rounds}");
         }
-        for Test { name: test, path, load } in TESTS {
+        for Test { name: test, path, load } in TESTS.into_iter().filter(|t| selected(t.name)) {
             // A direct run gives the backends' own ceiling in the same conditions (the
             // backends speak HTTP/1.1 in the clear only: no direct row for h2 and TLS).
             if matches!(load, Load::Bulk | Load::Wrk { tls: false, .. }) {
