@@ -31,6 +31,9 @@ pub(crate) struct ClientIo<T> {
     /// When the head being read started (ms), if one is.
     head_started_ms: Option<u64>,
     timer: Option<Pin<Box<Sleep>>>,
+    /// The deadline (ms) `timer` is set to: re-arming the timer for every read that waits
+    /// would take it out of tokio's timer wheel and put it back each time.
+    armed_ms: Option<u64>,
     /// Counts the 408s (before the client can see one).
     vip: Arc<Vip>,
 }
@@ -46,7 +49,7 @@ impl<T> ClientIo<T> {
     pub(crate) fn new(inner: Sniffer<T>, shared: Arc<ConnShared>, vip: Arc<Vip>) -> Self {
         let timeouts = &vip.spec.options.timeouts;
         let (idle, client_header) = (timeouts.idle, timeouts.client_header);
-        ClientIo { vip, inner, shared, idle, client_header, head_started_ms: None, timer: None }
+        ClientIo { vip, inner, shared, idle, client_header, head_started_ms: None, timer: None, armed_ms: None }
     }
 
     /// The deadline that applies now (ms), and what happens when it passes.
@@ -95,14 +98,25 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for ClientIo<T> {
         let Some((deadline_ms, expiry)) = this.deadline() else {
             return Poll::Pending;
         };
-        let now = now_ms();
-        if deadline_ms > now {
-            let at = Instant::now() + Duration::from_millis(deadline_ms - now);
-            let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-            timer.as_mut().reset(at);
-            if timer.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
+        let armed = match this.armed_ms {
+            Some(armed) if armed == deadline_ms => this.timer.as_mut(),
+            _ => {
+                let now = now_ms();
+                if deadline_ms > now {
+                    let at = Instant::now() + Duration::from_millis(deadline_ms - now);
+                    let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                    timer.as_mut().reset(at);
+                    this.armed_ms = Some(deadline_ms);
+                    Some(timer)
+                } else {
+                    None
+                }
             }
+        };
+        if let Some(timer) = armed
+            && timer.as_mut().poll(cx).is_pending()
+        {
+            return Poll::Pending;
         }
         match expiry {
             // End of stream between requests: hyper closes the connection cleanly.
