@@ -238,11 +238,16 @@ pub fn load(addr: &[u8; 16]) -> Addr {
     Addr::from_words([word(0), word(1), word(2), word(3)])
 }
 
-/// Writes an IPv6 address into the packet as eight 16-bit words (see `load`).
+/// Writes an IPv6 address into the packet as eight 16-bit words (see `load`). Volatile stores:
+/// from an address in a map value LLVM would otherwise merge them into a 16-byte `memmove`,
+/// which the BPF backend makes a call to a byte-at-a-time loop.
 #[inline(always)]
 pub fn store(field: &mut [u8; 16], addr: &Addr) {
     // SAFETY: same size, any bits valid.
     let words = unsafe { core::mem::transmute::<[u32; 4], [u16; 8]>(addr.words()) };
-    // SAFETY: 16 writable, 2-byte aligned bytes.
-    unsafe { *(field as *mut [u8; 16] as *mut [u16; 8]) = words };
+    let dst = field as *mut [u8; 16] as *mut u16;
+    for (i, word) in words.into_iter().enumerate() {
+        // SAFETY: 16 writable, 2-byte aligned bytes.
+        unsafe { dst.add(i).write_volatile(word) };
+    }
 }

@@ -262,14 +262,17 @@ pub enum HopCache {
     Address,
 }
 
-/// This CPU's cached answer for `key`, if it has one for exactly that key.
+/// This CPU's cached answer for packets to backend `id`, and the lookup it answers.
 #[inline(always)]
-pub fn next_hop(cache: HopCache, key: &NextHopKey) -> Option<&'static NextHop> {
-    match cache {
-        HopCache::Backend(id) => BACKEND_HOPS.get(id).filter(|entry| entry.key.same_as(key)).map(|entry| &entry.hop),
-        // SAFETY: this CPU's own copy of the value.
-        HopCache::Address => unsafe { NEXT_HOPS.get(key) },
-    }
+pub fn backend_hop(id: u32) -> Option<&'static BackendHop> {
+    BACKEND_HOPS.get(id)
+}
+
+/// This CPU's cached answer for `key` (replies to clients).
+#[inline(always)]
+pub fn client_hop(key: &NextHopKey) -> Option<&'static NextHop> {
+    // SAFETY: this CPU's own copy of the value.
+    unsafe { NEXT_HOPS.get(key) }
 }
 
 #[inline(always)]
