@@ -60,7 +60,14 @@ pub fn balance_encap<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow
         // done by lb_encap_v6, told what was chosen through this CPU's scratch space.
         return match maps::scratch() {
             Some(scratch) => {
-                let job = EncapJob { vip_id: vip.id, backend_id: choice.backend_id, hash: flow.hash };
+                let job = EncapJob {
+                    vip_id: vip.id,
+                    backend_id: choice.backend_id,
+                    hash: flow.hash,
+                    len: pkt.ip_len(),
+                    tos: pkt.tos(),
+                    tagged: u8::from(pkt.l3_offset() != 14),
+                };
                 // SAFETY: this CPU's own map slot, used by one packet at a time.
                 unsafe { (*scratch).encap = job };
                 maps::jump(ctx, jumps::ENCAP_V6)
@@ -71,19 +78,40 @@ pub fn balance_encap<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow
     encapsulate(ctx, pkt, vip, choice.backend_id, choice.backend, flow.hash)
 }
 
-/// `lb_encap_v6`: the IPv6 packet `lb_ingress_v6` placed (its `EncapJob` in the scratch space).
+/// `lb_encap_v6`: the IPv6 packet `lb_ingress_v6` placed (its `EncapJob` in the scratch space,
+/// with what the encapsulation needs of the packet: it is not parsed again, unless it turns out
+/// too big and its sender must be told).
 #[inline(always)]
 pub fn encapsulate_job(ctx: &XdpContext) -> Verdict {
-    let Parsed::Ipv6(pkt) = parse6::parse_frame(ctx) else {
-        return (XDP_DROP, Counter::DropEncapFailed);
-    };
     // SAFETY: this CPU's own map slot, written by lb_ingress_v6 for this packet.
     let Some(job) = maps::scratch().map(|scratch| unsafe { (*scratch).encap }) else {
         return (XDP_DROP, Counter::DropEncapFailed);
     };
-    match (maps::vip_info(job.vip_id), maps::backend(job.backend_id)) {
-        (Some(vip), Some(backend)) => encapsulate(ctx, &pkt, vip, job.backend_id, backend, job.hash),
-        _ => (XDP_DROP, Counter::DropEncapFailed),
+    let (Some(vip), Some(backend)) = (maps::vip_info(job.vip_id), maps::backend(job.backend_id)) else {
+        return (XDP_DROP, Counter::DropEncapFailed);
+    };
+    let inner = Inner {
+        l3_offset: if job.tagged != 0 { 18 } else { 14 },
+        protocol: ip_proto::IPV6,
+        tos: job.tos,
+        len: job.len,
+        entropy: job.hash,
+    };
+    match send_encapsulated(ctx, &inner, vip, job.backend_id, backend, encap_of(vip, job.hash)) {
+        Ok(verdict) => verdict,
+        Err(TooBig { mtu }) => match parse6::parse_frame(ctx) {
+            Parsed::Ipv6(pkt) => pkt.too_big(ctx, mtu),
+            _ => (XDP_DROP, Counter::DropEncapFailed),
+        },
+    }
+}
+
+/// How `vip` wraps a packet of the flow with `hash`.
+#[inline(always)]
+fn encap_of(vip: &VipInfo, hash: u32) -> Encap {
+    match vip.forwarding {
+        forwarding::DSR_GUE => Encap::Gue { source_port: gue::source_port(hash) },
+        _ => Encap::Ipip,
     }
 }
 
@@ -98,10 +126,7 @@ fn encapsulate<P: IpPacket>(
     backend: &Backend,
     hash: u32,
 ) -> Verdict {
-    let encap = match vip.forwarding {
-        forwarding::DSR_GUE => Encap::Gue { source_port: gue::source_port(hash) },
-        _ => Encap::Ipip,
-    };
+    let encap = encap_of(vip, hash);
     let inner = Inner {
         l3_offset: pkt.l3_offset(),
         protocol: P::ENCAPSULATED_AS,

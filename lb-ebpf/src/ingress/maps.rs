@@ -66,8 +66,6 @@ pub struct Scratch {
     pub flow: FlowKey,
     /// What lb_ingress_v6 chose for an IPv6 DSR packet, for lb_encap_v6.
     pub encap: EncapJob,
-    /// Never written: always 0, but the verifier cannot know (see `opaque_zero`).
-    pub zero: u32,
 }
 
 /// An IPv6 DSR packet's placement, handed from lb_ingress_v6 to lb_encap_v6.
@@ -78,6 +76,12 @@ pub struct EncapJob {
     pub backend_id: u32,
     /// The flow's connection-table hash (GUE source port, flow label).
     pub hash: u32,
+    /// The packet's bytes from its IPv6 header on (`IpPacket::ip_len`).
+    pub len: u16,
+    /// Its traffic class.
+    pub tos: u8,
+    /// 1 when the frame carries an 802.1Q tag (IPv6 header at 18, else 14).
+    pub tagged: u8,
 }
 #[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
@@ -127,14 +131,6 @@ pub fn jump(ctx: &XdpContext, index: u32) -> crate::verdict::Verdict {
     // SAFETY: our own context; a tail call that fails returns and changes nothing.
     unsafe { JUMPS.tail_call(ctx, index) };
     (XDP_PASS, Counter::PassJumpFailed)
-}
-
-/// Zero, read from a map so that the verifier does not know it: or-ed into a value, it makes
-/// the verifier treat every value of the same bounds alike.
-#[inline(always)]
-pub fn opaque_zero() -> usize {
-    // SAFETY: this CPU's own map slot; `zero` is never written.
-    SCRATCH.get_ptr_mut(0).map_or(0, |scratch| unsafe { (*scratch).zero } as usize)
 }
 
 /// This CPU's scratch space.

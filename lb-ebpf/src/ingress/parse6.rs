@@ -140,7 +140,7 @@ fn parse(ctx: &XdpContext, l3_offset: usize) -> Parsed {
     // Every number of extension headers leaves the verifier a different range for the L4
     // offset, and it would check the rest of the program once for each (past its limit of a
     // million instructions). Or-ing in a zero it cannot see through gives them all one range.
-    let l4 = (l4 | maps::opaque_zero()) & 0x3fff;
+    let l4 = (l4 | unseen_zero(ip)) & 0x3fff;
     let (l4_header, check_offset, tcp_flags) = match next {
         ip_proto::TCP => {
             let Some(h) = ptr_at::<[u8; 20]>(ctx, l4).filter(|_| l4 + 20 <= end) else {
@@ -170,6 +170,17 @@ fn parse(ctx: &XdpContext, l3_offset: usize) -> Parsed {
         l4_check: unsafe { l4_header.add(check_offset) } as *mut u16,
         tcp: TcpFlags(tcp_flags),
     })
+}
+
+/// Zero, as two reads of the same packet word xor-ed: the verifier does not know the two reads
+/// are equal, so it sees a value of 16 unknown bits. Two loads and an xor, where a zero read
+/// from a map would cost a map lookup.
+#[inline(always)]
+fn unseen_zero(ip: *mut Ipv6Hdr) -> usize {
+    // SAFETY: inside the header ptr_at checked; the field sits 2-byte aligned (see ip::load).
+    let word = unsafe { core::ptr::addr_of!((*ip).payload_len) } as *const u16;
+    // SAFETY: as above.
+    unsafe { (core::ptr::read_volatile(word) ^ core::ptr::read_volatile(word)) as usize }
 }
 
 /// An ICMPv6 error quoting an IPv6 TCP/UDP header (no extension headers) and at least its
