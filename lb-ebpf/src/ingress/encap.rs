@@ -10,15 +10,13 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, forwarding};
-use lb_common::{csum, family, gue, ip_proto, ipv4_octets, jumps};
+use lb_common::{csum, family, gue, ip_proto, ipv4_octets};
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, IPV6_LEN, packet_len, ptr_at};
 
 use crate::flow::Flow;
 use crate::forward::{self, Lookup, Route};
 use crate::ip::{IpPacket, field, store};
-use crate::maps::{self, EncapJob, HopCache};
-use crate::parse::Parsed;
-use crate::parse6;
+use crate::maps::{self, HopCache};
 use crate::select;
 use crate::verdict::Verdict;
 
@@ -55,55 +53,7 @@ pub fn balance_encap<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
-    if P::FAMILY == family::IPV6 {
-        // IPv6's addresses leave no room on lb_ingress_v6's stack for the encapsulation: it is
-        // done by lb_encap_v6, told what was chosen through this CPU's scratch space.
-        return match maps::scratch() {
-            Some(scratch) => {
-                let job = EncapJob {
-                    vip_id: vip.id,
-                    backend_id: choice.backend_id,
-                    hash: flow.hash,
-                    len: pkt.ip_len(),
-                    tos: pkt.tos(),
-                    tagged: u8::from(pkt.l3_offset() != 14),
-                };
-                // SAFETY: this CPU's own map slot, used by one packet at a time.
-                unsafe { (*scratch).encap = job };
-                maps::jump(ctx, jumps::ENCAP_V6)
-            }
-            None => (XDP_DROP, Counter::DropEncapFailed),
-        };
-    }
     encapsulate(ctx, pkt, vip, choice.backend_id, choice.backend, flow.hash)
-}
-
-/// `lb_encap_v6`: the IPv6 packet `lb_ingress_v6` placed (its `EncapJob` in the scratch space,
-/// with what the encapsulation needs of the packet: it is not parsed again, unless it turns out
-/// too big and its sender must be told).
-#[inline(always)]
-pub fn encapsulate_job(ctx: &XdpContext) -> Verdict {
-    // SAFETY: this CPU's own map slot, written by lb_ingress_v6 for this packet.
-    let Some(job) = maps::scratch().map(|scratch| unsafe { (*scratch).encap }) else {
-        return (XDP_DROP, Counter::DropEncapFailed);
-    };
-    let (Some(vip), Some(backend)) = (maps::vip_info(job.vip_id), maps::backend(job.backend_id)) else {
-        return (XDP_DROP, Counter::DropEncapFailed);
-    };
-    let inner = Inner {
-        l3_offset: if job.tagged != 0 { 18 } else { 14 },
-        protocol: ip_proto::IPV6,
-        tos: job.tos,
-        len: job.len,
-        entropy: job.hash,
-    };
-    match send_encapsulated(ctx, &inner, vip, job.backend_id, backend, encap_of(vip, job.hash)) {
-        Ok(verdict) => verdict,
-        Err(TooBig { mtu }) => match parse6::parse_frame(ctx) {
-            Parsed::Ipv6(pkt) => pkt.too_big(ctx, mtu),
-            _ => (XDP_DROP, Counter::DropEncapFailed),
-        },
-    }
 }
 
 /// How `vip` wraps a packet of the flow with `hash`.

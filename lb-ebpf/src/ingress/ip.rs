@@ -180,9 +180,11 @@ impl IpPacket for Ipv6Packet {
     fn decrement_ttl(&self) {
         decrement_hop_limit(self.ip)
     }
+    /// Answered by lb_too_big6 (the packet is still as it came: nothing is rewritten before
+    /// the route is known): the answer's code would not fit lb_ingress_v6's stack.
     #[inline(always)]
     fn too_big(&self, ctx: &XdpContext, mtu: u16) -> Verdict {
-        icmp6::too_big(ctx, self, mtu)
+        icmp6::hand_on_too_big(ctx, mtu)
     }
 }
 

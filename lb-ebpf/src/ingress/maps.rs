@@ -64,25 +64,10 @@ pub struct Scratch {
     pub key: NextHopKey,
     /// An IPv6 packet's connection-table key (see `balance`).
     pub flow: FlowKey,
-    /// What lb_ingress_v6 chose for an IPv6 DSR packet, for lb_encap_v6.
-    pub encap: EncapJob,
+    /// The next hop's MTU of an IPv6 packet too big for it, for lb_too_big6.
+    pub too_big_mtu: u32,
 }
 
-/// An IPv6 DSR packet's placement, handed from lb_ingress_v6 to lb_encap_v6.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct EncapJob {
-    pub vip_id: u32,
-    pub backend_id: u32,
-    /// The flow's connection-table hash (GUE source port, flow label).
-    pub hash: u32,
-    /// The packet's bytes from its IPv6 header on (`IpPacket::ip_len`).
-    pub len: u16,
-    /// Its traffic class.
-    pub tos: u8,
-    /// 1 when the frame carries an 802.1Q tag (IPv6 header at 18, else 14).
-    pub tagged: u8,
-}
 #[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 #[map]
