@@ -62,8 +62,6 @@ static JUMPS: ProgramArray = ProgramArray::with_max_entries(lb_common::jumps::CO
 pub struct Scratch {
     pub fib: bpf_fib_lookup,
     pub key: NextHopKey,
-    /// An IPv6 packet's connection-table key (see `balance`).
-    pub flow: FlowKey,
     /// The next hop's MTU of an IPv6 packet too big for it, for lb_too_big6.
     pub too_big_mtu: u32,
 }
