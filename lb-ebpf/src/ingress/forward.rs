@@ -66,7 +66,7 @@ pub fn lookup(ctx: &XdpContext, query: &Lookup, cache: HopCache) -> Route {
         HopCache::Backend(id) => {
             maps::backend_hop(id).filter(|entry| answers(&entry.key, query, ingress_ifindex)).map(|entry| &entry.hop)
         }
-        HopCache::Address => with_key(query, ingress_ifindex, |key| maps::client_hop(key)),
+        HopCache::Address => with_key(query, ingress_ifindex, maps::client_hop),
     }
     .filter(|hop| generation != 0 && hop.generation == generation);
     if let Some(hop) = cached

@@ -127,7 +127,12 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
 /// The pairs the targets compare: (numerator row, denominator row, what, target).
 const RATIOS: [(&str, &str, &str, &str); 3] = [
     (super::dataplane6::ESTABLISHED_NAT66, "established TCP (NAT)", "established TCP (NAT)", "target <= 1.2x"),
-    (super::dataplane6::ESTABLISHED_IP6IP6, "IPIP encapsulation (DSR)", "established DSR by IP in IP", "target <= 1.2x"),
+    (
+        super::dataplane6::ESTABLISHED_IP6IP6,
+        "IPIP encapsulation (DSR)",
+        "established DSR by IP in IP",
+        "target <= 1.2x",
+    ),
     (super::dataplane6::ESTABLISHED_GUE6, "GUE encapsulation (DSR)", "established DSR by GUE", "no target"),
 ];
 const DIFFERENCES: [(&str, &str, &str); 2] = [
@@ -139,8 +144,10 @@ const DIFFERENCES: [(&str, &str, &str); 2] = [
 /// the same round, moments apart), then the median over rounds and the middle half's range.
 fn report_ratios(results: &[RowResult]) {
     let rounds = |name: &str| results.iter().find(|r| r.cost.path == name).map(|r| &r.extra_by_round);
-    println!("Pairs, per round (both rows measured in the same round), median [25%..75%] of {} rounds:",
-        results.first().map_or(0, |r| r.extra_by_round.len()));
+    println!(
+        "Pairs, per round (both rows measured in the same round), median [25%..75%] of {} rounds:",
+        results.first().map_or(0, |r| r.extra_by_round.len())
+    );
     for (v6, v4, what, target) in RATIOS {
         if let (Some(a), Some(b)) = (rounds(v6), rounds(v4))
             && !a.is_empty()
@@ -346,7 +353,9 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
     // Warm-up: fill the set of the "set of proven flows" row with proven flows (SYN, then ACK).
     let warm = proven_ports
         .iter()
-        .flat_map(|port| [L4::TcpSyn, L4::TcpAck].map(|l4| Frame::tcp(CLIENT, *port, web, 80).with(|f| f.l4 = l4).bytes()))
+        .flat_map(|port| {
+            [L4::TcpSyn, L4::TcpAck].map(|l4| Frame::tcp(CLIENT, *port, web, 80).with(|f| f.l4 = l4).bytes())
+        })
         .collect();
     Ok(Rows { paths: paths.into(), tables, events, warm })
 }
@@ -437,8 +446,10 @@ pub(super) fn measure(groups: &mut [Group], bare: &Xdp, ingress: u32, rounds: us
     }
     // The order of a round: row i of every group, then row i + 1 of every group, ...
     let longest = groups.iter().map(|g| g.rows.paths.len()).max().unwrap_or(0);
-    let order: Vec<(usize, usize)> =
-        (0..longest).flat_map(|i| (0..groups.len()).map(move |g| (g, i))).filter(|&(g, i)| i < groups[g].rows.paths.len()).collect();
+    let order: Vec<(usize, usize)> = (0..longest)
+        .flat_map(|i| (0..groups.len()).map(move |g| (g, i)))
+        .filter(|&(g, i)| i < groups[g].rows.paths.len())
+        .collect();
     let mut extra: Vec<Vec<Vec<f64>>> = groups.iter().map(|g| vec![Vec::new(); g.rows.paths.len()]).collect();
     let mut ours_ns = extra.clone();
     let mut bare_ns = extra.clone();
