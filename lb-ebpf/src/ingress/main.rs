@@ -5,6 +5,8 @@
 //! the stack untouched. Every packet is counted under exactly one verdict counter.
 #![no_std]
 #![no_main]
+// Inline assembly for BPF (`maps::jump`).
+#![feature(asm_experimental_arch)]
 
 mod balance;
 mod encap;

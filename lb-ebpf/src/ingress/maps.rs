@@ -109,10 +109,27 @@ pub fn count_traffic(vip_id: u32, backend_id: u32, bytes: u64) {
 
 /// Hands the packet to program `index` of JUMPS, which counts and answers it. Returns only when
 /// that program is missing.
+///
+/// The helper is called from inline assembly rather than through `ProgramArray::tail_call`:
+/// LLVM merges the helper calls of two jumps into one call whose index comes from either path
+/// (lb_ingress's jumps to lb_ingress_v6 and lb_icmp_errors were one), and the verifier makes a
+/// tail call a direct jump only where its index is one constant; the merged one became an
+/// indirect jump through a retpoline, for every IPv6 packet. Inline assembly is never merged so.
 #[inline(always)]
 pub fn jump(ctx: &XdpContext, index: u32) -> crate::verdict::Verdict {
-    // SAFETY: our own context; a tail call that fails returns and changes nothing.
-    unsafe { JUMPS.tail_call(ctx, index) };
+    // SAFETY: bpf_tail_call (helper 12) on our own context and JUMPS; it clobbers r0-r5 as any
+    // helper call, and a tail call that fails returns and changes nothing.
+    unsafe {
+        core::arch::asm!(
+            "call 12",
+            inlateout("r1") ctx.ctx => _,
+            inlateout("r2") &JUMPS as *const ProgramArray => _,
+            inlateout("r3") index as u64 => _,
+            lateout("r0") _,
+            lateout("r4") _,
+            lateout("r5") _,
+        );
+    }
     (XDP_PASS, Counter::PassJumpFailed)
 }
 
