@@ -248,8 +248,9 @@ pub fn store(field: &mut [u8; 16], addr: &Addr) {
     // SAFETY: same size, any bits valid.
     let words = unsafe { core::mem::transmute::<[u32; 4], [u16; 8]>(addr.words()) };
     let dst = field as *mut [u8; 16] as *mut u16;
-    for (i, word) in words.into_iter().enumerate() {
+    // An index loop: an array's by-value iterator would first copy the words to the stack.
+    for (i, word) in words.iter().enumerate() {
         // SAFETY: 16 writable, 2-byte aligned bytes.
-        unsafe { dst.add(i).write_volatile(word) };
+        unsafe { dst.add(i).write_volatile(*word) };
     }
 }
