@@ -50,8 +50,8 @@ pub mod jumps {
     pub const IPV6: u32 = 0;
     /// `program_names::ICMP_ERRORS`: ICMP errors about VIP flows.
     pub const ICMP_ERRORS: u32 = 1;
-    /// `program_names::ENCAP_V6`: IPv6 DSR packets, placed, to be encapsulated.
-    pub const ENCAP_V6: u32 = 2;
+    /// `program_names::TOO_BIG6`: IPv6 packets too big for their next hop, to be answered.
+    pub const TOO_BIG6: u32 = 2;
     /// `program_names::ICMP6_ERRORS`: ICMPv6 errors about VIP flows.
     pub const ICMP6_ERRORS: u32 = 3;
     pub const COUNT: u32 = 4;
@@ -67,8 +67,8 @@ pub mod program_names {
     pub const ICMP_ERRORS: &str = "lb_icmp_errors";
     /// ICMPv6 errors about VIP flows, in the `lb-ingress` object (through JUMPS).
     pub const ICMP6_ERRORS: &str = "lb_icmp6_errors";
-    /// The encapsulation of IPv6 DSR packets, in the `lb-ingress` object (through JUMPS).
-    pub const ENCAP_V6: &str = "lb_encap_v6";
+    /// The ICMPv6 "packet too big" answer, in the `lb-ingress` object (through JUMPS).
+    pub const TOO_BIG6: &str = "lb_too_big6";
     /// The DSR decapsulator, in the `lb-decap` object.
     pub const DECAP: &str = "lb_decap";
     /// A bare `XDP_PASS`, in the `lb-decap` object: the benchmark baseline, and the program a

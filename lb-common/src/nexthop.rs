@@ -28,26 +28,6 @@ pub struct NextHopKey {
     pub family: u32,
 }
 
-impl NextHopKey {
-    /// Compared word by word: a derived `==` on 16-byte arrays may become a memcmp call,
-    /// which BPF programs cannot make.
-    #[inline(always)]
-    pub fn same_as(&self, other: &NextHopKey) -> bool {
-        const WORDS: usize = core::mem::size_of::<NextHopKey>() / 4;
-        // SAFETY: 4-byte aligned, no implicit padding; any bits are valid u32s.
-        let (a, b) = unsafe {
-            (&*(self as *const Self as *const [u32; WORDS]), &*(other as *const Self as *const [u32; WORDS]))
-        };
-        let mut same = true;
-        let mut i = 0;
-        while i < WORDS {
-            same &= a[i] == b[i];
-            i += 1;
-        }
-        same
-    }
-}
-
 /// NEXT_HOPS value (per CPU): the answer to its key's lookup.
 #[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Golden packets for IPv6: frames run through the real lb_ingress (which hands IPv6 to
-//! lb_ingress_v6, ICMP errors to lb_icmp_errors and IPv6 DSR to lb_encap_v6) and lb_decap
+//! lb_ingress_v6, ICMP errors to lb_icmp_errors, IPv6 packets too big to lb_too_big6) and lb_decap
 //! with BPF_PROG_TEST_RUN and real maps written by the real map writer. Each case states the
 //! verdict, the exact output (built independently with etherparse, checksums included) and the
 //! counters that must move. Needs root; the FIB lookups resolve in a namespace made here.

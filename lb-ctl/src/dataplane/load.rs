@@ -92,7 +92,7 @@ fn fill_jumps(ebpf: &mut Ebpf) -> Result<()> {
     for (index, name) in [
         (jumps::IPV6, program_names::INGRESS_V6),
         (jumps::ICMP_ERRORS, program_names::ICMP_ERRORS),
-        (jumps::ENCAP_V6, program_names::ENCAP_V6),
+        (jumps::TOO_BIG6, program_names::TOO_BIG6),
         (jumps::ICMP6_ERRORS, program_names::ICMP6_ERRORS),
     ] {
         let prog = program(ebpf, name)?;

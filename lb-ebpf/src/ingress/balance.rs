@@ -7,7 +7,7 @@ use lb_common::config::port_flags;
 use lb_common::flow::{FlowKey, REVERSE_DIRECT};
 use lb_common::stats::Counter;
 use lb_common::vip::{VipKey, forwarding};
-use lb_common::{family, ip_proto, jumps};
+use lb_common::{ip_proto, jumps};
 
 use crate::flow::Flow;
 use crate::ip::IpPacket;
@@ -86,17 +86,7 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
     let dst_flags = maps::port_flags(u16::from_be(dst_port));
     if dst_flags & vip_bit != 0 {
         let built = flow_key();
-        // An IPv6 key is kept in this CPU's scratch space rather than on the stack: its five
-        // words, all live at once, would not fit the registers and the stack together (an
-        // IPv4 key is mostly constant zeros, which cost neither).
-        let key = match maps::scratch() {
-            // SAFETY: this CPU's own map slot, used by one packet at a time.
-            Some(scratch) if P::FAMILY == family::IPV6 => unsafe {
-                (*scratch).flow = built;
-                &(*scratch).flow
-            },
-            _ => &built,
-        };
+        let key = &built;
         let tables = maps::tables();
         let hash = tables.map_or(0, |t| t.hash(key));
         // An established flow costs no hash-map lookup: the connection table names its VIP by

@@ -10,15 +10,13 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, forwarding};
-use lb_common::{csum, family, gue, ip_proto, ipv4_octets, jumps};
+use lb_common::{csum, family, gue, ip_proto, ipv4_octets};
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, IPV6_LEN, packet_len, ptr_at};
 
 use crate::flow::Flow;
 use crate::forward::{self, Lookup, Route};
 use crate::ip::{IpPacket, field, store};
-use crate::maps::{self, EncapJob, HopCache};
-use crate::parse::Parsed;
-use crate::parse6;
+use crate::maps::{self, HopCache};
 use crate::select;
 use crate::verdict::Verdict;
 
@@ -55,35 +53,15 @@ pub fn balance_encap<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
-    if P::FAMILY == family::IPV6 {
-        // IPv6's addresses leave no room on lb_ingress_v6's stack for the encapsulation: it is
-        // done by lb_encap_v6, told what was chosen through this CPU's scratch space.
-        return match maps::scratch() {
-            Some(scratch) => {
-                let job = EncapJob { vip_id: vip.id, backend_id: choice.backend_id, hash: flow.hash };
-                // SAFETY: this CPU's own map slot, used by one packet at a time.
-                unsafe { (*scratch).encap = job };
-                maps::jump(ctx, jumps::ENCAP_V6)
-            }
-            None => (XDP_DROP, Counter::DropEncapFailed),
-        };
-    }
     encapsulate(ctx, pkt, vip, choice.backend_id, choice.backend, flow.hash)
 }
 
-/// `lb_encap_v6`: the IPv6 packet `lb_ingress_v6` placed (its `EncapJob` in the scratch space).
+/// How `vip` wraps a packet of the flow with `hash`.
 #[inline(always)]
-pub fn encapsulate_job(ctx: &XdpContext) -> Verdict {
-    let Parsed::Ipv6(pkt) = parse6::parse_frame(ctx) else {
-        return (XDP_DROP, Counter::DropEncapFailed);
-    };
-    // SAFETY: this CPU's own map slot, written by lb_ingress_v6 for this packet.
-    let Some(job) = maps::scratch().map(|scratch| unsafe { (*scratch).encap }) else {
-        return (XDP_DROP, Counter::DropEncapFailed);
-    };
-    match (maps::vip_info(job.vip_id), maps::backend(job.backend_id)) {
-        (Some(vip), Some(backend)) => encapsulate(ctx, &pkt, vip, job.backend_id, backend, job.hash),
-        _ => (XDP_DROP, Counter::DropEncapFailed),
+fn encap_of(vip: &VipInfo, hash: u32) -> Encap {
+    match vip.forwarding {
+        forwarding::DSR_GUE => Encap::Gue { source_port: gue::source_port(hash) },
+        _ => Encap::Ipip,
     }
 }
 
@@ -98,10 +76,7 @@ fn encapsulate<P: IpPacket>(
     backend: &Backend,
     hash: u32,
 ) -> Verdict {
-    let encap = match vip.forwarding {
-        forwarding::DSR_GUE => Encap::Gue { source_port: gue::source_port(hash) },
-        _ => Encap::Ipip,
-    };
+    let encap = encap_of(vip, hash);
     let inner = Inner {
         l3_offset: pkt.l3_offset(),
         protocol: P::ENCAPSULATED_AS,

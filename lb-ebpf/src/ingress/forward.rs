@@ -16,7 +16,7 @@ use lb_ebpf::packet::ptr_at;
 use network_types::eth::EthHdr;
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
-use crate::ip::Addr;
+use crate::ip::{Addr, field};
 use crate::maps::{self, HopCache};
 use crate::verdict::Verdict;
 
@@ -56,26 +56,19 @@ pub struct Lookup<'a> {
 /// FIB's (cached for next time when it is a success).
 #[inline(always)]
 pub fn lookup(ctx: &XdpContext, query: &Lookup, cache: HopCache) -> Route {
-    let built = NextHopKey {
-        src: query.src.0,
-        dst: query.dst.0,
-        ingress_ifindex: ctx.ingress_ifindex() as u32,
-        tos: query.tos as u32,
-        family: query.family as u32,
-    };
-    // An IPv4 key stays on the stack (most of it constant zeros, compared as such); an IPv6 one
-    // goes to this CPU's scratch space, as lb_ingress_v6's stack has no room for it.
-    let key = match maps::scratch() {
-        // SAFETY: this CPU's own map slot; nothing else uses it while this packet is handled.
-        Some(scratch) if query.family == family::IPV6 => unsafe {
-            (*scratch).key = built;
-            &(*scratch).key
-        },
-        _ => &built,
-    };
+    let ingress_ifindex = ctx.ingress_ifindex() as u32;
     let tot_len = query.tot_len;
     let generation = maps::config().map_or(0, |c| c.nexthop_generation);
-    let cached = maps::next_hop(cache, key).filter(|hop| generation != 0 && hop.generation == generation);
+    // A backend's answer is compared with the query field by field, where it lies: no key is
+    // built for it (building one costs every packet a 44-byte copy, and its zero source a
+    // call to a byte-by-byte memset). A client's answer is looked up by key.
+    let cached = match cache {
+        HopCache::Backend(id) => {
+            maps::backend_hop(id).filter(|entry| answers(&entry.key, query, ingress_ifindex)).map(|entry| &entry.hop)
+        }
+        HopCache::Address => with_key(query, ingress_ifindex, maps::client_hop),
+    }
+    .filter(|hop| generation != 0 && hop.generation == generation);
     if let Some(hop) = cached
         && tot_len <= hop.max_len
     {
@@ -96,13 +89,46 @@ pub fn lookup(ctx: &XdpContext, query: &Lookup, cache: HopCache) -> Route {
             _ => tot_len,
         };
         let via_gateway = u8::from(!adjacent);
-        maps::remember_next_hop(
-            cache,
-            key,
-            &NextHop { ifindex, max_len, smac, dmac, via_gateway, _pad: 0, generation },
-        );
+        let hop = NextHop { ifindex, max_len, smac, dmac, via_gateway, _pad: 0, generation };
+        with_key(query, ingress_ifindex, |key| maps::remember_next_hop(cache, key, &hop));
     }
     route
+}
+
+/// Whether `key` is the key of this lookup (`query` on `ingress_ifindex`), compared word by
+/// word (a derived `==` on 16-byte arrays may become a memcmp call, which BPF cannot make).
+#[inline(always)]
+fn answers(key: &NextHopKey, query: &Lookup, ingress_ifindex: u32) -> bool {
+    let (src, dst) = (field(&key.src).words(), field(&key.dst).words());
+    let (want_src, want_dst) = (query.src.words(), query.dst.words());
+    let mut same = key.ingress_ifindex == ingress_ifindex && key.tos == query.tos as u32;
+    same &= key.family == query.family as u32;
+    for i in 0..4 {
+        same &= src[i] == want_src[i] && dst[i] == want_dst[i];
+    }
+    same
+}
+
+/// Calls `f` with the key of this lookup. An IPv4 key stays on the stack (most of it constant
+/// zeros, compared as such); an IPv6 one goes to this CPU's scratch space, as lb_ingress_v6's
+/// stack has no room for it.
+#[inline(always)]
+fn with_key<R>(query: &Lookup, ingress_ifindex: u32, f: impl FnOnce(&NextHopKey) -> R) -> R {
+    let built = NextHopKey {
+        src: query.src.0,
+        dst: query.dst.0,
+        ingress_ifindex,
+        tos: query.tos as u32,
+        family: query.family as u32,
+    };
+    match maps::scratch() {
+        // SAFETY: this CPU's own map slot; nothing else uses it while this packet is handled.
+        Some(scratch) if query.family == family::IPV6 => unsafe {
+            (*scratch).key = built;
+            f(&(*scratch).key)
+        },
+        _ => f(&built),
+    }
 }
 
 /// What the kernel's FIB says about the packet of `query`. The lookup's parameters live in a

@@ -6,11 +6,13 @@ use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_TX};
 use aya_ebpf::helpers::generated::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail};
 use aya_ebpf::programs::XdpContext;
 use lb_common::stats::Counter;
-use lb_common::{csum, ip_proto};
+use lb_common::{csum, ip_proto, jumps};
 use lb_ebpf::packet::{IPV6_LEN, ptr_at};
 
 use crate::ip::{Addr, load, store};
-use crate::parse6::Ipv6Packet;
+use crate::maps;
+use crate::parse::Parsed;
+use crate::parse6::{self, Ipv6Packet};
 use crate::verdict::Verdict;
 
 const ICMPV6_PACKET_TOO_BIG: u8 = 2;
@@ -22,6 +24,30 @@ const ICMPV6_HEADER: usize = 8;
 const QUOTED: usize = 128;
 /// What the answer adds in front of the quote.
 const ADDED: usize = IPV6_LEN + ICMPV6_HEADER;
+
+/// Hands a packet too big for an MTU of `mtu` to lb_too_big6, through this CPU's scratch space.
+#[inline(always)]
+pub fn hand_on_too_big(ctx: &XdpContext, mtu: u16) -> Verdict {
+    let Some(scratch) = maps::scratch() else {
+        return (XDP_DROP, Counter::DropTooBig);
+    };
+    // SAFETY: this CPU's own map slot, used by one packet at a time.
+    unsafe { (*scratch).too_big_mtu = mtu as u32 };
+    maps::jump(ctx, jumps::TOO_BIG6)
+}
+
+/// `lb_too_big6`: the packet lb_ingress_v6 found too big (the MTU in the scratch space).
+#[inline(always)]
+pub fn answer_too_big(ctx: &XdpContext) -> Verdict {
+    // SAFETY: this CPU's own map slot, written by lb_ingress_v6 for this packet.
+    let Some(mtu) = maps::scratch().map(|scratch| unsafe { (*scratch).too_big_mtu } as u16) else {
+        return (XDP_DROP, Counter::DropTooBig);
+    };
+    match parse6::parse_frame(ctx) {
+        Parsed::Ipv6(pkt) => too_big(ctx, &pkt, mtu),
+        _ => (XDP_DROP, Counter::DropTooBig),
+    }
+}
 
 /// Turns the packet into an ICMPv6 "packet too big" (MTU `mtu`) back to its sender, from the
 /// address it was sent to, and sends it out where it came from.

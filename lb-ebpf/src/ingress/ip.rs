@@ -180,9 +180,11 @@ impl IpPacket for Ipv6Packet {
     fn decrement_ttl(&self) {
         decrement_hop_limit(self.ip)
     }
+    /// Answered by lb_too_big6 (the packet is still as it came: nothing is rewritten before
+    /// the route is known): the answer's code would not fit lb_ingress_v6's stack.
     #[inline(always)]
     fn too_big(&self, ctx: &XdpContext, mtu: u16) -> Verdict {
-        icmp6::too_big(ctx, self, mtu)
+        icmp6::hand_on_too_big(ctx, mtu)
     }
 }
 
@@ -238,11 +240,17 @@ pub fn load(addr: &[u8; 16]) -> Addr {
     Addr::from_words([word(0), word(1), word(2), word(3)])
 }
 
-/// Writes an IPv6 address into the packet as eight 16-bit words (see `load`).
+/// Writes an IPv6 address into the packet as eight 16-bit words (see `load`). Volatile stores:
+/// from an address in a map value LLVM would otherwise merge them into a 16-byte `memmove`,
+/// which the BPF backend makes a call to a byte-at-a-time loop.
 #[inline(always)]
 pub fn store(field: &mut [u8; 16], addr: &Addr) {
     // SAFETY: same size, any bits valid.
     let words = unsafe { core::mem::transmute::<[u32; 4], [u16; 8]>(addr.words()) };
-    // SAFETY: 16 writable, 2-byte aligned bytes.
-    unsafe { *(field as *mut [u8; 16] as *mut [u16; 8]) = words };
+    let dst = field as *mut [u8; 16] as *mut u16;
+    // An index loop: an array's by-value iterator would first copy the words to the stack.
+    for (i, word) in words.iter().enumerate() {
+        // SAFETY: 16 writable, 2-byte aligned bytes.
+        unsafe { dst.add(i).write_volatile(*word) };
+    }
 }

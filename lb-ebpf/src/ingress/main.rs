@@ -5,6 +5,8 @@
 //! the stack untouched. Every packet is counted under exactly one verdict counter.
 #![no_std]
 #![no_main]
+// Inline assembly for BPF (`maps::jump`).
+#![feature(asm_experimental_arch)]
 
 mod balance;
 mod encap;
@@ -65,11 +67,12 @@ pub fn lb_icmp6_errors(ctx: XdpContext) -> u32 {
     action
 }
 
-/// The encapsulation of IPv6 DSR packets, reached from lb_ingress_v6 through JUMPS.
+/// The ICMPv6 "packet too big" answer to an IPv6 packet too big for its next hop, reached from
+/// lb_ingress_v6 through JUMPS.
 #[xdp]
 #[inline(always)]
-pub fn lb_encap_v6(ctx: XdpContext) -> u32 {
-    let (action, reason) = encap::encapsulate_job(&ctx);
+pub fn lb_too_big6(ctx: XdpContext) -> u32 {
+    let (action, reason) = icmp6::answer_too_big(&ctx);
     maps::count(reason);
     action
 }

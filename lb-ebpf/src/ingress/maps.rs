@@ -62,23 +62,10 @@ static JUMPS: ProgramArray = ProgramArray::with_max_entries(lb_common::jumps::CO
 pub struct Scratch {
     pub fib: bpf_fib_lookup,
     pub key: NextHopKey,
-    /// An IPv6 packet's connection-table key (see `balance`).
-    pub flow: FlowKey,
-    /// What lb_ingress_v6 chose for an IPv6 DSR packet, for lb_encap_v6.
-    pub encap: EncapJob,
-    /// Never written: always 0, but the verifier cannot know (see `opaque_zero`).
-    pub zero: u32,
+    /// The next hop's MTU of an IPv6 packet too big for it, for lb_too_big6.
+    pub too_big_mtu: u32,
 }
 
-/// An IPv6 DSR packet's placement, handed from lb_ingress_v6 to lb_encap_v6.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct EncapJob {
-    pub vip_id: u32,
-    pub backend_id: u32,
-    /// The flow's connection-table hash (GUE source port, flow label).
-    pub hash: u32,
-}
 #[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 #[map]
@@ -122,19 +109,28 @@ pub fn count_traffic(vip_id: u32, backend_id: u32, bytes: u64) {
 
 /// Hands the packet to program `index` of JUMPS, which counts and answers it. Returns only when
 /// that program is missing.
+///
+/// The helper is called from inline assembly rather than through `ProgramArray::tail_call`:
+/// LLVM merges the helper calls of two jumps into one call whose index comes from either path
+/// (lb_ingress's jumps to lb_ingress_v6 and lb_icmp_errors were one), and the verifier makes a
+/// tail call a direct jump only where its index is one constant; the merged one became an
+/// indirect jump through a retpoline, for every IPv6 packet. Inline assembly is never merged so.
 #[inline(always)]
 pub fn jump(ctx: &XdpContext, index: u32) -> crate::verdict::Verdict {
-    // SAFETY: our own context; a tail call that fails returns and changes nothing.
-    unsafe { JUMPS.tail_call(ctx, index) };
+    // SAFETY: bpf_tail_call (helper 12) on our own context and JUMPS; it clobbers r0-r5 as any
+    // helper call, and a tail call that fails returns and changes nothing.
+    unsafe {
+        core::arch::asm!(
+            "call 12",
+            inlateout("r1") ctx.ctx => _,
+            inlateout("r2") &JUMPS as *const ProgramArray => _,
+            inlateout("r3") index as u64 => _,
+            lateout("r0") _,
+            lateout("r4") _,
+            lateout("r5") _,
+        );
+    }
     (XDP_PASS, Counter::PassJumpFailed)
-}
-
-/// Zero, read from a map so that the verifier does not know it: or-ed into a value, it makes
-/// the verifier treat every value of the same bounds alike.
-#[inline(always)]
-pub fn opaque_zero() -> usize {
-    // SAFETY: this CPU's own map slot; `zero` is never written.
-    SCRATCH.get_ptr_mut(0).map_or(0, |scratch| unsafe { (*scratch).zero } as usize)
 }
 
 /// This CPU's scratch space.
@@ -262,14 +258,17 @@ pub enum HopCache {
     Address,
 }
 
-/// This CPU's cached answer for `key`, if it has one for exactly that key.
+/// This CPU's cached answer for packets to backend `id`, and the lookup it answers.
 #[inline(always)]
-pub fn next_hop(cache: HopCache, key: &NextHopKey) -> Option<&'static NextHop> {
-    match cache {
-        HopCache::Backend(id) => BACKEND_HOPS.get(id).filter(|entry| entry.key.same_as(key)).map(|entry| &entry.hop),
-        // SAFETY: this CPU's own copy of the value.
-        HopCache::Address => unsafe { NEXT_HOPS.get(key) },
-    }
+pub fn backend_hop(id: u32) -> Option<&'static BackendHop> {
+    BACKEND_HOPS.get(id)
+}
+
+/// This CPU's cached answer for `key` (replies to clients).
+#[inline(always)]
+pub fn client_hop(key: &NextHopKey) -> Option<&'static NextHop> {
+    // SAFETY: this CPU's own copy of the value.
+    unsafe { NEXT_HOPS.get(key) }
 }
 
 #[inline(always)]

@@ -10,7 +10,7 @@
 //! Flow protection is on for every row: the new-flow budget is checked on every table miss
 //! (set to u32::MAX so it is never spent, except in the row that measures a spent budget), and
 //! the first-packet rows run into a set with free ways unless the row says otherwise.
-use crate::fixture::{CLIENT, SEED, balancer, configure, lab, vips};
+use crate::fixture::{CLIENT, SEED, balancer, configure, vips};
 use crate::netns::ifindex;
 use crate::packets::{Frame, L4};
 use crate::testrun::{action_name, run_xdp};
@@ -75,43 +75,110 @@ pub struct PathCost {
     pub katran_ns: Option<f64>,
 }
 
-/// Every path of both families: the IPv4 rows, then the IPv6 rows (each family in a balancer and
-/// namespace of its own), then the ratios the targets are stated in.
-pub fn run() -> anyhow::Result<Vec<PathCost>> {
-    anyhow::ensure!(unsafe { libc::geteuid() } == 0, "the data-plane benchmark needs root");
-    let mut costs = ipv4_rows()?;
-    println!();
-    costs.extend(super::dataplane6::ipv6_rows()?);
-    let extra = |name: &str| costs.iter().find(|c| c.path == name).map(|c| c.extra_ns);
-    if let (Some(v6), Some(v4)) = (extra(super::dataplane6::ESTABLISHED_NAT66), extra("established TCP (NAT)")) {
-        println!("IPv6 / IPv4, established TCP (NAT): {:.2}x (target <= 1.2x)", v6 / v4);
-    }
-    if let (Some(v6), Some(v4)) = (extra(super::dataplane6::ESTABLISHED_IP6IP6), extra("IPIP encapsulation (DSR)")) {
-        println!("IPv6 / IPv4, established DSR by IP in IP: {:.2}x (target <= 1.2x)", v6 / v4);
-    }
-    if let (Some(gue), Some(ipip)) = (extra("GUE encapsulation (DSR)"), extra("IPIP encapsulation (DSR)")) {
-        println!("GUE - IPIP, established (IPv4): {:+.1} ns (target <= 15 ns)", gue - ipip);
-    }
-    if let (Some(gue), Some(ipip)) =
-        (extra(super::dataplane6::ESTABLISHED_GUE6), extra(super::dataplane6::ESTABLISHED_IP6IP6))
-    {
-        println!("GUE - IP in IP, established (IPv6): {:+.1} ns (target <= 15 ns)", gue - ipip);
-    }
-    Ok(costs)
+/// What `bench dataplane` runs: rounds of every row, and which rows.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub rounds: usize,
+    /// Only the rows whose name contains one of these comma-separated strings (either
+    /// family's rows), to profile a few paths.
+    pub only: Option<String>,
 }
 
-fn ipv4_rows() -> anyhow::Result<Vec<PathCost>> {
-    let ns = lab();
+impl Default for Options {
+    fn default() -> Options {
+        Options { rounds: ROUNDS, only: None }
+    }
+}
+
+/// Every path of both families, each family in a balancer of its own in one namespace, the
+/// rows of both measured in turn within every round (so a slow phase of the host hits the
+/// IPv4 and the IPv6 rows alike); then the ratios the targets are stated in, paired by round.
+pub fn run() -> anyhow::Result<Vec<PathCost>> {
+    run_with(&Options::default())
+}
+
+pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
+    anyhow::ensure!(unsafe { libc::geteuid() } == 0, "the data-plane benchmark needs root");
+    // lab6 is the IPv4 lab with IPv6 addresses, neighbours and routes added.
+    let ns = crate::fixture6::lab6();
     let _inside = ns.enter();
     let g0 = ifindex("g0");
-    let mut dp = balancer();
-    let vips = vips();
-    configure(&mut dp, &vips);
-    // The shared-flow row's reports, drained after every round as the daemon's sender would.
-    let mut events = dp.take_flow_events();
-    let mut tables = Tables::take(&mut dp)?;
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;
+    let mut dp4 = balancer();
+    let mut dp6 = balancer();
+    let rows4 = ipv4_rows(&mut dp4)?;
+    let rows6 = super::dataplane6::ipv6_rows(&mut dp6)?;
+    let ours4: &Xdp = program(dp4.ebpf_mut(), program_names::INGRESS)?;
+    let ours6: &Xdp = program(dp6.ebpf_mut(), program_names::INGRESS)?;
+    let keep = |p: &Path| options.only.as_deref().is_none_or(|only| only.split(',').any(|o| p.name.contains(o)));
+    let mut groups = [(rows4, ours4), (rows6, ours6)].map(|(mut rows, ours)| {
+        for frame in &rows.warm {
+            run_xdp(ours, frame, g0);
+        }
+        rows.paths.retain(keep);
+        Group { rows, ours }
+    });
+    let results = measure(&mut groups, bare, g0, options.rounds.max(1))?;
+    report_ratios(&results);
+    Ok(results.into_iter().map(|r| r.cost).collect())
+}
+
+/// The pairs the targets compare: (numerator row, denominator row, what, target).
+const RATIOS: [(&str, &str, &str, &str); 3] = [
+    (super::dataplane6::ESTABLISHED_NAT66, "established TCP (NAT)", "established TCP (NAT)", "target <= 1.2x"),
+    (
+        super::dataplane6::ESTABLISHED_IP6IP6,
+        "IPIP encapsulation (DSR)",
+        "established DSR by IP in IP",
+        "target <= 1.2x",
+    ),
+    (super::dataplane6::ESTABLISHED_GUE6, "GUE encapsulation (DSR)", "established DSR by GUE", "no target"),
+];
+const DIFFERENCES: [(&str, &str, &str); 2] = [
+    ("GUE encapsulation (DSR)", "IPIP encapsulation (DSR)", "GUE - IPIP, established (IPv4)"),
+    (super::dataplane6::ESTABLISHED_GUE6, super::dataplane6::ESTABLISHED_IP6IP6, "GUE - IP in IP, established (IPv6)"),
+];
+
+/// The ratios and differences of rows, each taken round by round (both rows of a pair ran in
+/// the same round, moments apart), then the median over rounds and the middle half's range.
+fn report_ratios(results: &[RowResult]) {
+    let rounds = |name: &str| results.iter().find(|r| r.cost.path == name).map(|r| &r.extra_by_round);
+    println!(
+        "Pairs, per round (both rows measured in the same round), median [25%..75%] of {} rounds:",
+        results.first().map_or(0, |r| r.extra_by_round.len())
+    );
+    for (v6, v4, what, target) in RATIOS {
+        if let (Some(a), Some(b)) = (rounds(v6), rounds(v4))
+            && !a.is_empty()
+        {
+            let (m, lo, hi) = quartiles(a.iter().zip(b).map(|(a, b)| a / b).collect());
+            println!("IPv6 / IPv4, {what}: {m:.2}x [{lo:.2}..{hi:.2}] ({target})");
+        }
+    }
+    for (a, b, what) in DIFFERENCES {
+        if let (Some(a), Some(b)) = (rounds(a), rounds(b))
+            && !a.is_empty()
+        {
+            let (m, lo, hi) = quartiles(a.iter().zip(b).map(|(a, b)| a - b).collect());
+            println!("{what}: {m:+.1} ns [{lo:+.1}..{hi:+.1}] (target <= 15 ns)");
+        }
+    }
+}
+
+/// Median, 25th and 75th percentiles.
+fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let at = |q: usize| v[(v.len() - 1) * q / 4];
+    (at(2), at(1), at(3))
+}
+
+/// The IPv4 rows, in balancer `dp` (configured here).
+fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Rows> {
+    let vips = vips();
+    configure(dp, &vips);
+    let events = dp.take_flow_events();
+    let tables = Tables::take(dp)?;
 
     let web = vips[0].addr;
     let syn = Frame::tcp(CLIENT, 45001, web, 80);
@@ -283,14 +350,25 @@ fn ipv4_rows() -> anyhow::Result<Vec<PathCost>> {
             share: false,
         },
     ];
-    let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
-    for port in &proven_ports {
-        for l4 in [L4::TcpSyn, L4::TcpAck] {
-            run_xdp(ours, &Frame::tcp(CLIENT, *port, web, 80).with(|f| f.l4 = l4).bytes(), g0);
-        }
-    }
-    let mut drain = || while events.as_mut().and_then(|e| e.next()).is_some() {};
-    measure(&paths, ours, bare, &mut tables, &mut drain, g0)
+    // Warm-up: fill the set of the "set of proven flows" row with proven flows (SYN, then ACK).
+    let warm = proven_ports
+        .iter()
+        .flat_map(|port| {
+            [L4::TcpSyn, L4::TcpAck].map(|l4| Frame::tcp(CLIENT, *port, web, 80).with(|f| f.l4 = l4).bytes())
+        })
+        .collect();
+    Ok(Rows { paths: paths.into(), tables, events, warm })
+}
+
+/// One family's rows, in its own balancer.
+pub(super) struct Rows {
+    pub(super) paths: Vec<Path>,
+    pub(super) tables: Tables,
+    /// FLOW_EVENTS (the shared-flow row's reports), drained after every round as the daemon's
+    /// sender would.
+    pub(super) events: Option<aya::maps::RingBuf<MapData>>,
+    /// Frames run once before the rows (flows a row needs in place).
+    pub(super) warm: Vec<Vec<u8>>,
 }
 
 /// The maps a row changes: the connection tables (emptied for new-flow rows) and CONFIG.
@@ -331,71 +409,103 @@ impl Tables {
     }
 }
 
-/// Checks every path takes its branch, then times each: `ours` and `bare` alternately, call by
-/// call, medians over rounds. `drain` empties what a round left for userspace (shared flows).
-pub(super) fn measure(
-    paths: &[Path],
-    ours: &Xdp,
-    bare: &Xdp,
-    tables: &mut Tables,
-    drain: &mut dyn FnMut(),
-    ingress: u32,
-) -> anyhow::Result<Vec<PathCost>> {
+/// One family's rows and its balancer's program.
+pub(super) struct Group<'a> {
+    pub(super) rows: Rows,
+    pub(super) ours: &'a Xdp,
+}
+
+/// One row's figures: its cost, and its extra ns of every round (for ratios paired by round).
+pub(super) struct RowResult {
+    pub(super) cost: PathCost,
+    pub(super) extra_by_round: Vec<f64>,
+}
+
+/// Checks every path takes its branch, then times them all: in each round every row of every
+/// group in turn (the groups' rows alternated), each row `ours` and `bare` alternately, call by
+/// call; medians over rounds. The rounds interleave the rows, so a slow phase of the host
+/// (seconds long on a shared VM) hits every row alike rather than the rows it happens to
+/// fall on.
+pub(super) fn measure(groups: &mut [Group], bare: &Xdp, ingress: u32, rounds: usize) -> anyhow::Result<Vec<RowResult>> {
     // Warm up: establish the flows, and check each path takes the branch it is named after.
-    for path in paths {
-        tables.set_row(path)?;
-        for _ in 0..2 {
-            tables.forget(path)?;
-            let r = run_xdp(ours, &path.frame, ingress);
-            anyhow::ensure!(
-                r.action == path.action,
-                "{}: verdict {} (expected {})",
-                path.name,
-                action_name(r.action),
-                action_name(path.action)
-            );
+    for group in groups.iter_mut() {
+        for path in &group.rows.paths {
+            group.rows.tables.set_row(path)?;
+            for _ in 0..2 {
+                group.rows.tables.forget(path)?;
+                let r = run_xdp(group.ours, &path.frame, ingress);
+                anyhow::ensure!(
+                    r.action == path.action,
+                    "{}: verdict {} (expected {})",
+                    path.name,
+                    action_name(r.action),
+                    action_name(path.action)
+                );
+            }
+        }
+    }
+    // The order of a round: row i of every group, then row i + 1 of every group, ...
+    let longest = groups.iter().map(|g| g.rows.paths.len()).max().unwrap_or(0);
+    let order: Vec<(usize, usize)> = (0..longest)
+        .flat_map(|i| (0..groups.len()).map(move |g| (g, i)))
+        .filter(|&(g, i)| i < groups[g].rows.paths.len())
+        .collect();
+    let mut extra: Vec<Vec<Vec<f64>>> = groups.iter().map(|g| vec![Vec::new(); g.rows.paths.len()]).collect();
+    let mut ours_ns = extra.clone();
+    let mut bare_ns = extra.clone();
+
+    let _stats = enable_stats(Stats::RunTime)?;
+    for _ in 0..rounds {
+        for &(g, i) in &order {
+            let group = &mut groups[g];
+            let path = &group.rows.paths[i];
+            group.rows.tables.set_row(path)?;
+            let (mut b_state, mut o_state) = ((0, 0), (0, 0));
+            ns_per_run(bare, &mut b_state);
+            ns_per_run(group.ours, &mut o_state);
+            for _ in 0..CALLS_PER_ROUND {
+                run_xdp(bare, &path.frame, ingress);
+                group.rows.tables.forget(path)?;
+                run_xdp(group.ours, &path.frame, ingress);
+            }
+            let b = ns_per_run(bare, &mut b_state);
+            let o = ns_per_run(group.ours, &mut o_state);
+            while group.rows.events.as_mut().and_then(|e| e.next()).is_some() {}
+            bare_ns[g][i].push(b);
+            ours_ns[g][i].push(o);
+            extra[g][i].push(o - b);
         }
     }
 
-    let _stats = enable_stats(Stats::RunTime)?;
-    println!(
-        "lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, medians"
-    );
-    println!(
-        "{:<36} {:>9} {:>9} {:>12} {:>10} {:>14}",
-        "path", "ours ns", "bare ns", "extra ns", "target", "Katran extra"
-    );
-    let mut costs = Vec::new();
-    for path in paths {
-        tables.set_row(path)?;
-        let (mut b_state, mut o_state) = ((0, 0), (0, 0));
-        ns_per_run(bare, &mut b_state);
-        ns_per_run(ours, &mut o_state);
-        let (mut b_all, mut o_all, mut extra) = (vec![], vec![], vec![]);
-        for _ in 0..ROUNDS {
-            for _ in 0..CALLS_PER_ROUND {
-                run_xdp(bare, &path.frame, ingress);
-                tables.forget(path)?;
-                run_xdp(ours, &path.frame, ingress);
-            }
-            let b = ns_per_run(bare, &mut b_state);
-            let o = ns_per_run(ours, &mut o_state);
-            drain();
-            b_all.push(b);
-            o_all.push(o);
-            extra.push(o - b);
-        }
+    let mut results = Vec::new();
+    for (g, group) in groups.iter().enumerate() {
         println!(
-            "{:<36} {:>9.1} {:>9.1} {:>12.1} {:>10} {:>14}",
-            path.name,
-            median(o_all),
-            median(b_all),
-            median(extra.clone()),
-            path.target.map_or("-".to_string(), |t| format!("<= {t:.0}")),
-            path.katran.map_or("-".to_string(), |k| format!("{k:.0}"))
+            "lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {rounds} rounds x {CALLS_PER_ROUND} calls, \
+             every row of both families in each round, medians"
         );
-        costs.push(PathCost { path: path.name.to_string(), extra_ns: median(extra), katran_ns: path.katran });
+        println!(
+            "{:<38} {:>9} {:>9} {:>9} {:>15} {:>9} {:>13}",
+            "path", "ours ns", "bare ns", "extra ns", "extra 25..75%", "target", "Katran extra"
+        );
+        for (i, path) in group.rows.paths.iter().enumerate() {
+            let (m, lo, hi) = quartiles(extra[g][i].clone());
+            println!(
+                "{:<38} {:>9.1} {:>9.1} {:>9.1} {:>15} {:>9} {:>13}",
+                path.name,
+                median(ours_ns[g][i].clone()),
+                median(bare_ns[g][i].clone()),
+                m,
+                format!("{lo:.0}..{hi:.0}"),
+                path.target.map_or("-".to_string(), |t| format!("<= {t:.0}")),
+                path.katran.map_or("-".to_string(), |k| format!("{k:.0}"))
+            );
+            results.push(RowResult {
+                cost: PathCost { path: path.name.to_string(), extra_ns: m, katran_ns: path.katran },
+                extra_by_round: extra[g][i].clone(),
+            });
+        }
+        println!();
     }
     println!("(Katran: figures of a separate measurement, the same method on the same machine kind; not run here)");
-    Ok(costs)
+    Ok(results)
 }

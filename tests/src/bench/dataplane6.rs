@@ -1,32 +1,23 @@
 //! The IPv6 rows of the data-plane benchmark (see `dataplane`): the same method over the IPv6
-//! golden fixture (`fixture6`), in a balancer and namespace of its own. The IPv4 rows they
-//! are compared with run in the same `cargo xtask bench dataplane`.
-use aya::programs::Xdp;
+//! golden fixture (`fixture6`), in a balancer of its own, measured in the same rounds as the
+//! IPv4 rows they are compared with.
 use lb_common::flow::FlowKey;
-use lb_common::{family, ip_proto, program_names};
-use lb_ctl::dataplane::load::{load_decap, program};
+use lb_common::{family, ip_proto};
+use lb_ctl::dataplane::aya::AyaDataplane;
 
-use super::dataplane::{Path, PathCost, Tables, UNSPENT, measure};
-use crate::fixture::balancer;
-use crate::fixture6::{CLIENT6, Frame6, LB6, configure6, lab6, vips6};
-use crate::netns::ifindex;
+use super::dataplane::{Path, Rows, Tables, UNSPENT};
+use crate::fixture6::{CLIENT6, Frame6, LB6, configure6, vips6};
 use crate::packets::L4;
-use crate::testrun::run_xdp;
 
 pub const ESTABLISHED_NAT66: &str = "IPv6 established TCP (NAT66)";
 pub const ESTABLISHED_IP6IP6: &str = "IPv6 in IPv6 encapsulation (DSR)";
 pub const ESTABLISHED_GUE6: &str = "GUE over IPv6 encapsulation (DSR)";
 
-pub fn ipv6_rows() -> anyhow::Result<Vec<PathCost>> {
-    let ns = lab6();
-    let _inside = ns.enter();
-    let g0 = ifindex("g0");
-    let mut dp = balancer();
+/// The IPv6 rows, in balancer `dp` (configured here).
+pub(super) fn ipv6_rows(dp: &mut AyaDataplane) -> anyhow::Result<Rows> {
     let vips = vips6();
-    configure6(&mut dp, &vips);
-    let mut tables = Tables::take(&mut dp)?;
-    let mut decap = load_decap()?;
-    let bare: &Xdp = program(&mut decap, program_names::PASS)?;
+    configure6(dp, &vips);
+    let tables = Tables::take(dp)?;
     let addr = |i: usize| match vips[i].addr {
         std::net::IpAddr::V6(a) => a.octets(),
         std::net::IpAddr::V4(_) => unreachable!("fixture6 VIP {i} is IPv6"),
@@ -86,8 +77,7 @@ pub fn ipv6_rows() -> anyhow::Result<Vec<PathCost>> {
         row(ESTABLISHED_GUE6, established(Frame6::tcp(CLIENT6, 46200, gue, 80)), None),
         row("IPv6 MAC rewrite (DSR by MAC)", established(Frame6::tcp(CLIENT6, 46100, l2, 80)), None),
     ];
-    let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
     // The UDP row is established from its second datagram on; the warm-up sends two.
-    let _ = run_xdp(ours, &paths[3].frame, g0);
-    measure(&paths, ours, bare, &mut tables, &mut || {}, g0)
+    let warm = vec![paths[3].frame.clone()];
+    Ok(Rows { paths: paths.into(), tables, events: None, warm })
 }

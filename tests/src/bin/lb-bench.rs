@@ -12,7 +12,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Bench {
     /// ns per packet of each XDP path, over a bare XDP_PASS measured in the same run (root).
-    Dataplane,
+    Dataplane {
+        /// Rounds (every row of both families runs once in each).
+        #[arg(long, default_value_t = 31)]
+        rounds: usize,
+        /// Only the rows whose name contains one of these comma-separated strings (of both
+        /// families): to profile a few paths.
+        #[arg(long)]
+        only: Option<String>,
+    },
     /// ns per packet of an established flow as the flows grow from 1 to 1,000,000 (root).
     Flows,
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
@@ -74,7 +82,9 @@ enum Bench {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
-        Bench::Dataplane => bench::dataplane::run().map(drop),
+        Bench::Dataplane { rounds, only } => {
+            bench::dataplane::run_with(&bench::dataplane::Options { rounds, only }).map(drop)
+        }
         Bench::Flows => bench::flows::run().map(drop),
         Bench::Proxy => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
