@@ -29,57 +29,53 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
 /// `Connection: upgrade` and `Upgrade`: they are what the backend must see.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    // Most heads carry none of them: one pass over the names instead of a lookup per name.
-    if !upgrade && !headers.keys().any(is_hop_by_hop) {
+    // Which hop-by-hop names the head carries, in one pass over its names: most heads carry
+    // none, and `Connection: close` alone is the common case of those that do. Each removal
+    // is a lookup, so only the names present are removed.
+    let mut present = [false; HOP_BY_HOP_NAMES];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
+        }
+    }
+    if !upgrade && !present.contains(&true) {
         return;
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|s| s.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+    // The headers the Connection options name. A clone of the values (reference counted)
+    // lets the options be read while the map changes, and a name is looked up as text, so
+    // an option naming no header present ("close") costs no allocation.
+    let options: Vec<HeaderValue> = headers.get_all(header::CONNECTION).iter().cloned().collect();
+    for option in options.iter().filter_map(|v| v.to_str().ok()).flat_map(|s| s.split(',')).map(str::trim) {
         // Host is end-to-end whatever Connection says: a backend needs it (RFC 9112 §3.2).
-        .filter(|n| *n != header::HOST)
-        .filter(|n| !(upgrade && *n == header::UPGRADE))
-        .collect();
-    for n in named {
-        headers.remove(n);
+        let keep = option.eq_ignore_ascii_case("host") || (upgrade && option.eq_ignore_ascii_case("upgrade"));
+        if !keep {
+            headers.remove(option);
+        }
     }
-    for n in [
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-    ] {
-        headers.remove(n);
+    for (name, present) in HOP_BY_HOP.iter().zip(present) {
+        let kept = upgrade && (*name == header::CONNECTION || *name == header::UPGRADE);
+        if present && !kept {
+            headers.remove(name);
+        }
     }
     if upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        headers.remove(header::CONNECTION);
-        headers.remove(header::UPGRADE);
     }
 }
 
 /// The fixed hop-by-hop headers, and Connection and Upgrade.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    [
-        header::CONNECTION,
-        header::UPGRADE,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-    ]
-    .contains(name)
-}
+const HOP_BY_HOP_NAMES: usize = 9;
+const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_NAMES] = [
+    header::CONNECTION,
+    header::UPGRADE,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+];
 
 /// Turns a client request head into the one sent to a backend (always HTTP/1.1, origin-form).
 /// `proto` is the scheme the client used (`http` or `https`).
@@ -217,6 +213,24 @@ mod tests {
             assert!(!p.headers.contains_key(gone), "{gone} must be removed");
         }
         assert_eq!(p.headers["x-kept"], "yes");
+    }
+
+    #[test]
+    fn connection_options_that_name_no_header_present_or_no_valid_name_change_nothing_else() {
+        let mut p = parts(
+            http::Request::get("/x")
+                .header("host", "example.org")
+                .header("connection", "close, , bad name, x@y, HOST")
+                .header("x-kept", "yes")
+                .body(())
+                .unwrap(),
+        );
+        let none = ForwardedHeaders { x_forwarded: false, forwarded: false, trust_incoming: false };
+        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &none, false, "http");
+        assert!(!p.headers.contains_key("connection"));
+        assert_eq!(p.headers["host"], "example.org", "Host is end-to-end whatever Connection says");
+        assert_eq!(p.headers["x-kept"], "yes");
+        assert_eq!(p.headers.len(), 2);
     }
 
     #[test]
