@@ -61,6 +61,11 @@ impl Upload {
     /// Resolves once the body has been sent whole (or failed); never for a body that is
     /// still streaming.
     pub(crate) async fn ended(&self) {
+        // Most requests have no body: their upload ended before anyone waits for it, and
+        // then no waiter need be registered.
+        if self.state.load(Relaxed) != STREAMING {
+            return;
+        }
         loop {
             let notified = self.done.notified();
             tokio::pin!(notified);
@@ -96,10 +101,7 @@ impl Upload {
     /// Resolves `after` the end of the upload: the deadline of a timer that must not count
     /// upload time.
     pub(crate) async fn ended_plus(&self, after: Duration) {
-        // Most requests have no body: their upload ended before the timer was asked for.
-        if self.state.load(Relaxed) == STREAMING {
-            self.ended().await;
-        }
+        self.ended().await;
         tokio::time::sleep(after).await;
     }
 }
