@@ -15,6 +15,15 @@ fn errors(text: &str) -> Vec<String> {
     }
 }
 
+/// The unknown keys among a file's mistakes, each with the place it names ("lb.toml:7").
+pub(super) fn unknown_keys(errors: &[String]) -> Vec<(&str, &str)> {
+    errors
+        .iter()
+        .filter(|m| m.contains("unknown field"))
+        .map(|m| (m.split(": ").next().unwrap(), m.split('`').nth(1).unwrap()))
+        .collect()
+}
+
 #[test]
 fn example_file_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("lb.toml.example");
@@ -577,11 +586,7 @@ fn every_unknown_key_is_reported_with_the_other_mistakes() {
          limits = {{ max_conns = 5 }}\n[vip.proxy.retries]\nmaximum = 1\n[[vip]]\naddress = \"not-an-ip\"\nport = 0\n"
     );
     let e = errors(&text);
-    let unknown: Vec<(&str, &str)> = e
-        .iter()
-        .filter(|m| m.contains("unknown field"))
-        .map(|m| (m.split(": ").next().unwrap(), m.split('`').nth(1).unwrap()))
-        .collect();
+    let unknown = unknown_keys(&e);
     assert_eq!(
         unknown,
         [

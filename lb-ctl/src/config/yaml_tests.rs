@@ -162,11 +162,7 @@ fn every_unknown_key_names_its_yaml_line() {
          \x20       max_conns: 5\n    backends:\n      - address: 198.51.100.1\n        wieght: 3\n\
          \x20 - address: 203.0.113.11\n    port: 0\n",
     );
-    let unknown: Vec<(&str, &str)> = e
-        .iter()
-        .filter(|m| m.contains("unknown field"))
-        .map(|m| (m.split(": ").next().unwrap(), m.split('`').nth(1).unwrap()))
-        .collect();
+    let unknown = super::tests::unknown_keys(&e);
     assert_eq!(
         unknown,
         [
