@@ -263,24 +263,13 @@ pub fn run(cluster: &mut Cluster, daemons: &mut [Daemon], options: Options, say:
         record(&mut phase, ending, "after the removal and node 3's death");
     }
     out.moved_broken = moved_broken.len();
-    say(format!(
-        "after the removal and node 3's death: {} of {} connections finished byte-exact, {} broken, {} of {} bytes lost",
-        phase.connections - phase.broken.len(),
-        phase.connections,
-        phase.broken.len(),
-        phase.bytes_lost,
-        phase.bytes
-    ));
+    add_phase(&mut out, phase, "after the removal and node 3's death", say);
     say(format!(
         "flows that ECMP moved to node 0 and that its new ring would have sent to another backend: {}; broken: {} ({})",
         out.moved_to_survivor,
         out.moved_broken,
         if options.share { "node 3 had shared them with node 0" } else { "flow sharing off" }
     ));
-    out.connections += phase.connections;
-    out.broken.extend(phase.broken);
-    out.bytes += phase.bytes;
-    out.bytes_lost += phase.bytes_lost;
     out.shared_recorded = shared_counter(&daemons[0], "flows_recorded");
     say(format!("flows node 0 recorded from its peers: {}", out.shared_recorded));
     say(format!(
@@ -492,6 +481,11 @@ fn finish(holds: Vec<Hold>, out: &mut Outcome, phase: &str, say: &mut dyn FnMut(
     for hold in holds {
         record(&mut this, hold.ending(), phase);
     }
+    add_phase(out, this, phase, say);
+}
+
+/// Says how a phase's connections ended and adds them to the run's outcome.
+fn add_phase(out: &mut Outcome, this: Outcome, phase: &str, say: &mut dyn FnMut(String)) {
     say(format!(
         "{phase}: {} of {} connections finished byte-exact, {} broken, {} of {} bytes lost",
         this.connections - this.broken.len(),
