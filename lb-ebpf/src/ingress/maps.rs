@@ -114,7 +114,8 @@ pub fn count_traffic(vip_id: u32, backend_id: u32, bytes: u64) {
 /// LLVM merges the helper calls of two jumps into one call whose index comes from either path
 /// (lb_ingress's jumps to lb_ingress_v6 and lb_icmp_errors were one), and the verifier makes a
 /// tail call a direct jump only where its index is one constant; the merged one became an
-/// indirect jump through a retpoline, for every IPv6 packet. Inline assembly is never merged so.
+/// indirect jump through a retpoline, for every IPv6 packet. This LLVM does not merge inline
+/// assembly so (nothing but the benchmark would show it if a later one did).
 #[inline(always)]
 pub fn jump(ctx: &XdpContext, index: u32) -> crate::verdict::Verdict {
     // SAFETY: bpf_tail_call (helper 12) on our own context and JUMPS; it clobbers r0-r5 as any
