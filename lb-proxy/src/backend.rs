@@ -23,8 +23,8 @@ pub(crate) struct Backend {
     pub(crate) counters: BackendCounters,
     pub(crate) outlier: OutlierState,
     pub(crate) gate: BackendGate,
-    /// Idle connections, one pool per worker: a connection's driver task runs on the worker
-    /// that opened it, so only that worker reuses it.
+    /// Idle connections, one pool per worker: a connection's socket is registered with the
+    /// runtime of the worker that opened it, so only that worker reuses it.
     pools: Box<[Pool]>,
 }
 

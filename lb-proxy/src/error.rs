@@ -51,7 +51,7 @@ pub(crate) enum UpstreamError {
     RequestTimeout,
     /// The backend closed or broke the connection, or sent an invalid response.
     #[error("backend {0} failed: {1}")]
-    Http(SocketAddr, hyper::Error),
+    Http(SocketAddr, crate::http::upstream::BackendFault),
     /// TLS to the backend failed (handshake, certificate).
     #[error("TLS to backend {0} failed: {1}")]
     Tls(SocketAddr, io::Error),

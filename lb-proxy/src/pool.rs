@@ -6,17 +6,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::error::{BoxError, UpstreamError};
+use crate::http::upstream::{Conn, Stream};
 use crate::tls::BackendConnector;
 
 /// Request bodies sent upstream: the client's streamed body, or empty on a retry.
 pub(crate) type UpBody = BoxBody<Bytes, BoxError>;
-pub(crate) type Sender = http1::SendRequest<UpBody>;
 
 /// How a VIP connects to its backends.
 #[derive(Clone, Debug)]
@@ -73,56 +71,46 @@ pub(crate) async fn dial(
     Ok(stream)
 }
 
-/// Dials and runs the HTTP/1.1 client handshake; the connection's driver runs as its own task
-/// (with upgrades, so a pooled connection can also carry a WebSocket).
+/// Dials a backend for HTTP/1.1, with TLS if the VIP speaks it to its backends.
 pub(crate) async fn open_http(
     addr: SocketAddr,
     how: &Dial,
     proxy_header: Option<&[u8]>,
-) -> Result<Sender, UpstreamError> {
+) -> Result<Box<Conn>, UpstreamError> {
     let stream = dial(addr, how, proxy_header).await?;
-    match &how.tls {
-        None => handshake(addr, stream).await,
+    let stream = match &how.tls {
+        None => Stream::Plain(stream),
         Some(tls) => {
             let tls_stream = tokio::time::timeout(how.connect_timeout, tls.connect(stream))
                 .await
                 .map_err(|_| UpstreamError::ConnectTimeout(addr))?
                 .map_err(|e| UpstreamError::Tls(addr, e))?;
-            handshake(addr, tls_stream).await
+            Stream::Tls(Box::new(tls_stream))
         }
-    }
-}
-
-async fn handshake<S>(addr: SocketAddr, stream: S) -> Result<Sender, UpstreamError>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, conn) =
-        http1::Builder::new().handshake(TokioIo::new(stream)).await.map_err(|e| UpstreamError::Http(addr, e))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!(backend = %addr, error = %e, "backend connection ended");
-        }
-    });
-    Ok(sender)
+    };
+    Ok(Conn::new(stream))
 }
 
 /// Idle keep-alive connections of one backend, newest last (taken first: it is the least
 /// likely to have been closed by the backend's own idle timeout).
-#[derive(Debug)]
 pub(crate) struct Pool {
     idle: Mutex<Vec<Idle>>,
     max_idle: usize,
     idle_timeout: Duration,
 }
 
-#[derive(Debug)]
 struct Idle {
-    sender: Sender,
+    conn: Box<Conn>,
     /// The client address a PROXY header announced on this connection; such connections only
     /// serve that client again. None without PROXY protocol.
     tag: Option<SocketAddr>,
     since: Instant,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("max_idle", &self.max_idle).finish_non_exhaustive()
+    }
 }
 
 impl Pool {
@@ -130,27 +118,27 @@ impl Pool {
         Pool { idle: Mutex::new(Vec::new()), max_idle, idle_timeout }
     }
 
-    pub(crate) fn take(&self, tag: Option<SocketAddr>) -> Option<Sender> {
+    pub(crate) fn take(&self, tag: Option<SocketAddr>) -> Option<Box<Conn>> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let pos = idle.iter().rposition(|c| c.tag == tag)?;
             let c = idle.swap_remove(pos);
             // Expired or closed connections are dropped on the way.
-            if !c.sender.is_closed() && c.since.elapsed() < self.idle_timeout {
-                return Some(c.sender);
+            if c.since.elapsed() < self.idle_timeout && c.conn.is_usable() {
+                return Some(c.conn);
             }
         }
     }
 
-    pub(crate) fn put(&self, sender: Sender, tag: Option<SocketAddr>) {
-        if sender.is_closed() || self.max_idle == 0 {
+    pub(crate) fn put(&self, conn: Box<Conn>, tag: Option<SocketAddr>) {
+        if self.max_idle == 0 {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() >= self.max_idle {
             idle.remove(0);
         }
-        idle.push(Idle { sender, tag, since: Instant::now() });
+        idle.push(Idle { conn, tag, since: Instant::now() });
     }
 }
 

@@ -5,16 +5,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
-
 use super::idle::IdleTimer;
 use super::shared::BusyGuard;
+use super::upstream::ResponseBody;
 use crate::backend::ActiveGuard;
 use crate::error::BoxError;
 use crate::limits::Slot;
-use crate::pool::Sender;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
 
 pub(crate) enum ProxyBody {
     Upstream(UpstreamBody),
@@ -82,11 +80,11 @@ impl Body for ProxyBody {
 }
 
 /// A backend's response body. Holds what the request occupies (the backend's active count,
-/// its maxconn slot, the connection) until the body ends, then returns the connection to the
-/// pool; a body that breaks or is abandoned takes its connection down with it. A backend
+/// its maxconn slot, the connection) until the body ends, then returns a reusable connection
+/// to the pool; a body that breaks or is abandoned takes its connection down with it. A backend
 /// that sends nothing for `InFlight::body_idle` mid-body is cut off and counted as failing.
 pub(crate) struct UpstreamBody {
-    inner: Incoming,
+    inner: ResponseBody,
     done: Option<InFlight>,
     idle: IdleTimer,
 }
@@ -97,15 +95,13 @@ pub(crate) struct InFlight {
     /// Held, not read: dropping it frees the backend's maxconn slot.
     #[allow(dead_code)]
     pub(crate) slot: Slot,
-    /// None for connections that must not be reused (upgraded ones).
-    pub(crate) sender: Option<Sender>,
     pub(crate) pool_tag: Option<SocketAddr>,
     pub(crate) outlier: crate::config::Outlier,
     pub(crate) body_idle: Duration,
 }
 
 impl UpstreamBody {
-    pub(crate) fn new(inner: Incoming, done: InFlight) -> Self {
+    pub(crate) fn new(inner: ResponseBody, done: InFlight) -> Self {
         UpstreamBody { inner, idle: IdleTimer::new(done.body_idle), done: Some(done) }
     }
 
@@ -113,8 +109,8 @@ impl UpstreamBody {
         let Some(f) = self.done.take() else { return };
         let backend = &f.active.0;
         if ok {
-            if let Some(s) = f.sender {
-                backend.pool().put(s, f.pool_tag);
+            if let Some(conn) = self.inner.take_reusable() {
+                backend.pool().put(conn, f.pool_tag);
             }
         } else {
             // The backend broke off mid-response: the client sees the stream fail (reset or

@@ -3,12 +3,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body::Body as _;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
+
+use super::upstream::{self, ResponseBody};
 
 use super::access_log::{self, ServedBy};
 use super::body::{ClientResponse, InFlight, ProxyBody, UpstreamBody};
@@ -21,7 +22,7 @@ use super::validate::refuse;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
 use crate::error::UpstreamError;
-use crate::pool::{Sender, UpBody, open_http};
+use crate::pool::{UpBody, open_http};
 use crate::vip::Vip;
 
 /// What every request of one client connection shares.
@@ -75,11 +76,7 @@ async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
 
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
-    let replay = (is_idempotent(&parts.method) && body.is_end_stream() && !upgrade).then(|| Replay {
-        method: parts.method.clone(),
-        uri: parts.uri.clone(),
-        headers: parts.headers.clone(),
-    });
+    let replayable = is_idempotent(&parts.method) && body.is_end_stream() && !upgrade;
     let (body, upload) = RequestBody::new(body, opts.timeouts.body);
     let mut up = Request::new(body.boxed());
     *up.method_mut() = parts.method;
@@ -90,7 +87,7 @@ async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
         biased;
-        r = attempts(up, replay, hash, ctx, upgrade, &upload) => r,
+        r = attempts(up, replayable, hash, ctx, upgrade, &upload) => r,
         _ = upload.ended_plus(opts.timeouts.request) => Err(UpstreamError::RequestTimeout),
         // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
@@ -115,22 +112,6 @@ async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
     }
 }
 
-struct Replay {
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-}
-
-impl Replay {
-    fn request(&self) -> Request<UpBody> {
-        let mut r = Request::new(Empty::<Bytes>::new().map_err(|never| match never {}).boxed());
-        *r.method_mut() = self.method.clone();
-        *r.uri_mut() = self.uri.clone();
-        *r.headers_mut() = self.headers.clone();
-        r
-    }
-}
-
 fn is_idempotent(m: &Method) -> bool {
     matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
 }
@@ -149,59 +130,48 @@ fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32
 
 /// Tries backends until one answers with a response head, within the retry bound.
 async fn attempts(
-    req: Request<UpBody>,
-    replay: Option<Replay>,
+    mut req: Request<UpBody>,
+    replayable: bool,
     hash: u32,
     ctx: &ConnCtx,
     upgrade: bool,
     upload: &Upload,
-) -> Result<(Response<Incoming>, InFlight), UpstreamError> {
+) -> Result<(Response<ResponseBody>, InFlight), UpstreamError> {
     let spec = &ctx.vip.spec;
     let opts = &spec.options;
+    // Backends that failed this request (pushed on failure: most requests allocate none).
     let mut tried: Vec<SocketAddr> = Vec::new();
-    let mut req = Some(req);
     let mut last = UpstreamError::NoBackend;
     for attempt in 0..=opts.retries.max {
-        let Some(out) = req.take().or_else(|| replay.as_ref().map(Replay::request)) else {
-            break;
-        };
         let Some(backend) = ctx.vip.pick(hash, &tried) else {
             break;
         };
         if attempt > 0 {
             ctx.vip.counters.retries.fetch_add(1, Relaxed);
         }
-        tried.push(backend.addr);
         let slot = match backend.gate.admit(opts.timeouts.queue).await {
             Ok(s) => s,
             Err(_) => {
                 last = UpstreamError::Full(backend.addr);
-                req = Some(out);
+                tried.push(backend.addr);
                 continue;
             }
         };
         let active = backend.begin();
-        match send(&backend, out, ctx, upload).await {
-            Ok((resp, sender)) => {
+        match send(&backend, &mut req, ctx, upload, upgrade).await {
+            Ok(resp) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();
                     backend.record_failure(&opts.outlier);
                 } else {
                     backend.outlier.record_success();
                 }
-                let sender = if upgrade { None } else { Some(sender) };
                 let pool_tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
-                let in_flight = InFlight {
-                    active,
-                    slot,
-                    sender,
-                    pool_tag,
-                    outlier: opts.outlier.clone(),
-                    body_idle: opts.timeouts.body,
-                };
+                let in_flight =
+                    InFlight { active, slot, pool_tag, outlier: opts.outlier.clone(), body_idle: opts.timeouts.body };
                 return Ok((resp, in_flight));
             }
-            Err((e, back)) => {
+            Err((e, unsent)) => {
                 // A failure the client's upload caused is the client's: no retry, no blame.
                 if let Some(fault) = upload.fault() {
                     return Err(UpstreamError::Client(fault));
@@ -210,64 +180,55 @@ async fn attempts(
                 backend.record_failure(&opts.outlier);
                 tracing::debug!(backend = %backend.addr, error = %e, "attempt failed");
                 last = e;
-                req = back;
+                tried.push(backend.addr);
+                if !(unsent || replayable) {
+                    break;
+                }
             }
         }
     }
     Err(last)
 }
 
-/// One attempt on one backend. On failure, the request comes back if it was never sent
-/// (so any request may be retried then).
+/// One attempt on one backend. On failure, says whether the request was never sent (so any
+/// request may be retried then).
 async fn send(
     backend: &Arc<Backend>,
-    req: Request<UpBody>,
+    req: &mut Request<UpBody>,
     ctx: &ConnCtx,
     upload: &Upload,
-) -> Result<(Response<Incoming>, Sender), (UpstreamError, Option<Request<UpBody>>)> {
+    upgrade: bool,
+) -> Result<Response<ResponseBody>, (UpstreamError, bool)> {
     let t = &ctx.vip.spec.options.timeouts;
     let tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
-    let mut req = req;
     // Pooled connections may have been closed by the backend meanwhile; such a failure before
     // the request was written costs nothing, so try the next one (bounded by the pool size),
     // then a fresh connection.
     loop {
-        let (mut sender, pooled) = match backend.pool().take(tag) {
-            Some(s) => (s, true),
+        let (conn, pooled) = match backend.pool().take(tag) {
+            Some(c) => (c, true),
             None => match open_http(backend.addr, &ctx.vip.dial(), ctx.proxy_header.as_deref()).await {
-                Ok(s) => (s, false),
-                Err(e) => return Err((e, Some(req))),
+                Ok(c) => (c, false),
+                Err(e) => return Err((e, true)),
             },
         };
-        if sender.ready().await.is_err() {
-            if pooled {
-                continue;
-            }
-            return Err((UpstreamError::Connect(backend.addr, closed()), Some(req)));
-        }
         // The backend's time to answer starts when the request has been sent whole.
         let sent = tokio::select! {
             biased;
-            r = sender.try_send_request(req) => Some(r),
+            r = upstream::send(conn, req, upgrade) => Some(r),
             _ = upload.ended_plus(t.backend_header) => None,
         };
         match sent {
-            Some(Ok(resp)) => return Ok((resp, sender)),
-            Some(Err(mut e)) => match e.take_message() {
-                Some(back) if pooled => req = back,
-                back => return Err((UpstreamError::Http(backend.addr, e.into_error()), back)),
-            },
-            None => return Err((UpstreamError::HeaderTimeout(backend.addr), None)),
+            Some(Ok(resp)) => return Ok(resp),
+            Some(Err(f)) if f.unsent && pooled => continue,
+            Some(Err(f)) => return Err((UpstreamError::Http(backend.addr, f.fault), f.unsent)),
+            None => return Err((UpstreamError::HeaderTimeout(backend.addr), false)),
         }
     }
 }
 
-fn closed() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "connection closed before use")
-}
-
 fn finish_response(
-    mut resp: Response<Incoming>,
+    resp: Response<ResponseBody>,
     in_flight: InFlight,
     client_upgrade: Option<OnUpgrade>,
     ctx: &ConnCtx,
@@ -275,12 +236,13 @@ fn finish_response(
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_upgrade) = client_upgrade
     {
-        if let Some(shared) = &ctx.shared {
-            shared.set_upgraded();
+        let (mut parts, mut body) = resp.into_parts();
+        if let Some(backend) = body.take_upgraded() {
+            if let Some(shared) = &ctx.shared {
+                shared.set_upgraded();
+            }
+            upgrade::spawn_tunnel(client_upgrade, backend, in_flight, ctx);
         }
-        let backend_upgrade = hyper::upgrade::on(&mut resp);
-        upgrade::spawn_tunnel(client_upgrade, backend_upgrade, in_flight, ctx);
-        let (mut parts, _) = resp.into_parts();
         headers::prepare_response(&mut parts, true);
         return Response::from_parts(parts, ProxyBody::empty());
     }

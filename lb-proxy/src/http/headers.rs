@@ -19,7 +19,7 @@ pub(crate) fn is_upgrade(version: Version, headers: &HeaderMap) -> bool {
     version == Version::HTTP_11 && headers.contains_key(header::UPGRADE) && connection_has(headers, "upgrade")
 }
 
-fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
     headers
         .get_all(header::CONNECTION)
         .iter()

@@ -12,6 +12,7 @@ mod shared;
 mod sniff;
 mod upgrade;
 mod upload;
+pub(crate) mod upstream;
 mod validate;
 
 pub(crate) use server::{refuse_busy, serve_connection};

@@ -3,22 +3,28 @@
 //! moved either way for `timeouts.tunnel`.
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
 
 use super::body::InFlight;
 use super::forward::ConnCtx;
+use super::upstream::Conn;
 
 /// Relays between the two upgraded streams; `hold` keeps the backend's active count and
 /// maxconn slot taken for the tunnel's lifetime.
-pub(crate) fn spawn_tunnel(client: OnUpgrade, backend: OnUpgrade, hold: InFlight, ctx: &ConnCtx) {
+pub(crate) fn spawn_tunnel(client: OnUpgrade, backend: Box<Conn>, hold: InFlight, ctx: &ConnCtx) {
     let mut force = ctx.tasks.force.clone();
     let idle = ctx.vip.spec.options.timeouts.tunnel;
     ctx.tasks.tracker.spawn(async move {
         let relay = async move {
-            let (Ok(c), Ok(b)) = tokio::join!(client, backend) else {
+            let Ok(c) = client.await else {
                 return;
             };
-            let (c, b) = (TokioIo::new(c), TokioIo::new(b));
-            if let Err(e) = crate::relay::copy_with_idle(c, b, idle).await {
+            let mut c = TokioIo::new(c);
+            // What the backend sent right after its 101 head was read with it.
+            if !backend.buf.is_empty() && c.write_all(&backend.buf).await.is_err() {
+                return;
+            }
+            if let Err(e) = crate::relay::copy_with_idle(c, backend.stream, idle).await {
                 tracing::debug!(error = %e, "upgraded tunnel ended");
             }
         };

@@ -1,0 +1,278 @@
+//! HTTP/1.1 heads on a backend connection: the request head written, the response head parsed
+//! (RFC 9112), and how the response body is framed.
+use std::mem::MaybeUninit;
+
+use bytes::BytesMut;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Version, response};
+
+use super::BackendFault;
+use crate::http::headers::connection_has;
+
+/// Response header fields a backend may send; more is a malformed response (hyper's client
+/// limit is 100).
+const MAX_RESPONSE_HEADERS: usize = 128;
+/// Largest response head read; a longer one is a malformed response.
+pub(crate) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// How the request body is framed on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RequestFraming {
+    None,
+    Length,
+    Chunked,
+}
+
+/// Appends the request head to `out`. Origin-form target, names as the map holds them
+/// (lowercase), the body's framing added when its headers do not give it.
+pub(crate) fn encode_request<B: http_body::Body>(req: &Request<B>, out: &mut Vec<u8>) -> RequestFraming {
+    let body = req.body();
+    let headers = req.headers();
+    let framing = if body.is_end_stream() {
+        RequestFraming::None
+    } else if headers.contains_key(header::CONTENT_LENGTH) || body.size_hint().exact().is_some() {
+        RequestFraming::Length
+    } else {
+        RequestFraming::Chunked
+    };
+    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(req.uri().path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    match framing {
+        RequestFraming::Length if !headers.contains_key(header::CONTENT_LENGTH) => {
+            let len = body.size_hint().exact().unwrap_or(0);
+            out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes());
+        }
+        RequestFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        _ => {}
+    }
+    out.extend_from_slice(b"\r\n");
+    framing
+}
+
+/// Takes the response head off the front of `buf`: None while it is incomplete. Header values
+/// share the head's bytes instead of each being copied.
+pub(crate) fn parse_response(buf: &mut BytesMut) -> Result<Option<response::Parts>, BackendFault> {
+    // Byte ranges of each name and value, and of the reason phrase, while `buf` is borrowed.
+    let mut ranges = [[0u32; 4]; MAX_RESPONSE_HEADERS];
+    let (len, code, minor, reason, count) = {
+        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
+        let mut resp = httparse::Response::new(&mut []);
+        let len =
+            match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, buf, &mut fields) {
+                Ok(httparse::Status::Complete(len)) => len,
+                Ok(httparse::Status::Partial) if buf.len() >= MAX_RESPONSE_HEAD => {
+                    return Err(BackendFault::Malformed("head too large"));
+                }
+                Ok(httparse::Status::Partial) => return Ok(None),
+                Err(e) => return Err(BackendFault::Malformed(parse_error(e))),
+            };
+        let base = buf.as_ptr() as usize;
+        let range = |s: &[u8]| [(s.as_ptr() as usize - base) as u32, (s.as_ptr() as usize - base + s.len()) as u32];
+        for (r, h) in ranges.iter_mut().zip(resp.headers.iter()) {
+            let [a, b] = range(h.name.as_bytes());
+            let [c, d] = range(h.value);
+            *r = [a, b, c, d];
+        }
+        let reason = resp.reason.filter(|r| !r.is_empty()).map(|r| range(r.as_bytes()));
+        (len, resp.code.unwrap_or(0), resp.version.unwrap_or(1), reason, resp.headers.len())
+    };
+    let head = buf.split_to(len).freeze();
+    let status = StatusCode::from_u16(code).map_err(|_| BackendFault::Malformed("status"))?;
+    let mut headers = HeaderMap::with_capacity(count);
+    for [a, b, c, d] in &ranges[..count] {
+        let name = HeaderName::from_bytes(&head[*a as usize..*b as usize])
+            .map_err(|_| BackendFault::Malformed("header name"))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(*c as usize..*d as usize))
+            .map_err(|_| BackendFault::Malformed("header value"))?;
+        headers.append(name, value);
+    }
+    let mut r = http::Response::new(());
+    *r.status_mut() = status;
+    *r.version_mut() = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
+    *r.headers_mut() = headers;
+    // A reason phrase other than the standard one reaches the client as the backend sent it.
+    if let Some([a, b]) = reason {
+        let phrase = head.slice(a as usize..b as usize);
+        if status.canonical_reason().map(str::as_bytes) != Some(&phrase[..])
+            && let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(phrase)
+        {
+            r.extensions_mut().insert(phrase);
+        }
+    }
+    Ok(Some(r.into_parts().0))
+}
+
+fn parse_error(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::TooManyHeaders => "too many header fields",
+        httparse::Error::Status => "status line",
+        httparse::Error::Version => "version",
+        _ => "head syntax",
+    }
+}
+
+/// How a response's body is delimited (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ResponseFraming {
+    /// No body: HEAD, 204, 304.
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the backend closes: the connection cannot be reused.
+    UntilClose,
+    /// 101 to a request that asked to switch: the connection becomes a tunnel.
+    Upgrade,
+}
+
+/// The response body's framing, and whether the connection may serve another request after it.
+pub(crate) fn response_framing(
+    method: &Method,
+    upgrade_asked: bool,
+    parts: &response::Parts,
+) -> Result<(ResponseFraming, bool), BackendFault> {
+    let h = &parts.headers;
+    let keep_alive = match parts.version {
+        Version::HTTP_11 => !connection_has(h, "close"),
+        _ => connection_has(h, "keep-alive"),
+    };
+    let status = parts.status;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return if upgrade_asked {
+            Ok((ResponseFraming::Upgrade, false))
+        } else {
+            Err(BackendFault::Malformed("101 to a request that did not ask to switch"))
+        };
+    }
+    if *method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        return Ok((ResponseFraming::Empty, keep_alive));
+    }
+    if let Some(last) = h.get_all(header::TRANSFER_ENCODING).iter().next_back() {
+        let chunked = parts.version == Version::HTTP_11
+            && last
+                .to_str()
+                .ok()
+                .and_then(|v| v.rsplit(',').next())
+                .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
+        // Transfer-Encoding overrides Content-Length; a response with both is closed after.
+        let keep_alive = keep_alive && !h.contains_key(header::CONTENT_LENGTH);
+        return Ok(if chunked { (ResponseFraming::Chunked, keep_alive) } else { (ResponseFraming::UntilClose, false) });
+    }
+    let mut length = None;
+    for v in h.get_all(header::CONTENT_LENGTH) {
+        for part in v.to_str().map_err(|_| BackendFault::Malformed("content-length"))?.split(',') {
+            let part = part.trim();
+            let n = (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| part.parse::<u64>().ok())
+                .flatten()
+                .ok_or(BackendFault::Malformed("content-length"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(BackendFault::Malformed("conflicting content-length"));
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => (ResponseFraming::Empty, keep_alive),
+        Some(n) => (ResponseFraming::Length(n), keep_alive),
+        None => (ResponseFraming::UntilClose, false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::{Empty, Full};
+
+    fn head(raw: &'static [u8]) -> response::Parts {
+        parse_response(&mut BytesMut::from(raw)).unwrap().expect("complete")
+    }
+
+    fn parse(raw: &'static [u8]) -> Result<Option<response::Parts>, BackendFault> {
+        parse_response(&mut BytesMut::from(raw))
+    }
+
+    fn framing(method: Method, raw: &'static [u8]) -> Result<(ResponseFraming, bool), BackendFault> {
+        response_framing(&method, false, &head(raw))
+    }
+
+    #[test]
+    fn request_heads_are_origin_form_and_framed() {
+        let mut out = Vec::new();
+        let req = Request::get("/a?b=1").header("host", "x").body(Empty::<Bytes>::new()).unwrap();
+        assert_eq!(encode_request(&req, &mut out), RequestFraming::None);
+        assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: x\r\n\r\n");
+        out.clear();
+        let req = Request::post("/p").body(Full::new(Bytes::from_static(b"abc"))).unwrap();
+        assert_eq!(encode_request(&req, &mut out), RequestFraming::Length);
+        assert_eq!(out, b"POST /p HTTP/1.1\r\ncontent-length: 3\r\n\r\n");
+        out.clear();
+        let req =
+            Request::post("/p").header("content-length", "3").body(Full::new(Bytes::from_static(b"abc"))).unwrap();
+        encode_request(&req, &mut out);
+        assert_eq!(out, b"POST /p HTTP/1.1\r\ncontent-length: 3\r\n\r\n", "an existing length is not repeated");
+    }
+
+    #[test]
+    fn response_heads_parse_with_shared_values_and_reason() {
+        let h = head(b"HTTP/1.1 200 Fine\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 5\r\n\r\nhello");
+        assert_eq!(h.status, 200);
+        assert_eq!(h.headers.get_all("x-a").iter().collect::<Vec<_>>(), ["1", "2"]);
+        assert_eq!(h.extensions.get::<hyper::ext::ReasonPhrase>().unwrap().as_bytes(), b"Fine");
+        assert!(head(b"HTTP/1.1 200 OK\r\n\r\n").extensions.get::<hyper::ext::ReasonPhrase>().is_none());
+        assert!(parse(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n").unwrap().is_none());
+        assert!(parse(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\n\r\n").is_err(), "obs-fold");
+        assert!(parse(b"HTTX/1.1 200 OK\r\n\r\n").is_err());
+        let mut buf = BytesMut::from(&b"HTTP/1.1 204 No Content\r\n\r\nrest"[..]);
+        parse_response(&mut buf).unwrap().unwrap();
+        assert_eq!(&buf[..], b"rest", "only the head is taken");
+    }
+
+    #[test]
+    fn response_framing_follows_rfc_9112() {
+        use ResponseFraming::*;
+        assert_eq!(framing(Method::GET, b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n").unwrap(), (Length(3), true));
+        assert_eq!(framing(Method::HEAD, b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n").unwrap(), (Empty, true));
+        assert_eq!(framing(Method::GET, b"HTTP/1.1 304 Not Modified\r\n\r\n").unwrap(), (Empty, true));
+        assert_eq!(
+            framing(Method::GET, b"HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\n\r\n").unwrap(),
+            (Length(3), true)
+        );
+        assert!(framing(Method::GET, b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\n").is_err());
+        assert!(framing(Method::GET, b"HTTP/1.1 200 OK\r\ncontent-length: +3\r\n\r\n").is_err());
+        assert_eq!(
+            framing(Method::GET, b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n").unwrap(),
+            (Chunked, true)
+        );
+        assert_eq!(
+            framing(Method::GET, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 9\r\n\r\n")
+                .unwrap(),
+            (Chunked, false)
+        );
+        assert_eq!(
+            framing(Method::GET, b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n").unwrap(),
+            (UntilClose, false)
+        );
+        assert_eq!(framing(Method::GET, b"HTTP/1.1 200 OK\r\n\r\n").unwrap(), (UntilClose, false));
+        assert_eq!(
+            framing(Method::GET, b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\n").unwrap(),
+            (Length(1), false)
+        );
+        assert_eq!(framing(Method::GET, b"HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n").unwrap(), (Length(1), false));
+        assert_eq!(
+            framing(Method::GET, b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n").unwrap(),
+            (Length(1), true)
+        );
+        assert!(framing(Method::GET, b"HTTP/1.1 101 Switching Protocols\r\n\r\n").is_err());
+        let h = head(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n");
+        assert_eq!(response_framing(&Method::GET, true, &h).unwrap(), (Upgrade, false));
+    }
+}

@@ -1,0 +1,213 @@
+//! HTTP/1.1 to backends. A request is written to, and its response read from, the backend
+//! connection by the task serving the request: no connection task and no channels between
+//! the two sides, as a proxy that reads and writes both sockets itself does.
+mod body;
+mod head;
+mod stream;
+
+use std::io;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use tokio::io::AsyncWriteExt;
+
+pub(crate) use body::ResponseBody;
+use head::{MAX_RESPONSE_HEAD, RequestFraming, parse_response, response_framing};
+pub(crate) use stream::Stream;
+
+/// First read size; it doubles while reads fill it (large bodies), up to `MAX_READ`.
+const MIN_READ: usize = 8 * 1024;
+const MAX_READ: usize = 256 * 1024;
+
+/// What went wrong on a backend connection: always the backend's fault.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BackendFault {
+    #[error("connection closed before the response ended")]
+    Closed,
+    #[error("{0}")]
+    Io(io::Error),
+    #[error("malformed response: {0}")]
+    Malformed(&'static str),
+}
+
+/// An HTTP/1.1 connection to a backend.
+pub(crate) struct Conn {
+    pub(crate) stream: Stream,
+    /// Read from the backend and not yet taken.
+    pub(crate) buf: BytesMut,
+    /// The request head being written; kept so a reused connection allocates none.
+    out: Vec<u8>,
+    read_size: usize,
+}
+
+/// A failed exchange.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) fault: BackendFault,
+    /// Nothing of the request was written: it may be sent again, on another connection.
+    pub(crate) unsent: bool,
+}
+
+impl Conn {
+    /// Boxed: a connection moves between the pool, requests and response bodies, and a
+    /// pointer moves cheaper than the connection's buffers and stream.
+    pub(crate) fn new(stream: Stream) -> Box<Self> {
+        Box::new(Conn { stream, buf: BytesMut::new(), out: Vec::new(), read_size: MIN_READ })
+    }
+
+    pub(crate) fn is_usable(&self) -> bool {
+        self.buf.is_empty() && self.stream.is_usable()
+    }
+
+    /// Reads what the backend sent into `buf`: the number of bytes, 0 at its end.
+    pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < self.read_size / 2 {
+            self.buf.reserve(self.read_size);
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        let r = tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut self.stream), cx, &mut self.buf);
+        if let Poll::Ready(Ok(n)) = r
+            && n == spare
+        {
+            self.read_size = (self.read_size * 2).min(MAX_READ);
+        }
+        r
+    }
+
+    async fn fill(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_fill(cx)).await
+    }
+
+    async fn write_out(&mut self) -> io::Result<()> {
+        self.stream.write_all(&self.out).await?;
+        self.stream.flush().await
+    }
+}
+
+/// Sends `req` on `conn` and reads the response head; its body is read as the returned
+/// response's body is polled. `upgrade`: the request asks to switch protocols. The request's
+/// body is taken as it is sent; the request itself stays the caller's, so one that was never
+/// written (`Failure::unsent`) can be sent again elsewhere.
+pub(crate) async fn send<B>(
+    mut conn: Box<Conn>,
+    req: &mut Request<B>,
+    upgrade: bool,
+) -> Result<Response<ResponseBody>, Failure>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let failed = |fault, unsent| Failure { fault, unsent };
+    conn.out.clear();
+    let framing = head::encode_request(req, &mut conn.out);
+    conn.write_out().await.map_err(|e| failed(BackendFault::Io(e), true))?;
+    let complete = match framing {
+        RequestFraming::None => true,
+        _ => send_body(&mut conn, req.body_mut(), framing == RequestFraming::Chunked)
+            .await
+            .map_err(|f| failed(f, false))?,
+    };
+    let parts = loop {
+        if !conn.buf.is_empty() {
+            match parse_response(&mut conn.buf).map_err(|f| failed(f, false))? {
+                // Interim responses (100 Continue and the like) are not the answer.
+                Some(p) if p.status.is_informational() && p.status != http::StatusCode::SWITCHING_PROTOCOLS => continue,
+                Some(p) => break p,
+                None => {}
+            }
+        }
+        match conn.fill().await {
+            Ok(0) => return Err(failed(BackendFault::Closed, false)),
+            Ok(_) => {}
+            Err(e) => return Err(failed(BackendFault::Io(e), false)),
+        }
+    };
+    let (framing, keep_alive) = response_framing(req.method(), upgrade, &parts).map_err(|f| failed(f, false))?;
+    // A connection whose request body was cut short by an early response has lost its framing.
+    let keep_alive = keep_alive && complete && !upgrade;
+    Ok(Response::from_parts(parts, ResponseBody::new(conn, framing, keep_alive)))
+}
+
+/// Writes the request body (chunked or as it comes); true once it was sent whole, false when
+/// the backend answered before it ended (the rest is not sent).
+async fn send_body<B>(conn: &mut Conn, body: &mut B, chunked: bool) -> Result<bool, BackendFault>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    enum Next<D, E> {
+        Backend(io::Result<usize>),
+        Frame(Option<Result<Frame<D>, E>>),
+    }
+    loop {
+        // Biased: a backend that answers early (an error, 413) is heard before more is sent.
+        let next = tokio::select! {
+            biased;
+            r = conn.fill() => Next::Backend(r),
+            f = body.frame() => Next::Frame(f),
+        };
+        match next {
+            Next::Backend(Ok(0)) => return Err(BackendFault::Closed),
+            Next::Backend(Err(e)) => return Err(BackendFault::Io(e)),
+            Next::Backend(Ok(_)) => {
+                if conn.buf.len() >= MAX_RESPONSE_HEAD || final_response_begun(&mut conn.buf) {
+                    return Ok(false);
+                }
+            }
+            Next::Frame(None) => {
+                if chunked {
+                    conn.out.clear();
+                    conn.out.extend_from_slice(b"0\r\n\r\n");
+                    conn.write_out().await.map_err(BackendFault::Io)?;
+                }
+                return Ok(true);
+            }
+            // The client's body failed; the caller finds out whose fault it was.
+            Next::Frame(Some(Err(e))) => {
+                return Err(BackendFault::Io(io::Error::other(format!("request body: {e}"))));
+            }
+            Next::Frame(Some(Ok(frame))) => {
+                // Trailers of a request are not forwarded.
+                let Ok(data) = frame.into_data() else { continue };
+                if data.is_empty() {
+                    continue;
+                }
+                if chunked {
+                    conn.out.clear();
+                    conn.out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                    conn.write_out().await.map_err(BackendFault::Io)?;
+                    conn.stream.write_all(&data).await.map_err(BackendFault::Io)?;
+                    conn.stream.write_all(b"\r\n").await.map_err(BackendFault::Io)?;
+                } else {
+                    conn.stream.write_all(&data).await.map_err(BackendFault::Io)?;
+                }
+                conn.stream.flush().await.map_err(BackendFault::Io)?;
+            }
+        }
+    }
+}
+
+/// Drops complete interim heads (100 Continue) off the front of `buf`; true once what remains
+/// is the start of a final response (or something the response parser will reject).
+fn final_response_begun(buf: &mut BytesMut) -> bool {
+    loop {
+        let interim = |code: Option<u16>| code.is_some_and(|c| (100..200).contains(&c) && c != 101);
+        let step = {
+            let mut fields = [httparse::EMPTY_HEADER; 16];
+            let mut resp = httparse::Response::new(&mut fields);
+            match resp.parse(buf) {
+                Ok(httparse::Status::Complete(n)) if interim(resp.code) => Some(n),
+                Ok(httparse::Status::Partial) if buf.is_empty() || resp.code.is_none() || interim(resp.code) => {
+                    return false;
+                }
+                _ => return true,
+            }
+        };
+        if let Some(n) = step {
+            bytes::Buf::advance(buf, n);
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The backend side of HTTP/1.1, byte by byte: a scripted backend answers each request head
+//! with exact bytes (chunked with trailers, until close, interim responses, early answers,
+//! stray bytes, malformed heads), and the tests check what the client gets, which backend
+//! connections are reused, and what is counted against the backend.
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::Full;
+use hyper::Request;
+use lb_proxy::BackendSpec;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// What the scripted backend does after reading a request head.
+struct Reply {
+    bytes: Vec<u8>,
+    /// Close the connection after writing (else wait for the next head).
+    close: bool,
+}
+
+fn reply(bytes: &[u8]) -> Reply {
+    Reply { bytes: bytes.to_vec(), close: false }
+}
+
+/// A keep-alive backend that answers each head (the text up to its blank line) with
+/// `script(head)`, and counts its connections. A request body is not read: heads that carry
+/// one must be answered early or closed.
+struct Scripted {
+    spec: BackendSpec,
+    conns: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn scripted(script: fn(&str) -> Reply) -> Scripted {
+    let listener = TcpListener::bind(loopback()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicU64::new(0));
+    let c = conns.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { continue };
+            c.fetch_add(1, Relaxed);
+            tokio::spawn(async move {
+                let mut pending = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let end = loop {
+                        if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => pending.extend_from_slice(&buf[..n]),
+                        }
+                    };
+                    let head: Vec<u8> = pending.drain(..end).collect();
+                    let r = script(&String::from_utf8_lossy(&head));
+                    if s.write_all(&r.bytes).await.is_err() || r.close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Scripted { spec: BackendSpec::new(addr), conns, task }
+}
+
+async fn proxy_to(backend: &Scripted) -> TestProxy {
+    let mut spec = http_spec(&[]);
+    spec.backends = vec![backend.spec.clone()];
+    proxy(spec).await
+}
+
+fn backend_errors(p: &TestProxy) -> u64 {
+    p.handle.stats()[0].backends[0].errors
+}
+
+#[tokio::test]
+async fn chunked_responses_with_extensions_and_trailers_are_decoded_and_the_connection_reused() {
+    let b = scripted(|_| {
+        reply(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nx-sum: 1\r\n\r\n")
+    })
+    .await;
+    let p = proxy_to(&b).await;
+    let mut c = Client::connect(p.addr).await;
+    for _ in 0..3 {
+        let got = c.get("/").await.unwrap();
+        assert_eq!((got.status, &got.body[..]), (200, &b"hello world"[..]));
+    }
+    assert_eq!(b.conns.load(Relaxed), 1, "one backend connection serves every request");
+    assert_eq!(backend_errors(&p), 0);
+}
+
+#[tokio::test]
+async fn a_body_delimited_by_close_is_read_whole_and_the_connection_not_reused() {
+    let b = scripted(|_| Reply { bytes: b"HTTP/1.1 200 OK\r\n\r\nuntil the end".to_vec(), close: true }).await;
+    let p = proxy_to(&b).await;
+    let mut c = Client::connect(p.addr).await;
+    for _ in 0..2 {
+        let got = c.get("/").await.unwrap();
+        assert_eq!((got.status, &got.body[..]), (200, &b"until the end"[..]));
+    }
+    assert_eq!(b.conns.load(Relaxed), 2);
+    assert_eq!(backend_errors(&p), 0);
+}
+
+#[tokio::test]
+async fn interim_responses_are_skipped_and_reason_phrases_kept() {
+    let b = scripted(|_| reply(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 Fine Thanks\r\ncontent-length: 2\r\n\r\nok")).await;
+    let p = proxy_to(&b).await;
+    let got = raw(p.addr, b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await;
+    assert!(got.starts_with("HTTP/1.1 200 Fine Thanks\r\n"), "{got}");
+    assert!(got.ends_with("\r\n\r\nok"), "{got}");
+}
+
+#[tokio::test]
+async fn an_early_answer_to_an_upload_reaches_the_client_and_the_connection_is_not_reused() {
+    // The backend answers 413 to the head and never reads the 1 MiB body.
+    let b = scripted(|head| {
+        if head.starts_with("POST") {
+            reply(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 3\r\n\r\nbig")
+        } else {
+            reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        }
+    })
+    .await;
+    let p = proxy_to(&b).await;
+    let mut c = Client::connect(p.addr).await;
+    let body = Bytes::from(vec![b'x'; 1 << 20]);
+    let post = Request::post("/up").header("host", "x").body(Full::new(body)).unwrap();
+    let got = c.send(post).await;
+    // hyper's client may see the connection close before it finished sending; either way the
+    // proxy must not hang, and a client that reads the answer gets 413.
+    if let Ok(got) = got {
+        assert_eq!((got.status, &got.body[..]), (413, &b"big"[..]));
+    }
+    assert_eq!(fetch(p.addr, "/").await.status, 200);
+    assert_eq!(b.conns.load(Relaxed), 2, "the cut-short connection is not reused");
+}
+
+#[tokio::test]
+async fn stray_bytes_after_a_response_retire_the_connection() {
+    let b = scripted(|_| reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\noknot part of any response")).await;
+    let p = proxy_to(&b).await;
+    let mut c = Client::connect(p.addr).await;
+    for _ in 0..2 {
+        let got = c.get("/").await.unwrap();
+        assert_eq!((got.status, &got.body[..]), (200, &b"ok"[..]));
+    }
+    assert_eq!(b.conns.load(Relaxed), 2);
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_backend_closed_is_not_used() {
+    // Every response promises keep-alive, then the backend closes after a moment.
+    let b =
+        scripted(|_| Reply { bytes: b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(), close: true }).await;
+    let p = proxy_to(&b).await;
+    let mut c = Client::connect(p.addr).await;
+    for _ in 0..3 {
+        assert_eq!(c.get("/").await.unwrap().status, 200);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(b.conns.load(Relaxed), 3);
+    assert_eq!(backend_errors(&p), 0, "a closed idle connection is no backend failure");
+}
+
+#[tokio::test]
+async fn malformed_responses_are_502_and_count_against_the_backend() {
+    let b = scripted(|head| match head.split(' ').nth(1).unwrap_or("") {
+        "/length" => reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok"),
+        "/fold" => reply(b"HTTP/1.1 200 OK\r\nx-a: 1\r\n folded\r\ncontent-length: 2\r\n\r\nok"),
+        "/chunk" => {
+            Reply { bytes: b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n".to_vec(), close: true }
+        }
+        _ => reply(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n"),
+    })
+    .await;
+    let mut spec = http_spec(&[]);
+    spec.backends = vec![b.spec.clone()];
+    spec.options.outlier.consecutive_failures = 0;
+    let p = proxy(spec).await;
+    for path in ["/length", "/fold", "/unasked-101"] {
+        assert_eq!(fetch(p.addr, path).await.status, 502, "{path}");
+    }
+    // A bad chunk arrives after the head went out: the client sees its stream fail.
+    assert!(Client::connect(p.addr).await.get("/chunk").await.is_err());
+    assert_eq!(backend_errors(&p), 4);
+}
