@@ -28,7 +28,8 @@ fn reply(bytes: &[u8]) -> Reply {
 }
 
 /// A keep-alive backend that answers each head (the text up to its blank line) with
-/// `script(head)`, and counts its connections. A request body is not read: heads that carry
+/// `script(head, n)`, n counting the requests of the connection from 0, and counts its
+/// connections. A request body is not read: heads that carry
 /// one must be answered early or closed.
 struct Scripted {
     spec: BackendSpec,
@@ -42,7 +43,7 @@ impl Drop for Scripted {
     }
 }
 
-async fn scripted(script: fn(&str) -> Reply) -> Scripted {
+async fn scripted(script: fn(&str, usize) -> Reply) -> Scripted {
     let listener = TcpListener::bind(loopback()).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let conns = Arc::new(AtomicU64::new(0));
@@ -54,7 +55,7 @@ async fn scripted(script: fn(&str) -> Reply) -> Scripted {
             tokio::spawn(async move {
                 let mut pending = Vec::new();
                 let mut buf = [0u8; 4096];
-                loop {
+                for n in 0.. {
                     let end = loop {
                         if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
                             break i + 4;
@@ -65,7 +66,7 @@ async fn scripted(script: fn(&str) -> Reply) -> Scripted {
                         }
                     };
                     let head: Vec<u8> = pending.drain(..end).collect();
-                    let r = script(&String::from_utf8_lossy(&head));
+                    let r = script(&String::from_utf8_lossy(&head), n);
                     if s.write_all(&r.bytes).await.is_err() || r.close {
                         return;
                     }
@@ -88,7 +89,7 @@ fn backend_errors(p: &TestProxy) -> u64 {
 
 #[tokio::test]
 async fn chunked_responses_with_extensions_and_trailers_are_decoded_and_the_connection_reused() {
-    let b = scripted(|_| {
+    let b = scripted(|_, _| {
         reply(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nx-sum: 1\r\n\r\n")
     })
     .await;
@@ -104,7 +105,7 @@ async fn chunked_responses_with_extensions_and_trailers_are_decoded_and_the_conn
 
 #[tokio::test]
 async fn a_body_delimited_by_close_is_read_whole_and_the_connection_not_reused() {
-    let b = scripted(|_| Reply { bytes: b"HTTP/1.1 200 OK\r\n\r\nuntil the end".to_vec(), close: true }).await;
+    let b = scripted(|_, _| Reply { bytes: b"HTTP/1.1 200 OK\r\n\r\nuntil the end".to_vec(), close: true }).await;
     let p = proxy_to(&b).await;
     let mut c = Client::connect(p.addr).await;
     for _ in 0..2 {
@@ -117,7 +118,7 @@ async fn a_body_delimited_by_close_is_read_whole_and_the_connection_not_reused()
 
 #[tokio::test]
 async fn interim_responses_are_skipped_and_reason_phrases_kept() {
-    let b = scripted(|_| reply(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 Fine Thanks\r\ncontent-length: 2\r\n\r\nok")).await;
+    let b = scripted(|_, _| reply(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 Fine Thanks\r\ncontent-length: 2\r\n\r\nok")).await;
     let p = proxy_to(&b).await;
     let got = raw(p.addr, b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await;
     assert!(got.starts_with("HTTP/1.1 200 Fine Thanks\r\n"), "{got}");
@@ -127,7 +128,7 @@ async fn interim_responses_are_skipped_and_reason_phrases_kept() {
 #[tokio::test]
 async fn an_early_answer_to_an_upload_reaches_the_client_and_the_connection_is_not_reused() {
     // The backend answers 413 to the head and never reads the 1 MiB body.
-    let b = scripted(|head| {
+    let b = scripted(|head, _| {
         if head.starts_with("POST") {
             reply(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 3\r\n\r\nbig")
         } else {
@@ -151,7 +152,7 @@ async fn an_early_answer_to_an_upload_reaches_the_client_and_the_connection_is_n
 
 #[tokio::test]
 async fn stray_bytes_after_a_response_retire_the_connection() {
-    let b = scripted(|_| reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\noknot part of any response")).await;
+    let b = scripted(|_, _| reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\noknot part of any response")).await;
     let p = proxy_to(&b).await;
     let mut c = Client::connect(p.addr).await;
     for _ in 0..2 {
@@ -165,7 +166,7 @@ async fn stray_bytes_after_a_response_retire_the_connection() {
 async fn a_pooled_connection_the_backend_closed_is_not_used() {
     // Every response promises keep-alive, then the backend closes after a moment.
     let b =
-        scripted(|_| Reply { bytes: b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(), close: true }).await;
+        scripted(|_, _| Reply { bytes: b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(), close: true }).await;
     let p = proxy_to(&b).await;
     let mut c = Client::connect(p.addr).await;
     for _ in 0..3 {
@@ -178,7 +179,7 @@ async fn a_pooled_connection_the_backend_closed_is_not_used() {
 
 #[tokio::test]
 async fn malformed_responses_are_502_and_count_against_the_backend() {
-    let b = scripted(|head| match head.split(' ').nth(1).unwrap_or("") {
+    let b = scripted(|head, _| match head.split(' ').nth(1).unwrap_or("") {
         "/length" => reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok"),
         "/fold" => reply(b"HTTP/1.1 200 OK\r\nx-a: 1\r\n folded\r\ncontent-length: 2\r\n\r\nok"),
         "/chunk" => {
@@ -197,4 +198,29 @@ async fn malformed_responses_are_502_and_count_against_the_backend() {
     // A bad chunk arrives after the head went out: the client sees its stream fail.
     assert!(Client::connect(p.addr).await.get("/chunk").await.is_err());
     assert_eq!(backend_errors(&p), 4);
+}
+
+#[tokio::test]
+async fn a_reused_connection_closed_as_the_request_left_is_retried_only_for_replayable_requests() {
+    // Each connection answers one request, then closes on reading the next head without a
+    // byte of answer: a keep-alive timeout striking as a request arrives.
+    let b = scripted(|_, n| {
+        if n == 0 {
+            reply(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        } else {
+            Reply { bytes: Vec::new(), close: true }
+        }
+    })
+    .await;
+    let p = proxy_to(&b).await;
+    let mut c = Client::connect(p.addr).await;
+    for _ in 0..3 {
+        assert_eq!(c.get("/").await.unwrap().status, 200);
+    }
+    assert_eq!(backend_errors(&p), 0, "a reused connection's close is no backend failure");
+    assert_eq!(p.handle.stats()[0].retries, 0, "the same attempt goes on over a fresh connection");
+    // A POST may have been acted on: it is not sent again.
+    let post = Request::post("/p").header("host", "x").body(Full::new(Bytes::from_static(b"x"))).unwrap();
+    assert_eq!(c.send(post).await.unwrap().status, 502);
+    assert_eq!(b.conns.load(Relaxed), 3);
 }

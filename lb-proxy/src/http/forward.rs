@@ -158,7 +158,7 @@ async fn attempts(
             }
         };
         let active = backend.begin();
-        match send(&backend, &mut req, ctx, upload, upgrade).await {
+        match send(&backend, &mut req, ctx, upload, upgrade, replayable).await {
             Ok(resp) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();
@@ -198,12 +198,14 @@ async fn send(
     ctx: &ConnCtx,
     upload: &Upload,
     upgrade: bool,
+    replayable: bool,
 ) -> Result<Response<ResponseBody>, (UpstreamError, bool)> {
     let t = &ctx.vip.spec.options.timeouts;
     let tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
     // Pooled connections may have been closed by the backend meanwhile; such a failure before
     // the request was written costs nothing, so try the next one (bounded by the pool size),
-    // then a fresh connection.
+    // then a fresh connection. So may a request that can be sent again as it is, when the
+    // backend closed a reused connection without a byte of answer: it was not served.
     loop {
         let (conn, pooled) = match backend.pool().take(tag) {
             Some(c) => (c, true),
@@ -220,7 +222,7 @@ async fn send(
         };
         match sent {
             Some(Ok(resp)) => return Ok(resp),
-            Some(Err(f)) if f.unsent && pooled => continue,
+            Some(Err(f)) if pooled && (f.unsent || (f.silent && replayable)) => continue,
             Some(Err(f)) => return Err((UpstreamError::Http(backend.addr, f.fault), f.unsent)),
             None => return Err((UpstreamError::HeaderTimeout(backend.addr), false)),
         }

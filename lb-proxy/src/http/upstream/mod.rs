@@ -49,6 +49,9 @@ pub(crate) struct Failure {
     pub(crate) fault: BackendFault,
     /// Nothing of the request was written: it may be sent again, on another connection.
     pub(crate) unsent: bool,
+    /// The backend closed the connection without a byte of answer: on a reused connection,
+    /// most likely its keep-alive timeout struck as the request left (RFC 9112 §9.3.1).
+    pub(crate) silent: bool,
 }
 
 impl Conn {
@@ -100,7 +103,7 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
-    let failed = |fault, unsent| Failure { fault, unsent };
+    let failed = |fault, unsent| Failure { fault, unsent, silent: false };
     conn.out.clear();
     let framing = head::encode_request(req, &mut conn.out);
     conn.write_out().await.map_err(|e| failed(BackendFault::Io(e), true))?;
@@ -110,8 +113,10 @@ where
             .await
             .map_err(|f| failed(f, false))?,
     };
+    let mut answered = false;
     let parts = loop {
         if !conn.buf.is_empty() {
+            answered = true;
             match parse_response(&mut conn.buf).map_err(|f| failed(f, false))? {
                 // Interim responses (100 Continue and the like) are not the answer.
                 Some(p) if p.status.is_informational() && p.status != http::StatusCode::SWITCHING_PROTOCOLS => continue,
@@ -119,11 +124,18 @@ where
                 None => {}
             }
         }
-        match conn.fill().await {
-            Ok(0) => return Err(failed(BackendFault::Closed, false)),
-            Ok(_) => {}
-            Err(e) => return Err(failed(BackendFault::Io(e), false)),
-        }
+        let fault = match conn.fill().await {
+            Ok(0) => BackendFault::Closed,
+            Ok(_) => continue,
+            Err(e) => BackendFault::Io(e),
+        };
+        let closed = match &fault {
+            BackendFault::Closed => true,
+            BackendFault::Io(e) => e.kind() == io::ErrorKind::ConnectionReset,
+            BackendFault::Malformed(_) => false,
+        };
+        let silent = closed && !answered;
+        return Err(Failure { fault, unsent: false, silent });
     };
     let (framing, keep_alive) = response_framing(req.method(), upgrade, &parts).map_err(|f| failed(f, false))?;
     // A connection whose request body was cut short by an early response has lost its framing.
