@@ -175,6 +175,9 @@ enum Framing {
 
 /// How a request head frames its body; None when it is ambiguous or unparsable.
 fn framing(head: &[u8]) -> Option<Framing> {
+    if !may_frame_or_fold(head) {
+        return Some(Framing::None);
+    }
     // Left uninitialized: httparse writes the fields it finds (no 4 KiB fill per head).
     let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_FIELDS];
     let mut req = httparse::Request::new(&mut []);
@@ -190,6 +193,23 @@ fn framing(head: &[u8]) -> Option<Framing> {
         }
         _ => None,
     }
+}
+
+/// Whether some line of the head starts with Content-Length or Transfer-Encoding (any case) or
+/// with a space or tab (obsolete line folding). Only such a head needs parsing here: any other
+/// is bodiless and unambiguous, and hyper judges the rest of its syntax. Most heads are of
+/// that kind, and this scan costs a fraction of a parse.
+fn may_frame_or_fold(head: &[u8]) -> bool {
+    let starts = |line: &[u8], name: &[u8]| line.get(..name.len()).is_some_and(|l| l.eq_ignore_ascii_case(name));
+    memchr::memchr_iter(b'\n', head).any(|lf| {
+        let line = &head[lf + 1..];
+        match line.first() {
+            Some(b' ' | b'\t') => true,
+            Some(b'c' | b'C') => starts(line, b"content-length"),
+            Some(b't' | b'T') => starts(line, b"transfer-encoding"),
+            _ => false,
+        }
+    })
 }
 
 fn framing_of(fields: &[httparse::Header<'_>]) -> Option<Framing> {
@@ -354,6 +374,17 @@ mod tests {
         assert_eq!(sniff(&[data]), (2, 1));
         let parts: Vec<&[u8]> = data.chunks(1).collect();
         assert_eq!(sniff(&parts), (2, 1));
+    }
+
+    #[test]
+    fn only_heads_that_may_frame_or_fold_are_parsed() {
+        assert!(!may_frame_or_fold(b"GET / HTTP/1.1\r\nHost: x\r\nX-Note: content-length: 5\r\n\r\n"));
+        assert!(may_frame_or_fold(b"POST / HTTP/1.1\r\ncOnTeNt-LeNgTh: 5\r\n\r\n"));
+        assert!(may_frame_or_fold(b"POST / HTTP/1.1\nTRANSFER-ENCODING: chunked\n\n"));
+        assert!(may_frame_or_fold(b"GET / HTTP/1.1\r\nX-A: 1\r\n\tfolded\r\n\r\n"));
+        // A folded line is refused even in a bodiless head; a name in a value changes nothing.
+        assert_eq!(sniff(&[b"GET / HTTP/1.1\r\nX-A: 1\r\n folded\r\n\r\n"]), (1, 0));
+        assert_eq!(sniff(&[b"GET / HTTP/1.1\r\nX-Note: transfer-encoding\r\n\r\n"]), (1, u64::MAX));
     }
 
     #[test]
