@@ -3,6 +3,7 @@
 mod access_log;
 mod body;
 mod deadline;
+mod decode;
 mod forward;
 mod headers;
 mod idle;
