@@ -253,3 +253,34 @@ async fn close_after_response_answers_once_and_closes() {
         got.extend_from_slice(&buf[..n]);
     }
 }
+
+#[tokio::test]
+async fn expect_100_continue_is_answered_before_the_body_is_sent() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    let head =
+        "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\nConnection: close\r\n\r\n";
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(LIMIT, s.read_exact(&mut interim)).await.unwrap().unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"hello").await.unwrap();
+    let out = read_until_closed(&mut s, LIMIT).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n") && out.ends_with("\r\n\r\nhello"), "{out}");
+    assert_eq!(out.matches("100 Continue").count(), 0, "the backend's own 100 is not passed on");
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let out = raw(
+        p.addr,
+        b"GET /status/201 HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc\
+          GET /status/202 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(statuses(&out), vec![201, 200, 202], "{out}");
+    assert!(out.contains("\r\n\r\nabcHTTP/1.1 202"), "{out}");
+}

@@ -6,8 +6,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::idle::IdleTimer;
-use super::shared::BusyGuard;
-use super::upstream::ResponseBody;
+use super::upstream::{Conn, ResponseBody};
 use crate::backend::ActiveGuard;
 use crate::error::BoxError;
 use crate::limits::Slot;
@@ -17,6 +16,16 @@ use http_body::{Body, Frame, SizeHint};
 pub(crate) enum ProxyBody {
     Upstream(UpstreamBody),
     Full(Option<Bytes>),
+    /// A 101 answer's empty body, carrying the backend side of the tunnel the HTTP/1
+    /// connection joins the client to once the head is written.
+    Tunnel(Option<Tunnel>),
+}
+
+/// The backend side of an upgraded connection, and what the request holds for its lifetime
+/// (the backend's active count and maxconn slot).
+pub(crate) struct Tunnel {
+    pub(crate) backend: Box<Conn>,
+    pub(crate) hold: InFlight,
 }
 
 impl ProxyBody {
@@ -24,32 +33,11 @@ impl ProxyBody {
         ProxyBody::Full(Some(b.into()))
     }
 
-    pub(crate) fn empty() -> Self {
-        ProxyBody::Full(None)
-    }
-}
-
-/// A response body that keeps its HTTP/1 connection marked busy until it is sent (or
-/// dropped), so the keep-alive idle timer only runs between requests.
-pub(crate) struct ClientResponse {
-    pub(crate) body: ProxyBody,
-    pub(crate) _busy: Option<BusyGuard>,
-}
-
-impl Body for ClientResponse {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+    pub(crate) fn take_tunnel(&mut self) -> Option<Tunnel> {
+        match self {
+            ProxyBody::Tunnel(t) => t.take(),
+            _ => None,
+        }
     }
 }
 
@@ -61,6 +49,7 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Upstream(u) => Pin::new(u).poll_frame(cx),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|d| Ok(Frame::data(d)))),
+            ProxyBody::Tunnel(_) => Poll::Ready(None),
         }
     }
 
@@ -68,6 +57,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream(u) => u.inner.is_end_stream(),
             ProxyBody::Full(b) => b.is_none(),
+            ProxyBody::Tunnel(_) => true,
         }
     }
 
@@ -75,6 +65,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream(u) => u.inner.size_hint(),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            ProxyBody::Tunnel(_) => SizeHint::with_exact(0),
         }
     }
 }

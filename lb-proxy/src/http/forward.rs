@@ -3,25 +3,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
+use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body::Body as _;
+use http_body::Body;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
-use hyper::upgrade::OnUpgrade;
-
-use super::upstream::{self, ResponseBody};
 
 use super::access_log::{self, ServedBy};
-use super::body::{ClientResponse, InFlight, ProxyBody, UpstreamBody};
+use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody};
 use super::headers::{self, cookie, is_upgrade};
 use super::respond::error_response;
-use super::shared::ConnShared;
-use super::upgrade;
 use super::upload::{RequestBody, Upload};
+use super::upstream::{self, ResponseBody};
 use super::validate::refuse;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
-use crate::error::UpstreamError;
+use crate::error::{BoxError, UpstreamError};
 use crate::pool::{UpBody, open_http};
 use crate::vip::Vip;
 
@@ -33,19 +29,28 @@ pub(crate) struct ConnCtx {
     pub(crate) client_hash: u32,
     /// The PROXY header for this client's backend connections, if the VIP sends one.
     pub(crate) proxy_header: Option<Vec<u8>>,
-    /// Shared with the HTTP/1 connection's reader: which request the sniffer found ambiguous
-    /// (that one is refused), busy/idle, upgraded. None for h2.
-    pub(crate) shared: Option<Arc<ConnShared>>,
     /// The client spoke TLS to the proxy.
     pub(crate) https: bool,
-    /// Requests seen so far on this connection (HTTP/1 serves them in order).
-    pub(crate) requests: std::sync::atomic::AtomicU64,
-    /// Upgraded tunnels outlive the HTTP connection; they are tracked and stopped with it.
-    pub(crate) tasks: crate::shutdown::Tasks,
 }
 
-pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ClientResponse> {
-    let busy = ctx.shared.as_ref().map(|s| s.begin());
+impl ConnCtx {
+    pub(crate) fn new(vip: &Arc<Vip>, client: SocketAddr, https: bool) -> Self {
+        let spec = &vip.spec;
+        ConnCtx {
+            vip: vip.clone(),
+            client,
+            client_hash: lb_common::hash::client_hash(&lb_common::ip_bytes(client.ip()).0, spec.hash_seed),
+            proxy_header: crate::proxy_protocol::header(spec.options.proxy_protocol, client, vip.local_addr),
+            https,
+        }
+    }
+}
+
+/// What a request's body may be: hyper's (h2) or the HTTP/1 connection's own.
+pub(crate) trait ClientBody: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static {}
+impl<B: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static> ClientBody for B {}
+
+pub(crate) async fn handle<B: ClientBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req));
     let started = std::time::Instant::now();
     let resp = forward(req, ctx).await;
@@ -54,13 +59,11 @@ pub(crate) async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Response<Cl
     if let Some(request) = logged {
         access_log::write(&request, &resp, took, ctx);
     }
-    let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, ClientResponse { body, _busy: busy })
+    resp
 }
 
-async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
-    let index = ctx.requests.fetch_add(1, Relaxed);
-    if let Some(refusal) = refuse(&req, index, ctx) {
+async fn forward<B: ClientBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
+    if let Some(refusal) = refuse(&req, ctx) {
         ctx.vip.counters.rejected.fetch_add(1, Relaxed);
         ctx.vip.counters.client_errors.fetch_add(1, Relaxed);
         return refusal;
@@ -70,7 +73,6 @@ async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let upgrade = is_upgrade(req.version(), req.headers());
     let hash = request_hash(&opts.balance, req.headers(), ctx.client_hash);
     let (mut parts, body) = req.into_parts();
-    let client_upgrade = if upgrade { parts.extensions.remove::<OnUpgrade>() } else { None };
     let proto = if ctx.https { "https" } else { "http" };
     headers::prepare_request(&mut parts, ctx.client, &opts.forwarded, upgrade, proto);
 
@@ -93,7 +95,7 @@ async fn forward(req: Request<Incoming>, ctx: &ConnCtx) -> Response<ProxyBody> {
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
     match result {
-        Ok((resp, in_flight)) => finish_response(resp, in_flight, client_upgrade, ctx),
+        Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, ctx),
         Err(e) => {
             tracing::debug!(vip = %spec.name, client = %ctx.client, error = %e, "request failed");
             match e {
@@ -232,21 +234,15 @@ async fn send(
 fn finish_response(
     resp: Response<ResponseBody>,
     in_flight: InFlight,
-    client_upgrade: Option<OnUpgrade>,
+    upgrade: bool,
     ctx: &ConnCtx,
 ) -> Response<ProxyBody> {
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
-        && let Some(client_upgrade) = client_upgrade
-    {
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS && upgrade {
+        // The HTTP/1 connection writes this head, then joins the client to the backend.
         let (mut parts, mut body) = resp.into_parts();
-        if let Some(backend) = body.take_upgraded() {
-            if let Some(shared) = &ctx.shared {
-                shared.set_upgraded();
-            }
-            upgrade::spawn_tunnel(client_upgrade, backend, in_flight, ctx);
-        }
+        let tunnel = body.take_upgraded().map(|backend| Tunnel { backend, hold: in_flight });
         headers::prepare_response(&mut parts, true);
-        return Response::from_parts(parts, ProxyBody::empty());
+        return Response::from_parts(parts, ProxyBody::Tunnel(tunnel));
     }
     let (mut parts, body) = resp.into_parts();
     headers::prepare_response(&mut parts, false);

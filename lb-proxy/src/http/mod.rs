@@ -2,15 +2,13 @@
 //! HTTP/1.1 (optionally over TLS) to backends.
 mod access_log;
 mod body;
-mod deadline;
 mod decode;
 mod forward;
+mod h1;
 mod headers;
 mod idle;
 mod respond;
 mod server;
-mod shared;
-mod sniff;
 mod upgrade;
 mod upload;
 pub(crate) mod upstream;

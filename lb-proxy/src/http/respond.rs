@@ -20,3 +20,6 @@ pub(crate) fn error_response(status: StatusCode, close: bool) -> Response<ProxyB
 /// connection limit).
 pub(crate) const BUSY_RESPONSE: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 24\r\nconnection: close\r\n\r\n503 Service Unavailable\n";
+
+/// The whole 408 written to a client that did not finish a request head in time.
+pub(crate) const TIMEOUT_RESPONSE: &[u8] = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\ncontent-length: 20\r\nconnection: close\r\n\r\n408 Request Timeout\n";

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::sync::Notify;
 
+use super::forward::ClientBody;
 use super::idle::IdleTimer;
 use crate::error::BoxError;
 use crate::outlier::now_ms;
@@ -106,14 +106,14 @@ impl Upload {
     }
 }
 
-pub(crate) struct RequestBody {
-    inner: Incoming,
+pub(crate) struct RequestBody<B> {
+    inner: B,
     upload: Arc<Upload>,
     idle: IdleTimer,
 }
 
-impl RequestBody {
-    pub(crate) fn new(inner: Incoming, idle: Duration) -> (Self, Arc<Upload>) {
+impl<B: ClientBody> RequestBody<B> {
+    pub(crate) fn new(inner: B, idle: Duration) -> (Self, Arc<Upload>) {
         let upload = Arc::new(Upload { last_ms: AtomicU64::new(now_ms()), ..Upload::default() });
         if inner.is_end_stream() {
             upload.finish(COMPLETE);
@@ -123,7 +123,7 @@ impl RequestBody {
     }
 }
 
-impl Body for RequestBody {
+impl<B: ClientBody> Body for RequestBody<B> {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -167,7 +167,7 @@ impl Body for RequestBody {
     }
 }
 
-impl Drop for RequestBody {
+impl<B> Drop for RequestBody<B> {
     fn drop(&mut self) {
         // Dropped unfinished: the backend no longer wants it (answered early, or failed).
         // Timers waiting for the upload's end must not wait for ever.

@@ -1,18 +1,14 @@
 //! Requests refused before any backend sees them.
 use http::{Method, Request, StatusCode, Version, header};
-use hyper::body::Incoming;
 
 use super::body::ProxyBody;
 use super::forward::ConnCtx;
 use super::respond::error_response;
 
-pub(crate) fn refuse(req: &Request<Incoming>, index: u64, ctx: &ConnCtx) -> Option<http::Response<ProxyBody>> {
+pub(crate) fn refuse<B>(req: &Request<B>, ctx: &ConnCtx) -> Option<http::Response<ProxyBody>> {
     let limits = &ctx.vip.spec.options.limits;
     let headers = req.headers();
-    let refused_by_sniffer = ctx.shared.as_ref().is_some_and(|s| s.is_refused(index));
-    if refused_by_sniffer
-        || (headers.contains_key(header::CONTENT_LENGTH) && headers.contains_key(header::TRANSFER_ENCODING))
-    {
+    if headers.contains_key(header::CONTENT_LENGTH) && headers.contains_key(header::TRANSFER_ENCODING) {
         // Ambiguous framing is how requests get smuggled: never forward, close the connection.
         return Some(error_response(StatusCode::BAD_REQUEST, true));
     }

@@ -1,0 +1,111 @@
+//! The read side of an HTTP/1 client connection, and a request's body read from it as the
+//! backend side takes it (no copy into a channel between the two).
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use tokio::io::AsyncRead;
+
+use crate::error::BoxError;
+use crate::http::decode::{Decoder, Step};
+
+/// Reads of this size; the buffer is reused once what it held has been taken.
+const READ_SIZE: usize = 8 * 1024;
+
+pub(crate) struct Reader<R> {
+    rd: R,
+    /// Read from the client and not yet taken: the rest of a head, a body, pipelined requests.
+    pub(crate) buf: BytesMut,
+    /// The current request's body has been read whole (or it had none): what follows in
+    /// `buf` is the next request.
+    pub(crate) body_done: bool,
+}
+
+impl<R: AsyncRead + Unpin> Reader<R> {
+    pub(crate) fn new(rd: R) -> Self {
+        Reader { rd, buf: BytesMut::new(), body_done: true }
+    }
+
+    /// Reads into `buf`: the number of bytes, 0 at the client's end.
+    pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < READ_SIZE / 2 {
+            self.buf.reserve(READ_SIZE);
+        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.rd), cx, &mut self.buf)
+    }
+
+    pub(crate) fn into_inner(self) -> (R, BytesMut) {
+        (self.rd, self.buf)
+    }
+}
+
+/// Shared by the connection's loop (heads) and the current request's body.
+pub(crate) type SharedReader<R> = Arc<Mutex<Reader<R>>>;
+
+pub(crate) fn lock<R>(r: &SharedReader<R>) -> std::sync::MutexGuard<'_, Reader<R>> {
+    r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) struct ClientBody<R> {
+    reader: SharedReader<R>,
+    decoder: Decoder,
+}
+
+impl<R> ClientBody<R> {
+    pub(crate) fn new(reader: SharedReader<R>, decoder: Decoder) -> Self {
+        ClientBody { reader, decoder }
+    }
+}
+
+impl<R: AsyncRead + Unpin> Body for ClientBody<R> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let mut reader = lock(&this.reader);
+        loop {
+            match this.decoder.step(&mut reader.buf) {
+                Step::Frame(f) => {
+                    reader.body_done = this.decoder.is_done();
+                    return Poll::Ready(Some(Ok(f)));
+                }
+                Step::End => {
+                    reader.body_done = true;
+                    return Poll::Ready(None);
+                }
+                Step::Malformed(e) => {
+                    this.decoder = Decoder::Done;
+                    return Poll::Ready(Some(Err(format!("malformed request body: {e}").into())));
+                }
+                Step::More => {}
+            }
+            match reader.poll_fill(cx) {
+                Poll::Ready(Ok(0)) => {
+                    this.decoder = Decoder::Done;
+                    return Poll::Ready(Some(Err("the client closed the connection mid-body".into())));
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => {
+                    this.decoder = Decoder::Done;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.decoder.is_done()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.decoder.exact() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Serving an HTTP/1 client connection: one task reads each request head, forwards the request
+//! (its body read from the client as the backend takes it), writes the response and goes on
+//! to the next, as nginx does, without a second parse or a hand-over between tasks. Deadlines:
+//! - a new connection must send its first head whole within `client_header`;
+//! - between requests the connection may stay idle for `idle`, then it is closed;
+//! - from the first byte of a later head, the client has `client_header` to finish it;
+//!
+//! a head not finished in time is answered `408 Request Timeout` (a slow-loris client learns
+//! why). On stop, the request in progress is finished and the connection closed.
+mod body;
+mod request;
+mod response;
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+
+use http::{Method, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::time::{Instant, Sleep};
+
+use self::body::{ClientBody, Reader, SharedReader, lock};
+use self::request::Framing;
+use super::decode::Decoder;
+use super::forward::{ConnCtx, handle};
+use super::respond::{TIMEOUT_RESPONSE, error_response};
+use crate::shutdown::Tasks;
+use crate::vip::Vip;
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+pub(crate) async fn serve<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut force = tasks.force.clone();
+    tokio::select! {
+        biased;
+        _ = serve_requests(stream, client, vip, tasks, https) => {}
+        // A forced stop drops the connection wherever it is.
+        _ = force.wait_for(|f| *f) => {}
+    }
+}
+
+/// How reading the next head ended.
+// Returned once per request and matched at once: boxing the head would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Head(request::Head),
+    /// The client closed, stayed idle too long, or the proxy is stopping: close quietly.
+    Close,
+    /// Refused with this status (framing, syntax, limits), then closed.
+    Refuse(StatusCode),
+    /// The head was not finished in time: 408, then closed.
+    TimedOut,
+}
+
+async fn serve_requests<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let opts = &vip.spec.options;
+    let ctx = ConnCtx::new(vip, client, https);
+    let (rd, mut wr) = tokio::io::split(stream);
+    let reader: SharedReader<_> = Arc::new(Mutex::new(Reader::new(rd)));
+    let mut out = Vec::new();
+    let mut timer = HeadTimer::new();
+    let mut stop = tasks.stop.clone();
+    let mut first = true;
+    loop {
+        let head = match next_head(&reader, &mut timer, first, vip, &mut stop).await {
+            Next::Head(head) => head,
+            Next::Close => break,
+            Next::TimedOut => {
+                vip.counters.client_timeouts.fetch_add(1, Relaxed);
+                let _ = wr.write_all(TIMEOUT_RESPONSE).await;
+                break;
+            }
+            Next::Refuse(status) => {
+                vip.counters.rejected.fetch_add(1, Relaxed);
+                vip.counters.client_errors.fetch_add(1, Relaxed);
+                let asked = response::Asked { head: false, version: http::Version::HTTP_11, keep_alive: false };
+                let _ = response::write(&mut wr, &mut out, error_response(status, true), &asked).await;
+                break;
+            }
+        };
+        first = false;
+        let decoder = match head.framing {
+            Framing::None => Decoder::length(0),
+            Framing::Length(n) => Decoder::length(n),
+            Framing::Chunked => Decoder::chunked(),
+        };
+        lock(&reader).body_done = decoder.is_done();
+        if head.expects_continue && wr.write_all(CONTINUE).await.is_err() {
+            break;
+        }
+        let asked = response::Asked {
+            head: head.parts.method == Method::HEAD,
+            version: head.parts.version,
+            keep_alive: head.keep_alive && !opts.close_after_response,
+        };
+        let req = http::Request::from_parts(head.parts, ClientBody::new(reader.clone(), decoder));
+        let mut resp = handle(req, &ctx).await;
+        let tunnel =
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS { resp.body_mut().take_tunnel() } else { None };
+        let kept = match response::write(&mut wr, &mut out, resp, &asked).await {
+            Ok(keep) => keep,
+            Err(e) => {
+                tracing::debug!(client = %client, error = %e, "response not sent whole");
+                false
+            }
+        };
+        if let Some(tunnel) = tunnel {
+            // The request is over on this side; only its reader's handle may still be held
+            // by a dropped body, so the reader is taken from the shared slot.
+            let (rd, pending) = {
+                let Ok(reader) = Arc::try_unwrap(reader) else {
+                    tracing::debug!(client = %client, "client reader still shared at upgrade");
+                    return;
+                };
+                reader.into_inner().unwrap_or_else(|e| e.into_inner()).into_inner()
+            };
+            let client_stream = rd.unsplit(wr);
+            super::upgrade::run_tunnel(client_stream, pending, tunnel, opts.timeouts.tunnel).await;
+            return;
+        }
+        // A body left unread leaves the next request's start unknown.
+        if !kept || !lock(&reader).body_done || *stop.borrow() {
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Reads until a whole request head is in, under the head deadlines.
+async fn next_head<R: AsyncRead + Unpin>(
+    reader: &SharedReader<R>,
+    timer: &mut HeadTimer,
+    first: bool,
+    vip: &Vip,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Next {
+    let t = &vip.spec.options.timeouts;
+    let now = Instant::now();
+    // The first head's time starts with the connection; a later one's idle time with the end
+    // of the last response, its head time with its own first byte.
+    let mut deadline = now + if first { t.client_header } else { t.idle };
+    let mut in_head = false;
+    loop {
+        {
+            let mut r = lock(reader);
+            if !r.buf.is_empty() {
+                match request::parse(&mut r.buf, &vip.spec.options.limits) {
+                    Ok(Some(head)) => return Next::Head(head),
+                    Ok(None) => {}
+                    Err(status) => return Next::Refuse(status),
+                }
+                if !in_head {
+                    in_head = true;
+                    if !first {
+                        deadline = Instant::now() + t.client_header;
+                    }
+                }
+            }
+        }
+        let read = std::future::poll_fn(|cx| lock(reader).poll_fill(cx));
+        tokio::select! {
+            biased;
+            r = read => match r {
+                Ok(0) | Err(_) => return Next::Close,
+                Ok(_) => {}
+            },
+            _ = timer.until(deadline) => return if in_head { Next::TimedOut } else { Next::Close },
+            // Stopping: a connection between requests is closed now.
+            _ = stop.wait_for(|s| *s), if !in_head => return Next::Close,
+        }
+    }
+}
+
+/// The connection's one timer for head deadlines. A deadline that moves later does not re-arm
+/// it: when it fires early it is set again, so a busy connection does not take the timer out
+/// of the runtime's wheel and put it back for every request.
+struct HeadTimer {
+    sleep: Option<Pin<Box<Sleep>>>,
+    armed: Option<Instant>,
+}
+
+impl HeadTimer {
+    fn new() -> Self {
+        HeadTimer { sleep: None, armed: None }
+    }
+
+    async fn until(&mut self, at: Instant) {
+        loop {
+            let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            if self.armed.is_none_or(|armed| armed > at) || sleep.is_elapsed() {
+                sleep.as_mut().reset(at);
+                self.armed = Some(at);
+            }
+            sleep.as_mut().await;
+            if Instant::now() >= at {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! A client's HTTP/1 request head (RFC 9112), parsed once, with its framing judged strictly:
+//! anything a proxy and its backend could read two ways (Content-Length with
+//! Transfer-Encoding, several or odd lengths, a coding other than a final chunked, line
+//! folding) is refused, which is what keeps requests from being smuggled (§6.1, §6.3, §11.2).
+use std::mem::MaybeUninit;
+
+use bytes::BytesMut;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Uri, Version, request};
+
+use crate::config::Limits;
+use crate::http::headers::connection_has;
+
+/// Header fields parsed on the stack; a limit above it is parsed with room on the heap.
+const STACK_FIELDS: usize = 128;
+
+/// How the request's body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+pub(crate) struct Head {
+    pub(crate) parts: request::Parts,
+    pub(crate) framing: Framing,
+    /// The client lets the connection carry another request after this one.
+    pub(crate) keep_alive: bool,
+    /// `Expect: 100-continue` on a request with a body.
+    pub(crate) expects_continue: bool,
+}
+
+/// Takes a complete request head off the front of `buf`: None while it is incomplete, the
+/// status to answer (and close with) when it is not acceptable.
+pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>, StatusCode> {
+    let max_headers = limits.max_headers;
+    let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_FIELDS];
+    let mut heap = Vec::new();
+    let fields: &mut [MaybeUninit<httparse::Header<'_>>] = if max_headers <= STACK_FIELDS {
+        &mut stack[..max_headers]
+    } else {
+        heap.resize_with(max_headers, MaybeUninit::uninit);
+        &mut heap
+    };
+    // Byte ranges of each name and value, taken while `buf` is borrowed.
+    let mut stack_ranges = [[0u32; 4]; STACK_FIELDS];
+    let mut heap_ranges = Vec::new();
+    let (len, method, target, minor, count) = {
+        let mut req = httparse::Request::new(&mut []);
+        let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, fields) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() > limits.max_header_bytes => {
+                return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+            Err(_) => return Err(StatusCode::BAD_REQUEST),
+        };
+        if len > limits.max_header_bytes {
+            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        }
+        let base = buf.as_ptr() as usize;
+        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+        let count = req.headers.len();
+        let ranges = if count <= STACK_FIELDS {
+            &mut stack_ranges[..count]
+        } else {
+            heap_ranges.resize(count, [0u32; 4]);
+            &mut heap_ranges[..]
+        };
+        for (r, h) in ranges.iter_mut().zip(req.headers.iter()) {
+            let (n, v) = (at(h.name.as_bytes()), at(h.value));
+            *r = [n, n + h.name.len() as u32, v, v + h.value.len() as u32];
+        }
+        let method =
+            Method::from_bytes(req.method.unwrap_or_default().as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
+        let path = req.path.unwrap_or_default();
+        let target = [at(path.as_bytes()) as usize, at(path.as_bytes()) as usize + path.len()];
+        (len, method, target, req.version.unwrap_or(1), count)
+    };
+    let head = buf.split_to(len).freeze();
+    let uri = Uri::from_maybe_shared(head.slice(target[0]..target[1])).map_err(|_| StatusCode::BAD_REQUEST)?;
+    let ranges = if count <= STACK_FIELDS { &stack_ranges[..count] } else { &heap_ranges[..] };
+    let mut headers = HeaderMap::with_capacity(count);
+    for &[a, b, c, d] in ranges {
+        let name = HeaderName::from_bytes(&head[a as usize..b as usize]).map_err(|_| StatusCode::BAD_REQUEST)?;
+        let value =
+            HeaderValue::from_maybe_shared(head.slice(c as usize..d as usize)).map_err(|_| StatusCode::BAD_REQUEST)?;
+        headers.append(name, value);
+    }
+    let version = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
+    let framing = framing(&headers, version)?;
+    let keep_alive = match version {
+        Version::HTTP_11 => !connection_has(&headers, "close"),
+        _ => connection_has(&headers, "keep-alive"),
+    };
+    let expects_continue = version == Version::HTTP_11
+        && framing != Framing::None
+        && headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let mut r = http::Request::new(());
+    *r.method_mut() = method;
+    *r.uri_mut() = uri;
+    *r.version_mut() = version;
+    *r.headers_mut() = headers;
+    Ok(Some(Head { parts: r.into_parts().0, framing, keep_alive, expects_continue }))
+}
+
+/// The body's framing, or 400 for anything ambiguous.
+fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, StatusCode> {
+    let bad = StatusCode::BAD_REQUEST;
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter().peekable();
+    if codings.peek().is_some() {
+        // Transfer-Encoding with Content-Length, or in HTTP/1.0, is refused (§6.1, §6.3).
+        if version != Version::HTTP_11 || headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(bad);
+        }
+        let mut chunked_last = false;
+        for coding in codings.map(|v| v.to_str().map_err(|_| bad)).flat_map(|v| match v {
+            Ok(v) => v.split(',').map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err(e)],
+        }) {
+            let coding = coding?.trim();
+            // Chunked applied twice, or anything after it, leaves the length unknown.
+            if chunked_last || coding.is_empty() {
+                return Err(bad);
+            }
+            chunked_last = coding.eq_ignore_ascii_case("chunked");
+        }
+        return if chunked_last { Ok(Framing::Chunked) } else { Err(bad) };
+    }
+    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    let Some(length) = lengths.next() else {
+        return Ok(Framing::None);
+    };
+    // One plain decimal number: repeated fields, lists and signs are refused.
+    let digits = length.as_bytes();
+    if lengths.next().is_some() || digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(bad);
+    }
+    let n: u64 = std::str::from_utf8(digits).ok().and_then(|s| s.parse().ok()).ok_or(bad)?;
+    Ok(if n == 0 { Framing::None } else { Framing::Length(n) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits { max_headers: 20, max_header_bytes: 1024, ..Limits::default() }
+    }
+
+    fn head(raw: &str) -> Result<Option<Head>, StatusCode> {
+        parse(&mut BytesMut::from(raw.as_bytes()), &limits())
+    }
+
+    fn framing_of(raw: &str) -> Result<Framing, StatusCode> {
+        head(raw).map(|h| h.expect("complete").framing)
+    }
+
+    #[test]
+    fn heads_parse_once_and_leave_what_follows() {
+        let mut buf = BytesMut::from(&b"GET /a?b HTTP/1.1\r\nHost: x\r\nX-A: 1\r\nx-a: 2\r\n\r\nGET /next"[..]);
+        let h = parse(&mut buf, &limits()).unwrap().unwrap();
+        assert_eq!(
+            (h.parts.method, h.parts.uri.to_string(), h.parts.version),
+            (Method::GET, "/a?b".into(), Version::HTTP_11)
+        );
+        assert_eq!(h.parts.headers.get_all("x-a").iter().collect::<Vec<_>>(), ["1", "2"]);
+        assert_eq!((h.framing, h.keep_alive, h.expects_continue), (Framing::None, true, false));
+        assert_eq!(&buf[..], b"GET /next");
+        assert!(parse(&mut buf, &limits()).unwrap().is_none(), "incomplete");
+        let h = head("GET http://example.org:8/p HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert_eq!((h.parts.uri.authority().unwrap().as_str(), h.keep_alive), ("example.org:8", false));
+        let h = head("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap().unwrap();
+        assert!(h.keep_alive);
+        let h =
+            head("POST / HTTP/1.1\r\nConnection: close\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n").unwrap();
+        let h = h.unwrap();
+        assert_eq!((h.keep_alive, h.expects_continue, h.framing), (false, true, Framing::Length(1)));
+    }
+
+    #[test]
+    fn framing_is_judged_strictly() {
+        assert_eq!(framing_of("POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n"), Ok(Framing::Length(12)));
+        assert_eq!(framing_of("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n"), Ok(Framing::None));
+        assert_eq!(framing_of("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), Ok(Framing::Chunked));
+        assert_eq!(framing_of("POST / HTTP/1.1\r\nTransfer-Encoding: CHUNKED\r\n\r\n"), Ok(Framing::Chunked));
+        for bad in [
+            "POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert_eq!(framing_of(bad).err(), Some(StatusCode::BAD_REQUEST), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn syntax_and_limits() {
+        let status = |raw: &str| head(raw).err();
+        assert_eq!(status("POST / HTTP/1.1\r\nX-A: 1\r\n folded\r\n\r\n"), Some(StatusCode::BAD_REQUEST));
+        assert_eq!(status("POST / HTTP/1.1\r\nContent-Length : 5\r\n\r\n"), Some(StatusCode::BAD_REQUEST));
+        assert_eq!(status("GET / HTTP/2.0\r\n\r\n"), Some(StatusCode::BAD_REQUEST));
+        let many: String = (0..21).map(|i| format!("X-H{i}: v\r\n")).collect();
+        assert_eq!(status(&format!("GET / HTTP/1.1\r\n{many}\r\n")), Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE));
+        let big = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n", "a".repeat(2000));
+        assert_eq!(status(&big), Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE), "even before its end");
+        // Bare LF line ends are accepted (§2.2).
+        assert_eq!(framing_of("POST / HTTP/1.1\nContent-Length: 2\n\n"), Ok(Framing::Length(2)));
+    }
+}
