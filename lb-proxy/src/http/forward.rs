@@ -47,10 +47,13 @@ impl ConnCtx {
 }
 
 /// What a request's body may be: hyper's (h2) or the HTTP/1 connection's own.
-pub(crate) trait ClientBody: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static {}
-impl<B: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static> ClientBody for B {}
+pub(crate) trait IncomingBody:
+    Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static
+{
+}
+impl<B: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static> IncomingBody for B {}
 
-pub(crate) async fn handle<B: ClientBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
+pub(crate) async fn handle<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req));
     let started = std::time::Instant::now();
     let resp = forward(req, ctx).await;
@@ -62,7 +65,7 @@ pub(crate) async fn handle<B: ClientBody>(req: Request<B>, ctx: &ConnCtx) -> Res
     resp
 }
 
-async fn forward<B: ClientBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
+async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
     if let Some(refusal) = refuse(&req, ctx) {
         ctx.vip.counters.rejected.fetch_add(1, Relaxed);
         ctx.vip.counters.client_errors.fetch_add(1, Relaxed);

@@ -16,7 +16,7 @@ pub(crate) fn error_response(status: StatusCode, close: bool) -> Response<ProxyB
     r
 }
 
-/// The whole HTTP/1.1 503 written to a client refused before hyper serves it (VIP at its
+/// The whole HTTP/1.1 503 written to a client refused before it is served (VIP at its
 /// connection limit).
 pub(crate) const BUSY_RESPONSE: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 24\r\nconnection: close\r\n\r\n503 Service Unavailable\n";

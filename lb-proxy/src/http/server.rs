@@ -16,8 +16,6 @@ use super::respond::BUSY_RESPONSE;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
 
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
 /// Answers 503 to a client refused before hyper serves it (VIP at its connection limit).
 pub(crate) async fn refuse_busy(mut stream: TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY_RESPONSE)).await;
@@ -43,18 +41,12 @@ pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip:
         })
         .await;
     }
-    let h2 = match tokio::time::timeout(timeouts.client_header, starts_with_h2_preface(&stream)).await {
-        Ok(Ok(h2)) => h2,
-        // Silent or gone before sending anything.
-        _ => return,
-    };
-    match h2 {
-        true => Box::pin(serve_h2(stream, client, vip, tasks, false)).await,
-        false => super::h1::serve(stream, client, vip, tasks, false).await,
-    }
+    // Plain connections are HTTP/1 until their first bytes turn out to be the h2 preface.
+    super::h1::serve(stream, client, vip, tasks, false).await
 }
 
-async fn serve_h2<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
+/// Serves an h2 connection (ALPN h2, or h2c with prior knowledge) with hyper.
+pub(crate) async fn serve_h2<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -93,22 +85,5 @@ where
 fn log_end(r: Result<(), hyper::Error>) {
     if let Err(e) = r {
         tracing::debug!(error = %e, "client connection ended with an error");
-    }
-}
-
-/// Whether the client opens with the HTTP/2 preface (h2c prior knowledge). Peeks, so hyper
-/// still reads every byte.
-async fn starts_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
-    let mut buf = [0u8; 24];
-    loop {
-        let n = stream.peek(&mut buf).await?;
-        if n == 0 || buf[..n] != H2_PREFACE[..n] {
-            return Ok(false);
-        }
-        if n == H2_PREFACE.len() {
-            return Ok(true);
-        }
-        // A partial preface: wait for the rest (bounded by the caller's header timeout).
-        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

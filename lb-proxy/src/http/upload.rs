@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 
-use super::forward::ClientBody;
+use super::forward::IncomingBody;
 use super::idle::IdleTimer;
 use crate::error::BoxError;
 use crate::outlier::now_ms;
@@ -112,7 +112,7 @@ pub(crate) struct RequestBody<B> {
     idle: IdleTimer,
 }
 
-impl<B: ClientBody> RequestBody<B> {
+impl<B: IncomingBody> RequestBody<B> {
     pub(crate) fn new(inner: B, idle: Duration) -> (Self, Arc<Upload>) {
         let upload = Arc::new(Upload { last_ms: AtomicU64::new(now_ms()), ..Upload::default() });
         if inner.is_end_stream() {
@@ -123,7 +123,7 @@ impl<B: ClientBody> RequestBody<B> {
     }
 }
 
-impl<B: ClientBody> Body for RequestBody<B> {
+impl<B: IncomingBody> Body for RequestBody<B> {
     type Data = Bytes;
     type Error = BoxError;
 

@@ -23,7 +23,7 @@ pub(crate) fn refuse<B>(req: &Request<B>, ctx: &ConnCtx) -> Option<http::Respons
     if target_len > limits.max_request_line {
         return Some(error_response(StatusCode::URI_TOO_LONG, true));
     }
-    // hyper enforces these for HTTP/1 while parsing; h2 heads are checked here.
+    // The HTTP/1 head parser enforces these as it reads; h2 heads are checked here.
     let head_bytes: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
     if headers.len() > limits.max_headers || head_bytes > limits.max_header_bytes {
         return Some(error_response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, true));

@@ -8,6 +8,7 @@
 //! a head not finished in time is answered `408 Request Timeout` (a slow-loris client learns
 //! why). On stop, the request in progress is finished and the connection closed.
 mod body;
+mod prefixed;
 mod request;
 mod response;
 
@@ -29,6 +30,7 @@ use crate::shutdown::Tasks;
 use crate::vip::Vip;
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 pub(crate) async fn serve<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
 where
@@ -67,6 +69,20 @@ where
     let mut out = Vec::new();
     let mut timer = HeadTimer::new();
     let mut stop = tasks.stop.clone();
+    // A plain connection may open with the h2 preface (h2c with prior knowledge); over TLS,
+    // ALPN has decided.
+    if !https {
+        match opening(&reader, &mut timer, vip, &mut stop).await {
+            Opening::Http1 => {}
+            Opening::Closed => return,
+            Opening::H2 => {
+                let Ok(reader) = Arc::try_unwrap(reader) else { return };
+                let (rd, read) = reader.into_inner().unwrap_or_else(|e| e.into_inner()).into_inner();
+                let stream = prefixed::Prefixed::new(read, rd.unsplit(wr));
+                return Box::pin(super::server::serve_h2(stream, client, vip, tasks, false)).await;
+            }
+        }
+    }
     let mut first = true;
     loop {
         let head = match next_head(&reader, &mut timer, first, vip, &mut stop).await {
@@ -131,6 +147,46 @@ where
         }
     }
     let _ = wr.shutdown().await;
+}
+
+enum Opening {
+    Http1,
+    H2,
+    /// Gone or silent before a first byte that decides: closed quietly.
+    Closed,
+}
+
+/// How a plain connection opens, read within the first head's time: most first reads hold a
+/// whole HTTP/1 head, and decide at once.
+async fn opening<R: AsyncRead + Unpin>(
+    reader: &SharedReader<R>,
+    timer: &mut HeadTimer,
+    vip: &Vip,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Opening {
+    let deadline = Instant::now() + vip.spec.options.timeouts.client_header;
+    loop {
+        {
+            let r = lock(reader);
+            let n = r.buf.len().min(H2_PREFACE.len());
+            if r.buf[..n] != H2_PREFACE[..n] {
+                return Opening::Http1;
+            }
+            if n == H2_PREFACE.len() {
+                return Opening::H2;
+            }
+        }
+        let read = std::future::poll_fn(|cx| lock(reader).poll_fill(cx));
+        tokio::select! {
+            biased;
+            r = read => match r {
+                Ok(0) | Err(_) => return Opening::Closed,
+                Ok(_) => {}
+            },
+            _ = timer.until(deadline) => return Opening::Closed,
+            _ = stop.wait_for(|s| *s) => return Opening::Closed,
+        }
+    }
 }
 
 /// Reads until a whole request head is in, under the head deadlines.
