@@ -41,6 +41,23 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     if !upgrade && !present.contains(&true) {
         return;
     }
+    // Connection options that name no other header ("close", "keep-alive") need no lookups:
+    // a client's `Connection: close` is the common case.
+    let names_other = |v: &HeaderValue| {
+        v.to_str().map_or(true, |s| {
+            s.split(',')
+                .map(str::trim)
+                .any(|o| !o.is_empty() && !o.eq_ignore_ascii_case("close") && !o.eq_ignore_ascii_case("keep-alive"))
+        })
+    };
+    if !upgrade && !headers.get_all(header::CONNECTION).iter().any(names_other) {
+        for (name, present) in HOP_BY_HOP.iter().zip(present) {
+            if present {
+                headers.remove(name);
+            }
+        }
+        return;
+    }
     // The headers the Connection options name. A clone of the values (reference counted)
     // lets the options be read while the map changes, and a name is looked up as text, so
     // an option naming no header present ("close") costs no allocation.

@@ -66,7 +66,9 @@ where
     let ctx = ConnCtx::new(vip, client, https);
     let (rd, mut wr) = tokio::io::split(stream);
     let reader: SharedReader<_> = Arc::new(Mutex::new(Reader::new(rd)));
-    let mut out = Vec::new();
+    // Room for a usual response head: grown a few bytes at a time, it would be reallocated
+    // several times on every new connection.
+    let mut out = Vec::with_capacity(1024);
     let mut timer = HeadTimer::new();
     let mut stop = tasks.stop.clone();
     // A plain connection may open with the h2 preface (h2c with prior knowledge); over TLS,

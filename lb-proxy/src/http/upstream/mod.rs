@@ -58,7 +58,7 @@ impl Conn {
     /// Boxed: a connection moves between the pool, requests and response bodies, and a
     /// pointer moves cheaper than the connection's buffers and stream.
     pub(crate) fn new(stream: Stream) -> Box<Self> {
-        Box::new(Conn { stream, buf: BytesMut::new(), out: Vec::new(), read_size: MIN_READ })
+        Box::new(Conn { stream, buf: BytesMut::new(), out: Vec::with_capacity(1024), read_size: MIN_READ })
     }
 
     pub(crate) fn is_usable(&self) -> bool {
