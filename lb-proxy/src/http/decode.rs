@@ -4,7 +4,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
-use http_body::Frame;
+use http_body::{Frame, SizeHint};
 
 /// Frames up to this size are copied out of the read buffer, which can then be reused; larger
 /// ones are handed on without a copy.
@@ -54,6 +54,14 @@ impl Decoder {
             Decoder::Length(n) => Some(*n),
             Decoder::Done => Some(0),
             _ => None,
+        }
+    }
+
+    /// The body's size hint for what is still to come.
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        match self.exact() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
         }
     }
 

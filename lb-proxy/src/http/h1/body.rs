@@ -103,9 +103,6 @@ impl<R: AsyncRead + Unpin> Body for ClientBody<R> {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.decoder.exact() {
-            Some(n) => SizeHint::with_exact(n),
-            None => SizeHint::default(),
-        }
+        self.decoder.size_hint()
     }
 }

@@ -178,15 +178,9 @@ async fn opening<R: AsyncRead + Unpin>(
                 return Opening::H2;
             }
         }
-        let read = std::future::poll_fn(|cx| lock(reader).poll_fill(cx));
-        tokio::select! {
-            biased;
-            r = read => match r {
-                Ok(0) | Err(_) => return Opening::Closed,
-                Ok(_) => {}
-            },
-            _ = timer.until(deadline) => return Opening::Closed,
-            _ = stop.wait_for(|s| *s) => return Opening::Closed,
+        match more_bytes(reader, timer, deadline, stop, true).await {
+            Waited::Bytes => {}
+            Waited::Closed | Waited::Expired | Waited::Stopping => return Opening::Closed,
         }
     }
 }
@@ -222,17 +216,40 @@ async fn next_head<R: AsyncRead + Unpin>(
                 }
             }
         }
-        let read = std::future::poll_fn(|cx| lock(reader).poll_fill(cx));
-        tokio::select! {
-            biased;
-            r = read => match r {
-                Ok(0) | Err(_) => return Next::Close,
-                Ok(_) => {}
-            },
-            _ = timer.until(deadline) => return if in_head { Next::TimedOut } else { Next::Close },
-            // Stopping: a connection between requests is closed now.
-            _ = stop.wait_for(|s| *s), if !in_head => return Next::Close,
+        // Stopping: a connection between requests is closed now; a head begun is finished.
+        match more_bytes(reader, timer, deadline, stop, !in_head).await {
+            Waited::Bytes => {}
+            Waited::Expired if in_head => return Next::TimedOut,
+            Waited::Closed | Waited::Expired | Waited::Stopping => return Next::Close,
         }
+    }
+}
+
+enum Waited {
+    Bytes,
+    /// The client closed (or the read failed).
+    Closed,
+    Expired,
+    Stopping,
+}
+
+/// Waits for the client's next bytes, the deadline, or (if `stoppable`) the proxy's stop.
+async fn more_bytes<R: AsyncRead + Unpin>(
+    reader: &SharedReader<R>,
+    timer: &mut HeadTimer,
+    deadline: Instant,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+    stoppable: bool,
+) -> Waited {
+    let read = std::future::poll_fn(|cx| lock(reader).poll_fill(cx));
+    tokio::select! {
+        biased;
+        r = read => match r {
+            Ok(0) | Err(_) => Waited::Closed,
+            Ok(_) => Waited::Bytes,
+        },
+        _ = timer.until(deadline) => Waited::Expired,
+        _ = stop.wait_for(|s| *s), if stoppable => Waited::Stopping,
     }
 }
 

@@ -83,9 +83,6 @@ impl Body for ResponseBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.decoder.exact() {
-            Some(n) => SizeHint::with_exact(n),
-            None => SizeHint::default(),
-        }
+        self.decoder.size_hint()
     }
 }
