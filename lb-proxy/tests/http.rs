@@ -284,3 +284,21 @@ async fn pipelined_requests_are_answered_in_order() {
     assert_eq!(statuses(&out), vec![201, 200, 202], "{out}");
     assert!(out.contains("\r\n\r\nabcHTTP/1.1 202"), "{out}");
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_request_frees_the_backend() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /slow/5000 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let active = || p.handle.stats()[0].backends[0].active;
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while active() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the request never reached the backend");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    drop(s);
+    // Well before the backend's 5 s answer, the request is dropped with its backend slot.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(active(), 0, "the request of a client that left still holds the backend");
+}

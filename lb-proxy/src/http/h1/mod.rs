@@ -12,6 +12,7 @@ mod prefixed;
 mod request;
 mod response;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -119,7 +120,11 @@ where
             keep_alive: head.keep_alive && !opts.close_after_response,
         };
         let req = http::Request::from_parts(head.parts, ClientBody::new(reader.clone(), decoder));
-        let mut resp = handle(req, &ctx).await;
+        let Some(mut resp) = unless_client_leaves(handle(req, &ctx), &reader, opts.limits.max_header_bytes).await
+        else {
+            // Gone before its answer: the backend request is dropped with the future.
+            return;
+        };
         let tunnel =
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS { resp.body_mut().take_tunnel() } else { None };
         let kept = match response::write(&mut wr, &mut out, resp, &asked).await {
@@ -149,6 +154,33 @@ where
         }
     }
     let _ = wr.shutdown().await;
+}
+
+/// Runs `served` to its end, unless the client closes its connection first: then the request
+/// (and whatever it holds at the backend) is dropped. Watched while the request's body has
+/// been read whole (a bodiless request at once); bytes the client sends meanwhile (a
+/// pipelined request) stay buffered, up to a head's worth.
+async fn unless_client_leaves<F: Future, R: AsyncRead + Unpin>(
+    served: F,
+    reader: &SharedReader<R>,
+    most: usize,
+) -> Option<F::Output> {
+    tokio::pin!(served);
+    loop {
+        let watch = {
+            let r = lock(reader);
+            r.body_done && r.buf.len() < most
+        };
+        let read = std::future::poll_fn(|cx| lock(reader).poll_fill(cx));
+        tokio::select! {
+            biased;
+            out = served.as_mut() => return Some(out),
+            r = read, if watch => match r {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            },
+        }
+    }
 }
 
 enum Opening {
