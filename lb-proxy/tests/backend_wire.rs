@@ -56,10 +56,14 @@ async fn scripted(script: fn(&str, usize) -> Reply) -> Scripted {
                 let mut pending = Vec::new();
                 let mut buf = [0u8; 4096];
                 for n in 0.. {
+                    // Searched from where the last search stopped: a body never read (after
+                    // an early answer) must not cost a scan of all of it per read.
+                    let mut scanned = 0;
                     let end = loop {
-                        if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break i + 4;
+                        if let Some(i) = pending[scanned..].windows(4).position(|w| w == b"\r\n\r\n") {
+                            break scanned + i + 4;
                         }
+                        scanned = pending.len().saturating_sub(3);
                         match s.read(&mut buf).await {
                             Ok(0) | Err(_) => return,
                             Ok(n) => pending.extend_from_slice(&buf[..n]),
