@@ -120,8 +120,9 @@ where
             keep_alive: head.keep_alive && !opts.close_after_response,
         };
         let req = http::Request::from_parts(head.parts, ClientBody::new(reader.clone(), decoder));
-        let Some(mut resp) = unless_client_leaves(handle(req, &ctx), &reader, opts.limits.max_header_bytes).await
-        else {
+        // Pinned here, in this task's own state: moved into the watcher it would be stored twice.
+        let served = std::pin::pin!(handle(req, &ctx));
+        let Some(mut resp) = unless_client_leaves(served, &reader, opts.limits.max_header_bytes).await else {
             // Gone before its answer: the backend request is dropped with the future.
             return;
         };
@@ -161,11 +162,10 @@ where
 /// been read whole (a bodiless request at once); bytes the client sends meanwhile (a
 /// pipelined request) stay buffered, up to a head's worth.
 async fn unless_client_leaves<F: Future, R: AsyncRead + Unpin>(
-    served: F,
+    mut served: Pin<&mut F>,
     reader: &SharedReader<R>,
     most: usize,
 ) -> Option<F::Output> {
-    tokio::pin!(served);
     loop {
         let watch = {
             let r = lock(reader);
