@@ -50,23 +50,17 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
                 .any(|o| !o.is_empty() && !o.eq_ignore_ascii_case("close") && !o.eq_ignore_ascii_case("keep-alive"))
         })
     };
-    if !upgrade && !headers.get_all(header::CONNECTION).iter().any(names_other) {
-        for (name, present) in HOP_BY_HOP.iter().zip(present) {
-            if present {
-                headers.remove(name);
+    if upgrade || headers.get_all(header::CONNECTION).iter().any(names_other) {
+        // The headers the Connection options name. A clone of the values (reference counted)
+        // lets the options be read while the map changes, and a name is looked up as text, so
+        // an option naming no header present costs no allocation.
+        let options: Vec<HeaderValue> = headers.get_all(header::CONNECTION).iter().cloned().collect();
+        for option in options.iter().filter_map(|v| v.to_str().ok()).flat_map(|s| s.split(',')).map(str::trim) {
+            // Host is end-to-end whatever Connection says: a backend needs it (RFC 9112 §3.2).
+            let keep = option.eq_ignore_ascii_case("host") || (upgrade && option.eq_ignore_ascii_case("upgrade"));
+            if !keep {
+                headers.remove(option);
             }
-        }
-        return;
-    }
-    // The headers the Connection options name. A clone of the values (reference counted)
-    // lets the options be read while the map changes, and a name is looked up as text, so
-    // an option naming no header present ("close") costs no allocation.
-    let options: Vec<HeaderValue> = headers.get_all(header::CONNECTION).iter().cloned().collect();
-    for option in options.iter().filter_map(|v| v.to_str().ok()).flat_map(|s| s.split(',')).map(str::trim) {
-        // Host is end-to-end whatever Connection says: a backend needs it (RFC 9112 §3.2).
-        let keep = option.eq_ignore_ascii_case("host") || (upgrade && option.eq_ignore_ascii_case("upgrade"));
-        if !keep {
-            headers.remove(option);
         }
     }
     for (name, present) in HOP_BY_HOP.iter().zip(present) {
