@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use http::{Method, StatusCode};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::time::{Instant, Sleep};
 
 use self::body::{ClientBody, Reader, SharedReader, lock};
@@ -79,9 +79,8 @@ where
             Opening::Http1 => {}
             Opening::Closed => return,
             Opening::H2 => {
-                let Ok(reader) = Arc::try_unwrap(reader) else { return };
-                let (rd, read) = reader.into_inner().unwrap_or_else(|e| e.into_inner()).into_inner();
-                let stream = prefixed::Prefixed::new(read, rd.unsplit(wr));
+                let Some((stream, read)) = reclaim(reader, wr) else { return };
+                let stream = prefixed::Prefixed::new(read, stream);
                 return Box::pin(super::server::serve_h2(stream, client, vip, tasks, false)).await;
             }
         }
@@ -136,16 +135,12 @@ where
             }
         };
         if let Some(tunnel) = tunnel {
-            // The request is over on this side; only its reader's handle may still be held
-            // by a dropped body, so the reader is taken from the shared slot.
-            let (rd, pending) = {
-                let Ok(reader) = Arc::try_unwrap(reader) else {
-                    tracing::debug!(client = %client, "client reader still shared at upgrade");
-                    return;
-                };
-                reader.into_inner().unwrap_or_else(|e| e.into_inner()).into_inner()
+            // The request is over on this side: its body, and with it the reader's other
+            // handle, has been dropped.
+            let Some((client_stream, pending)) = reclaim(reader, wr) else {
+                tracing::debug!(client = %client, "client reader still shared at upgrade");
+                return;
             };
-            let client_stream = rd.unsplit(wr);
             super::upgrade::run_tunnel(client_stream, pending, tunnel, opts.timeouts.tunnel).await;
             return;
         }
@@ -171,16 +166,31 @@ async fn unless_client_leaves<F: Future, R: AsyncRead + Unpin>(
             let r = lock(reader);
             r.body_done && r.buf.len() < most
         };
-        let read = std::future::poll_fn(|cx| lock(reader).poll_fill(cx));
         tokio::select! {
             biased;
             out = served.as_mut() => return Some(out),
-            r = read, if watch => match r {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
+            more = read_more(reader), if watch => if !more {
+                return None;
             },
         }
     }
+}
+
+/// Reads more of the client's bytes into the shared buffer: false once the client closed (or
+/// the read failed).
+async fn read_more<R: AsyncRead + Unpin>(reader: &SharedReader<R>) -> bool {
+    matches!(std::future::poll_fn(|cx| lock(reader).poll_fill(cx)).await, Ok(n) if n > 0)
+}
+
+/// The whole client stream again, with what was read of it and not yet taken; None while a
+/// request body still holds the reader.
+fn reclaim<S: AsyncRead + AsyncWrite + Unpin>(
+    reader: SharedReader<ReadHalf<S>>,
+    wr: WriteHalf<S>,
+) -> Option<(S, bytes::BytesMut)> {
+    let reader = Arc::try_unwrap(reader).ok()?;
+    let (rd, read) = reader.into_inner().unwrap_or_else(|e| e.into_inner()).into_inner();
+    Some((rd.unsplit(wr), read))
 }
 
 enum Opening {
@@ -273,13 +283,9 @@ async fn more_bytes<R: AsyncRead + Unpin>(
     stop: &mut tokio::sync::watch::Receiver<bool>,
     stoppable: bool,
 ) -> Waited {
-    let read = std::future::poll_fn(|cx| lock(reader).poll_fill(cx));
     tokio::select! {
         biased;
-        r = read => match r {
-            Ok(0) | Err(_) => Waited::Closed,
-            Ok(_) => Waited::Bytes,
-        },
+        more = read_more(reader) => if more { Waited::Bytes } else { Waited::Closed },
         _ = timer.until(deadline) => Waited::Expired,
         _ = stop.wait_for(|s| *s), if stoppable => Waited::Stopping,
     }
