@@ -3,6 +3,7 @@
 mod access_log;
 mod body;
 mod decode;
+mod fields;
 mod forward;
 mod h1;
 mod headers;

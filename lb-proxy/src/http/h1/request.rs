@@ -5,10 +5,11 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Method, StatusCode, Uri, Version, request};
 
 use crate::config::Limits;
+use crate::http::fields;
 use crate::http::headers::connection_has;
 
 /// Header fields parsed on the stack; a limit above it is parsed with room on the heap.
@@ -60,8 +61,6 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
         if len > limits.max_header_bytes {
             return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
         }
-        let base = buf.as_ptr() as usize;
-        let at = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
         let count = req.headers.len();
         let ranges = if count <= STACK_FIELDS {
             &mut stack_ranges[..count]
@@ -69,26 +68,17 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
             heap_ranges.resize(count, [0u32; 4]);
             &mut heap_ranges[..]
         };
-        for (r, h) in ranges.iter_mut().zip(req.headers.iter()) {
-            let (n, v) = (at(h.name.as_bytes()), at(h.value));
-            *r = [n, n + h.name.len() as u32, v, v + h.value.len() as u32];
-        }
+        fields::record(buf, req.headers, ranges);
         let method =
             Method::from_bytes(req.method.unwrap_or_default().as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
         let path = req.path.unwrap_or_default();
-        let target = [at(path.as_bytes()) as usize, at(path.as_bytes()) as usize + path.len()];
-        (len, method, target, req.version.unwrap_or(1), count)
+        let at = fields::offset(buf, path.as_bytes()) as usize;
+        (len, method, [at, at + path.len()], req.version.unwrap_or(1), count)
     };
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target[0]..target[1])).map_err(|_| StatusCode::BAD_REQUEST)?;
     let ranges = if count <= STACK_FIELDS { &stack_ranges[..count] } else { &heap_ranges[..] };
-    let mut headers = HeaderMap::with_capacity(count);
-    for &[a, b, c, d] in ranges {
-        let name = HeaderName::from_bytes(&head[a as usize..b as usize]).map_err(|_| StatusCode::BAD_REQUEST)?;
-        let value =
-            HeaderValue::from_maybe_shared(head.slice(c as usize..d as usize)).map_err(|_| StatusCode::BAD_REQUEST)?;
-        headers.append(name, value);
-    }
+    let headers = fields::header_map(&head, ranges).map_err(|_| StatusCode::BAD_REQUEST)?;
     let version = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
     let framing = framing(&headers, version)?;
     let keep_alive = match version {

@@ -3,10 +3,11 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header;
 use http::{Method, Request, StatusCode, Version, response};
 
 use super::BackendFault;
+use crate::http::fields;
 use crate::http::headers::connection_has;
 
 /// Response header fields a backend may send; more is a malformed response (hyper's client
@@ -60,7 +61,7 @@ pub(crate) fn encode_request<B: http_body::Body>(req: &Request<B>, out: &mut Vec
 /// Takes the response head off the front of `buf`: None while it is incomplete. Header values
 /// share the head's bytes instead of each being copied.
 pub(crate) fn parse_response(buf: &mut BytesMut) -> Result<Option<response::Parts>, BackendFault> {
-    // Byte ranges of each name and value, and of the reason phrase, while `buf` is borrowed.
+    // Where each field and the reason phrase lie, while `buf` is borrowed.
     let mut ranges = [[0u32; 4]; MAX_RESPONSE_HEADERS];
     let (len, code, minor, reason, count) = {
         let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
@@ -74,26 +75,16 @@ pub(crate) fn parse_response(buf: &mut BytesMut) -> Result<Option<response::Part
                 Ok(httparse::Status::Partial) => return Ok(None),
                 Err(e) => return Err(BackendFault::Malformed(parse_error(e))),
             };
-        let base = buf.as_ptr() as usize;
-        let range = |s: &[u8]| [(s.as_ptr() as usize - base) as u32, (s.as_ptr() as usize - base + s.len()) as u32];
-        for (r, h) in ranges.iter_mut().zip(resp.headers.iter()) {
-            let [a, b] = range(h.name.as_bytes());
-            let [c, d] = range(h.value);
-            *r = [a, b, c, d];
-        }
-        let reason = resp.reason.filter(|r| !r.is_empty()).map(|r| range(r.as_bytes()));
+        fields::record(buf, resp.headers, &mut ranges);
+        let reason = resp.reason.filter(|r| !r.is_empty()).map(|r| {
+            let at = fields::offset(buf, r.as_bytes());
+            [at, at + r.len() as u32]
+        });
         (len, resp.code.unwrap_or(0), resp.version.unwrap_or(1), reason, resp.headers.len())
     };
     let head = buf.split_to(len).freeze();
     let status = StatusCode::from_u16(code).map_err(|_| BackendFault::Malformed("status"))?;
-    let mut headers = HeaderMap::with_capacity(count);
-    for [a, b, c, d] in &ranges[..count] {
-        let name = HeaderName::from_bytes(&head[*a as usize..*b as usize])
-            .map_err(|_| BackendFault::Malformed("header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(*c as usize..*d as usize))
-            .map_err(|_| BackendFault::Malformed("header value"))?;
-        headers.append(name, value);
-    }
+    let headers = fields::header_map(&head, &ranges[..count]).map_err(BackendFault::Malformed)?;
     let mut r = http::Response::new(());
     *r.status_mut() = status;
     *r.version_mut() = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
