@@ -119,7 +119,7 @@ where
             answered = true;
             match parse_response(&mut conn.buf).map_err(|f| failed(f, false))? {
                 // Interim responses (100 Continue and the like) are not the answer.
-                Some(p) if p.status.is_informational() && p.status != http::StatusCode::SWITCHING_PROTOCOLS => continue,
+                Some(p) if is_interim(p.status.as_u16()) => continue,
                 Some(p) => break p,
                 None => {}
             }
@@ -202,11 +202,16 @@ where
     }
 }
 
+/// An interim response (100 Continue and the like), not the answer; 101 is a final one.
+fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status) && status != 101
+}
+
 /// Drops complete interim heads (100 Continue) off the front of `buf`; true once what remains
 /// is the start of a final response (or something the response parser will reject).
 fn final_response_begun(buf: &mut BytesMut) -> bool {
     loop {
-        let interim = |code: Option<u16>| code.is_some_and(|c| (100..200).contains(&c) && c != 101);
+        let interim = |code: Option<u16>| code.is_some_and(is_interim);
         let step = {
             let mut fields = [httparse::EMPTY_HEADER; 16];
             let mut resp = httparse::Response::new(&mut fields);
