@@ -71,7 +71,10 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
                 }
             }
         };
-        let task = connection(stream, client, vip.clone(), tasks.clone(), permit);
+        // Boxed: the connection's future is kilobytes, and a task's future is moved several
+        // times on its way into the runtime and written over once more when it ends; a box
+        // makes each of those moves a pointer's.
+        let task = Box::pin(connection(stream, client, vip.clone(), tasks.clone(), permit));
         set.spawn_on(worker, &tasks.tracker, task);
     }
 }
