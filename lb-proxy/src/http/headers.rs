@@ -19,6 +19,47 @@ pub(crate) fn is_upgrade(version: Version, headers: &HeaderMap) -> bool {
     version == Version::HTTP_11 && headers.contains_key(header::UPGRADE) && connection_has(headers, "upgrade")
 }
 
+/// Which of the fields that decide a message's framing and its connection's reuse a head
+/// carries. One pass over the names (a few compares each) costs less than one lookup, and most
+/// heads carry none of these but a length: absent ones then need no lookup at all.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Present {
+    pub(crate) connection: bool,
+    pub(crate) transfer_encoding: bool,
+    pub(crate) content_length: bool,
+    pub(crate) expect: bool,
+    pub(crate) date: bool,
+}
+
+impl Present {
+    pub(crate) fn scan(headers: &HeaderMap) -> Present {
+        let mut p = Present::default();
+        for name in headers.keys() {
+            if *name == header::CONNECTION {
+                p.connection = true;
+            } else if *name == header::TRANSFER_ENCODING {
+                p.transfer_encoding = true;
+            } else if *name == header::CONTENT_LENGTH {
+                p.content_length = true;
+            } else if *name == header::EXPECT {
+                p.expect = true;
+            } else if *name == header::DATE {
+                p.date = true;
+            }
+        }
+        p
+    }
+}
+
+/// Whether a message lets its connection carry another one after it (RFC 9112 §9.3):
+/// HTTP/1.1 unless it says `close`, HTTP/1.0 only if it says `keep-alive`.
+pub(crate) fn persistent(version: Version, headers: &HeaderMap, present: Present) -> bool {
+    match version {
+        Version::HTTP_11 => !(present.connection && connection_has(headers, "close")),
+        _ => present.connection && connection_has(headers, "keep-alive"),
+    }
+}
+
 pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
     headers
         .get_all(header::CONNECTION)

@@ -10,7 +10,7 @@ use http::{Method, StatusCode, Uri, Version, request};
 
 use crate::config::Limits;
 use crate::http::fields;
-use crate::http::headers::connection_has;
+use crate::http::headers::{Present, persistent};
 
 /// Header fields parsed on the stack; a limit above it is parsed with room on the heap.
 const STACK_FIELDS: usize = 128;
@@ -80,13 +80,12 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
     let ranges = if count <= STACK_FIELDS { &stack_ranges[..count] } else { &heap_ranges[..] };
     let headers = fields::header_map(&head, ranges).map_err(|_| StatusCode::BAD_REQUEST)?;
     let version = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
-    let framing = framing(&headers, version)?;
-    let keep_alive = match version {
-        Version::HTTP_11 => !connection_has(&headers, "close"),
-        _ => connection_has(&headers, "keep-alive"),
-    };
+    let present = Present::scan(&headers);
+    let framing = framing(&headers, version, present)?;
+    let keep_alive = persistent(version, &headers, present);
     let expects_continue = version == Version::HTTP_11
         && framing != Framing::None
+        && present.expect
         && headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let mut r = http::Request::new(());
     *r.method_mut() = method;
@@ -97,14 +96,14 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
 }
 
 /// The body's framing, or 400 for anything ambiguous.
-fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, StatusCode> {
+fn framing(headers: &HeaderMap, version: Version, present: Present) -> Result<Framing, StatusCode> {
     let bad = StatusCode::BAD_REQUEST;
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter().peekable();
-    if codings.peek().is_some() {
+    if present.transfer_encoding {
         // Transfer-Encoding with Content-Length, or in HTTP/1.0, is refused (§6.1, §6.3).
-        if version != Version::HTTP_11 || headers.contains_key(header::CONTENT_LENGTH) {
+        if version != Version::HTTP_11 || present.content_length {
             return Err(bad);
         }
+        let codings = headers.get_all(header::TRANSFER_ENCODING).iter();
         let mut chunked_last = false;
         for coding in codings.map(|v| v.to_str().map_err(|_| bad)).flat_map(|v| match v {
             Ok(v) => v.split(',').map(Ok).collect::<Vec<_>>(),
@@ -118,6 +117,9 @@ fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, StatusCode>
             chunked_last = coding.eq_ignore_ascii_case("chunked");
         }
         return if chunked_last { Ok(Framing::Chunked) } else { Err(bad) };
+    }
+    if !present.content_length {
+        return Ok(Framing::None);
     }
     let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
     let Some(length) = lengths.next() else {

@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::http::body::ProxyBody;
-use crate::http::headers::connection_has;
+use crate::http::headers::{Present, connection_has};
 
 /// What the response must fit of its request.
 pub(crate) struct Asked {
@@ -45,7 +45,8 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    let mut keep_alive = asked.keep_alive && !connection_has(&parts.headers, "close");
+    let present = Present::scan(&parts.headers);
+    let mut keep_alive = asked.keep_alive && !(present.connection && connection_has(&parts.headers, "close"));
     let framing = if bodiless {
         Framing::None
     } else if let Some(n) = body.size_hint().exact() {
@@ -74,7 +75,7 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::None | Framing::Close => {}
     }
-    if !parts.headers.contains_key(header::DATE) {
+    if !present.date {
         out.extend_from_slice(b"date: ");
         date(out);
         out.extend_from_slice(b"\r\n");

@@ -8,7 +8,7 @@ use http::{Method, Request, StatusCode, Version, response};
 
 use super::BackendFault;
 use crate::http::fields;
-use crate::http::headers::connection_has;
+use crate::http::headers::{Present, persistent};
 
 /// Response header fields a backend may send; more is a malformed response (hyper's client
 /// limit is 100).
@@ -130,10 +130,8 @@ pub(crate) fn response_framing(
     parts: &response::Parts,
 ) -> Result<(ResponseFraming, bool), BackendFault> {
     let h = &parts.headers;
-    let keep_alive = match parts.version {
-        Version::HTTP_11 => !connection_has(h, "close"),
-        _ => connection_has(h, "keep-alive"),
-    };
+    let present = Present::scan(h);
+    let keep_alive = persistent(parts.version, h, present);
     let status = parts.status;
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return if upgrade_asked {
@@ -145,7 +143,9 @@ pub(crate) fn response_framing(
     if *method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((ResponseFraming::Empty, keep_alive));
     }
-    if let Some(last) = h.get_all(header::TRANSFER_ENCODING).iter().next_back() {
+    if let Some(last) =
+        present.transfer_encoding.then(|| h.get_all(header::TRANSFER_ENCODING).iter().next_back()).flatten()
+    {
         let chunked = parts.version == Version::HTTP_11
             && last
                 .to_str()
@@ -153,7 +153,7 @@ pub(crate) fn response_framing(
                 .and_then(|v| v.rsplit(',').next())
                 .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
         // Transfer-Encoding overrides Content-Length; a response with both is closed after.
-        let keep_alive = keep_alive && !h.contains_key(header::CONTENT_LENGTH);
+        let keep_alive = keep_alive && !present.content_length;
         return Ok(if chunked { (ResponseFraming::Chunked, keep_alive) } else { (ResponseFraming::UntilClose, false) });
     }
     let mut length = None;
