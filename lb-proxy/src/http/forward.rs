@@ -10,6 +10,7 @@ use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
 use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody};
+use super::budget::{Budget, Late};
 use super::headers::{self, cookie, is_upgrade};
 use super::respond::error_response;
 use super::upload::{RequestBody, Upload};
@@ -88,12 +89,10 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     *up.uri_mut() = parts.uri;
     *up.headers_mut() = parts.headers;
 
-    // The request budget starts when the request has been received whole.
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
         biased;
         r = attempts(up, replayable, hash, ctx, upgrade, &upload) => r,
-        _ = upload.ended_plus(opts.timeouts.request) => Err(UpstreamError::RequestTimeout),
         // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
@@ -147,6 +146,7 @@ async fn attempts(
     // Backends that failed this request (pushed on failure: most requests allocate none).
     let mut tried: Vec<SocketAddr> = Vec::new();
     let mut last = UpstreamError::NoBackend;
+    let mut budget = Budget::new(opts.timeouts.request);
     for attempt in 0..=opts.retries.max {
         let Some(backend) = ctx.vip.pick(hash, &tried) else {
             break;
@@ -154,8 +154,13 @@ async fn attempts(
         if attempt > 0 {
             ctx.vip.counters.retries.fetch_add(1, Relaxed);
         }
-        let slot = match backend.gate.admit(opts.timeouts.queue).await {
+        let queue = match budget.end(upload) {
+            Some(at) => opts.timeouts.queue.min(at.saturating_duration_since(tokio::time::Instant::now())),
+            None => opts.timeouts.queue,
+        };
+        let slot = match backend.gate.admit(queue).await {
             Ok(s) => s,
+            Err(_) if budget.spent() => return Err(UpstreamError::RequestTimeout),
             Err(_) => {
                 last = UpstreamError::Full(backend.addr);
                 tried.push(backend.addr);
@@ -163,7 +168,7 @@ async fn attempts(
             }
         };
         let active = backend.begin();
-        match send(&backend, &mut req, ctx, upload, upgrade, replayable).await {
+        match send(&backend, &mut req, ctx, upload, &mut budget, upgrade, replayable).await {
             Ok(resp) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();
@@ -176,6 +181,8 @@ async fn attempts(
                     InFlight { active, slot, pool_tag, outlier: opts.outlier.clone(), body_idle: opts.timeouts.body };
                 return Ok((resp, in_flight));
             }
+            // The budget is the request's, not the backend's: no retry, no blame.
+            Err((UpstreamError::RequestTimeout, _)) => return Err(UpstreamError::RequestTimeout),
             Err((e, unsent)) => {
                 // A failure the client's upload caused is the client's: no retry, no blame.
                 if let Some(fault) = upload.fault() {
@@ -202,6 +209,7 @@ async fn send(
     req: &mut Request<UpBody>,
     ctx: &ConnCtx,
     upload: &Upload,
+    budget: &mut Budget,
     upgrade: bool,
     replayable: bool,
 ) -> Result<Response<ResponseBody>, (UpstreamError, bool)> {
@@ -214,22 +222,33 @@ async fn send(
     loop {
         let (conn, pooled) = match backend.pool().take(tag) {
             Some(c) => (c, true),
-            None => match open_http(backend.addr, &ctx.vip.dial(), ctx.proxy_header.as_deref()).await {
-                Ok(c) => (c, false),
-                Err(e) => return Err((e, true)),
-            },
+            None => {
+                let dial = ctx.vip.dial();
+                let opening = open_http(backend.addr, &dial, ctx.proxy_header.as_deref());
+                // Connecting counts against a budget already running (its own timeout aside).
+                let opened = match budget.end(upload) {
+                    Some(at) => {
+                        tokio::time::timeout_at(at, opening).await.unwrap_or(Err(UpstreamError::RequestTimeout))
+                    }
+                    None => opening.await,
+                };
+                match opened {
+                    Ok(c) => (c, false),
+                    Err(e) => return Err((e, true)),
+                }
+            }
         };
-        // The backend's time to answer starts when the request has been sent whole.
         let sent = tokio::select! {
             biased;
-            r = upstream::send(conn, req, upgrade) => Some(r),
-            _ = upload.ended_plus(t.backend_header) => None,
+            r = upstream::send(conn, req, upgrade) => Ok(r),
+            late = budget.answer_due(upload, t.backend_header) => Err(late),
         };
         match sent {
-            Some(Ok(resp)) => return Ok(resp),
-            Some(Err(f)) if pooled && (f.unsent || (f.silent && replayable)) => continue,
-            Some(Err(f)) => return Err((UpstreamError::Http(backend.addr, f.fault), f.unsent)),
-            None => return Err((UpstreamError::HeaderTimeout(backend.addr), false)),
+            Ok(Ok(resp)) => return Ok(resp),
+            Ok(Err(f)) if pooled && (f.unsent || (f.silent && replayable)) => continue,
+            Ok(Err(f)) => return Err((UpstreamError::Http(backend.addr, f.fault), f.unsent)),
+            Err(Late::Backend) => return Err((UpstreamError::HeaderTimeout(backend.addr), false)),
+            Err(Late::Request) => return Err((UpstreamError::RequestTimeout, false)),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! HTTP/1.1 (optionally over TLS) to backends.
 mod access_log;
 mod body;
+mod budget;
 mod decode;
 mod fields;
 mod forward;

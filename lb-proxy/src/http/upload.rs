@@ -44,6 +44,11 @@ pub(crate) enum ClientFault {
 }
 
 impl Upload {
+    /// The body has been sent whole, or failed: nothing more will come of it.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.state.load(Relaxed) != STREAMING
+    }
+
     pub(crate) fn fault(&self) -> Option<ClientFault> {
         match self.state.load(Relaxed) {
             BROKEN => Some(ClientFault::Broken),
@@ -96,13 +101,6 @@ impl Upload {
                 _ = tokio::time::sleep(Duration::from_millis(wait.max(1))) => {}
             }
         }
-    }
-
-    /// Resolves `after` the end of the upload: the deadline of a timer that must not count
-    /// upload time.
-    pub(crate) async fn ended_plus(&self, after: Duration) {
-        self.ended().await;
-        tokio::time::sleep(after).await;
     }
 }
 
