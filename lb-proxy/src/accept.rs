@@ -26,11 +26,13 @@ fn listener_is_gone(e: &std::io::Error) -> bool {
 /// Accepts until `stop`, serving each connection in its own tracked task: on this worker when
 /// `spread` is false (a listener per worker), else on the workers in turn.
 pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, set: Arc<WorkerSet>, spread: bool) {
-    let mut stop = tasks.stop.clone();
+    let stop = tasks.stop.clone();
+    let stopping = stop.raised();
+    tokio::pin!(stopping);
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = stop.wait_for(|s| *s) => break,
+            _ = stopping.as_mut() => break,
         };
         let (stream, client) = match accepted {
             Ok(a) => a,

@@ -1,12 +1,20 @@
 //! Stop signals: `stop` ends accepting and starts graceful connection shutdown; `force` ends
 //! whatever is still running when the grace period is over.
-use tokio::sync::watch;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use pin_project_lite::pin_project;
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
 use tokio_util::task::TaskTracker;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Tasks {
-    pub(crate) stop: watch::Receiver<bool>,
-    pub(crate) force: watch::Receiver<bool>,
+    pub(crate) stop: Arc<Signal>,
+    pub(crate) force: Arc<Signal>,
     /// Every connection and tunnel task, so shutdown can wait for them.
     pub(crate) tracker: TaskTracker,
 }
@@ -14,27 +22,127 @@ pub(crate) struct Tasks {
 /// The owning side of one VIP's signals.
 #[derive(Debug)]
 pub(crate) struct Stopper {
-    stop: watch::Sender<bool>,
-    force: watch::Sender<bool>,
-    tracker: TaskTracker,
+    tasks: Tasks,
 }
 
 impl Stopper {
     pub(crate) fn new() -> (Stopper, Tasks) {
-        let (stop, stop_rx) = watch::channel(false);
-        let (force, force_rx) = watch::channel(false);
-        let tracker = TaskTracker::new();
-        let tasks = Tasks { stop: stop_rx, force: force_rx, tracker: tracker.clone() };
-        (Stopper { stop, force, tracker }, tasks)
+        let tasks = Tasks { stop: Arc::default(), force: Arc::default(), tracker: TaskTracker::new() };
+        (Stopper { tasks: tasks.clone() }, tasks)
     }
 
     /// Stops accepting, lets in-flight work finish for up to `grace`, then cuts the rest.
     pub(crate) async fn shutdown(&self, grace: std::time::Duration) {
-        self.stop.send_replace(true);
-        self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait()).await.is_err() {
-            self.force.send_replace(true);
-            self.tracker.wait().await;
+        let Tasks { stop, force, tracker } = &self.tasks;
+        stop.raise();
+        tracker.close();
+        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+            force.raise();
+            tracker.wait().await;
         }
+    }
+}
+
+/// A signal raised once and never lowered.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    up: AtomicBool,
+    notify: Notify,
+}
+
+impl Signal {
+    fn raise(&self) {
+        self.up.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_raised(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the signal is raised (at once if it was).
+    pub(crate) fn raised(&self) -> Raised<'_> {
+        Raised { signal: self, notified: self.notify.notified(), registered: None }
+    }
+}
+
+pin_project! {
+    /// Waiting for a signal. A connection's `select!` polls every branch on every wake-up of
+    /// its task, so polling again is made cheap: a flag is read, and the waiter list (behind
+    /// a lock) is visited only to register a waker other than the one it holds.
+    pub(crate) struct Raised<'a> {
+        signal: &'a Signal,
+        // Made before the flag is first read, so a raise in between is not missed.
+        #[pin]
+        notified: Notified<'a>,
+        registered: Option<Waker>,
+    }
+}
+
+impl Future for Raised<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if this.signal.is_raised() {
+            return Poll::Ready(());
+        }
+        if this.registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            return Poll::Pending;
+        }
+        if this.notified.poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        *this.registered = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_raise_wakes_every_waiter_and_later_ones_pass_at_once() {
+        let signal = Arc::new(Signal::default());
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let s = signal.clone();
+                tokio::spawn(async move { s.raised().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let waiting = signal.raised();
+        signal.raise();
+        waiting.await;
+        for w in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), w).await.expect("woken").unwrap();
+        }
+        signal.raised().await;
+    }
+
+    #[tokio::test]
+    async fn polled_again_and_again_by_one_task_it_still_wakes_that_task() {
+        let signal = Arc::new(Signal::default());
+        let s = signal.clone();
+        let waiter = tokio::spawn(async move {
+            let raised = s.raised();
+            tokio::pin!(raised);
+            // Polled on every wake-up of its task, as a select! branch is.
+            for _ in 0..3 {
+                assert!(poll_once(raised.as_mut()).await.is_pending());
+                tokio::task::yield_now().await;
+            }
+            raised.await;
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        signal.raise();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.expect("woken").unwrap();
+    }
+
+    async fn poll_once<F: Future + Unpin>(mut f: F) -> Poll<F::Output> {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut f).poll(cx))).await
     }
 }

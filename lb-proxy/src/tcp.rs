@@ -18,10 +18,9 @@ use lb_common::ip_bytes;
 
 /// Relays one client connection; in-flight relays get the grace period, then they are cut.
 pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Vip, tasks: Tasks) {
-    let mut force = tasks.force;
     tokio::select! {
         _ = handle(stream, client, vip) => {}
-        _ = force.wait_for(|f| *f) => {}
+        _ = tasks.force.raised() => {}
     }
 }
 

@@ -56,8 +56,6 @@ where
         let ctx = ctx.clone();
         async move { Ok::<_, Infallible>(handle(req, &ctx).await) }
     });
-    let mut stop = tasks.stop.clone();
-    let mut force = tasks.force.clone();
     let mut b = http2::Builder::new(TokioExecutor::new());
     b.timer(TokioTimer::new())
         .max_concurrent_streams(opts.limits.h2_max_streams)
@@ -71,13 +69,13 @@ where
     let stopping = tokio::select! {
         biased;
         r = conn.as_mut() => { log_end(r); false }
-        _ = stop.wait_for(|s| *s) => true,
+        _ = tasks.stop.raised() => true,
     };
     if stopping {
         conn.as_mut().graceful_shutdown();
         tokio::select! {
             r = conn.as_mut() => log_end(r),
-            _ = force.wait_for(|f| *f) => {}
+            _ = tasks.force.raised() => {}
         }
     }
 }

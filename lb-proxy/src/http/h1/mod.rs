@@ -27,7 +27,7 @@ use self::request::Framing;
 use super::decode::Decoder;
 use super::forward::{ConnCtx, handle};
 use super::respond::{TIMEOUT_RESPONSE, error_response};
-use crate::shutdown::Tasks;
+use crate::shutdown::{Raised, Tasks};
 use crate::vip::Vip;
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -37,12 +37,12 @@ pub(crate) async fn serve<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, task
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut force = tasks.force.clone();
+    let force = tasks.force.clone();
     tokio::select! {
         biased;
         _ = serve_requests(stream, client, vip, tasks, https) => {}
         // A forced stop drops the connection wherever it is.
-        _ = force.wait_for(|f| *f) => {}
+        _ = force.raised() => {}
     }
 }
 
@@ -71,11 +71,15 @@ where
     // several times on every new connection.
     let mut out = Vec::with_capacity(1024);
     let mut timer = HeadTimer::new();
-    let mut stop = tasks.stop.clone();
+    let stop = tasks.stop.clone();
+    // One waiter for the connection's life: made anew for every wait, it would join and leave
+    // the signal's waiter list (behind a lock) for every request.
+    let stopping = stop.raised();
+    tokio::pin!(stopping);
     // A plain connection may open with the h2 preface (h2c with prior knowledge); over TLS,
     // ALPN has decided.
     if !https {
-        match opening(&reader, &mut timer, vip, &mut stop).await {
+        match opening(&reader, &mut timer, vip, stopping.as_mut()).await {
             Opening::Http1 => {}
             Opening::Closed => return,
             Opening::H2 => {
@@ -87,7 +91,7 @@ where
     }
     let mut first = true;
     loop {
-        let head = match next_head(&reader, &mut timer, first, vip, &mut stop).await {
+        let head = match next_head(&reader, &mut timer, first, vip, stopping.as_mut()).await {
             Next::Head(head) => head,
             Next::Close => break,
             Next::TimedOut => {
@@ -145,7 +149,7 @@ where
             return;
         }
         // A body left unread leaves the next request's start unknown.
-        if !kept || !lock(&reader).body_done || *stop.borrow() {
+        if !kept || !lock(&reader).body_done || stop.is_raised() {
             break;
         }
     }
@@ -206,7 +210,7 @@ async fn opening<R: AsyncRead + Unpin>(
     reader: &SharedReader<R>,
     timer: &mut HeadTimer,
     vip: &Vip,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
+    mut stopping: Pin<&mut Raised<'_>>,
 ) -> Opening {
     let deadline = Instant::now() + vip.spec.options.timeouts.client_header;
     loop {
@@ -220,7 +224,7 @@ async fn opening<R: AsyncRead + Unpin>(
                 return Opening::H2;
             }
         }
-        match more_bytes(reader, timer, deadline, stop, true).await {
+        match more_bytes(reader, timer, deadline, stopping.as_mut(), true).await {
             Waited::Bytes => {}
             Waited::Closed | Waited::Expired | Waited::Stopping => return Opening::Closed,
         }
@@ -233,7 +237,7 @@ async fn next_head<R: AsyncRead + Unpin>(
     timer: &mut HeadTimer,
     first: bool,
     vip: &Vip,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
+    mut stopping: Pin<&mut Raised<'_>>,
 ) -> Next {
     let t = &vip.spec.options.timeouts;
     let now = Instant::now();
@@ -259,7 +263,7 @@ async fn next_head<R: AsyncRead + Unpin>(
             }
         }
         // Stopping: a connection between requests is closed now; a head begun is finished.
-        match more_bytes(reader, timer, deadline, stop, !in_head).await {
+        match more_bytes(reader, timer, deadline, stopping.as_mut(), !in_head).await {
             Waited::Bytes => {}
             Waited::Expired if in_head => return Next::TimedOut,
             Waited::Closed | Waited::Expired | Waited::Stopping => return Next::Close,
@@ -280,14 +284,14 @@ async fn more_bytes<R: AsyncRead + Unpin>(
     reader: &SharedReader<R>,
     timer: &mut HeadTimer,
     deadline: Instant,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
+    stopping: Pin<&mut Raised<'_>>,
     stoppable: bool,
 ) -> Waited {
     tokio::select! {
         biased;
         more = read_more(reader) => if more { Waited::Bytes } else { Waited::Closed },
         _ = timer.until(deadline) => Waited::Expired,
-        _ = stop.wait_for(|s| *s), if stoppable => Waited::Stopping,
+        _ = stopping, if stoppable => Waited::Stopping,
     }
 }
 
