@@ -224,7 +224,9 @@ async fn send(
             Some(c) => (c, true),
             None => {
                 let dial = ctx.vip.dial();
-                let opening = open_http(backend.addr, &dial, ctx.proxy_header.as_deref());
+                // Boxed: connecting (TLS included) is the largest state of a request's future,
+                // and most requests take a pooled connection instead.
+                let opening = Box::pin(open_http(backend.addr, &dial, ctx.proxy_header.as_deref()));
                 // Connecting counts against a budget already running (its own timeout aside).
                 let opened = match budget.end(upload) {
                     Some(at) => {

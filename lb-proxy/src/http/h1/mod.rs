@@ -123,9 +123,13 @@ where
             keep_alive: head.keep_alive && !opts.close_after_response,
         };
         let req = http::Request::from_parts(head.parts, ClientBody::new(reader.clone(), decoder));
-        // Pinned here, in this task's own state: moved into the watcher it would be stored twice.
-        let served = std::pin::pin!(handle(req, &ctx));
-        let Some(mut resp) = unless_client_leaves(served, &reader, opts.limits.max_header_bytes).await else {
+        let answered = {
+            // Pinned here, in this task's own state: moved into the watcher it would be stored
+            // twice. In its own block, so the response's writing reuses its room.
+            let served = std::pin::pin!(handle(req, &ctx));
+            unless_client_leaves(served, &reader, opts.limits.max_header_bytes).await
+        };
+        let Some(mut resp) = answered else {
             // Gone before its answer: the backend request is dropped with the future.
             return;
         };
