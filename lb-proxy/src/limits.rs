@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// Holding one lets a request (or relay) use its backend; dropping it frees the slot.
 pub(crate) type Slot = Option<OwnedSemaphorePermit>;
@@ -35,7 +36,8 @@ impl BackendGate {
         self.waiting.load(Relaxed)
     }
 
-    pub(crate) async fn admit(&self, wait: Duration) -> Result<Slot, GateFull> {
+    /// A slot, waiting for one up to `wait` (and never past `cap`) when all are taken.
+    pub(crate) async fn admit(&self, wait: Duration, cap: Option<Instant>) -> Result<Slot, GateFull> {
         let Some(slots) = &self.slots else {
             return Ok(None);
         };
@@ -47,7 +49,9 @@ impl BackendGate {
             self.waiting.fetch_sub(1, Relaxed);
             return Err(GateFull);
         }
-        let r = tokio::time::timeout(wait, slots.clone().acquire_owned()).await;
+        let until = Instant::now() + wait;
+        let until = cap.map_or(until, |cap| cap.min(until));
+        let r = tokio::time::timeout_at(until, slots.clone().acquire_owned()).await;
         self.waiting.fetch_sub(1, Relaxed);
         match r {
             Ok(Ok(p)) => Ok(Some(p)),
@@ -78,10 +82,10 @@ mod tests {
     #[tokio::test]
     async fn queue_is_bounded_and_waiters_get_freed_slots() {
         let gate = Arc::new(BackendGate::new(Some(1), 1));
-        let first = gate.admit(Duration::from_secs(5)).await.unwrap();
+        let first = gate.admit(Duration::from_secs(5), None).await.unwrap();
         assert!(first.is_some());
         let g = gate.clone();
-        let waiter = tokio::spawn(async move { g.admit(Duration::from_secs(5)).await.is_ok() });
+        let waiter = tokio::spawn(async move { g.admit(Duration::from_secs(5), None).await.is_ok() });
         // Wait (bounded) until the waiter sits in the queue.
         for _ in 0..500 {
             if gate.waiting.load(Relaxed) == 1 {
@@ -90,7 +94,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         assert_eq!(gate.waiting.load(Relaxed), 1);
-        assert!(gate.admit(Duration::from_secs(5)).await.is_err(), "queue of 1 is full");
+        assert!(gate.admit(Duration::from_secs(5), None).await.is_err(), "queue of 1 is full");
         drop(first);
         assert!(waiter.await.unwrap(), "the queued request gets the freed slot");
     }
@@ -98,15 +102,26 @@ mod tests {
     #[tokio::test]
     async fn wait_times_out() {
         let gate = BackendGate::new(Some(1), 10);
-        let _held = gate.admit(Duration::from_secs(1)).await.unwrap();
-        assert!(gate.admit(Duration::from_millis(20)).await.is_err());
+        let _held = gate.admit(Duration::from_secs(1), None).await.unwrap();
+        assert!(gate.admit(Duration::from_millis(20), None).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_ends_at_the_cap_if_that_comes_first() {
+        let gate = BackendGate::new(Some(1), 10);
+        let _held = gate.admit(Duration::from_secs(1), None).await.unwrap();
+        let start = Instant::now();
+        let cap = Some(start + Duration::from_millis(30));
+        assert!(gate.admit(Duration::from_secs(5), cap).await.is_err());
+        assert_eq!(start.elapsed(), Duration::from_millis(30));
+        assert_eq!(gate.waiting.load(Relaxed), 0, "left the queue");
     }
 
     #[tokio::test]
     async fn unlimited_admits_everything() {
         let gate = BackendGate::new(None, 0);
         for _ in 0..1000 {
-            assert!(gate.admit(Duration::ZERO).await.unwrap().is_none());
+            assert!(gate.admit(Duration::ZERO, None).await.unwrap().is_none());
         }
     }
 }

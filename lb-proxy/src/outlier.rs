@@ -1,14 +1,28 @@
 //! Passive outlier detection: a backend with N consecutive connect errors or 5xx is ejected for
 //! a cooldown; after it, one more failure ejects it again for twice as long (up to a maximum),
 //! while a success forgives it. Lock-free: the state is three atomics per backend.
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::config::Outlier;
 
-/// Milliseconds since the first call: a cheap monotonic clock that fits an atomic.
+/// Milliseconds of a monotonic clock, in a number that fits an atomic. It stamps idle times,
+/// pool ages and ejections, all counted in seconds, and it is read for every request and every
+/// relayed message: so it is the kernel's coarse clock (the time of the last tick, a few ms
+/// old, read from memory without reading the CPU's counter).
+#[cfg(target_os = "linux")]
 pub(crate) fn now_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the timespec it is given; this clock always exists
+    // on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn now_ms() -> u64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }

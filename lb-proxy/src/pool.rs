@@ -2,7 +2,7 @@
 //! HTTP/1.1 keep-alive connections.
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 
 use crate::error::{BoxError, UpstreamError};
 use crate::http::upstream::{Conn, Stream};
+use crate::outlier::now_ms;
 use crate::tls::BackendConnector;
 
 /// Request bodies sent upstream: the client's streamed body, or empty on a retry.
@@ -104,7 +105,8 @@ struct Idle {
     /// The client address a PROXY header announced on this connection; such connections only
     /// serve that client again. None without PROXY protocol.
     tag: Option<SocketAddr>,
-    since: Instant,
+    /// When it was put back (`now_ms`).
+    since_ms: u64,
 }
 
 impl std::fmt::Debug for Pool {
@@ -124,7 +126,7 @@ impl Pool {
             let pos = idle.iter().rposition(|c| c.tag == tag)?;
             let c = idle.swap_remove(pos);
             // Expired or closed connections are dropped on the way.
-            if c.since.elapsed() < self.idle_timeout && c.conn.is_usable() {
+            if now_ms().saturating_sub(c.since_ms) < self.idle_timeout.as_millis() as u64 && c.conn.is_usable() {
                 return Some(c.conn);
             }
         }
@@ -138,7 +140,7 @@ impl Pool {
         if idle.len() >= self.max_idle {
             idle.remove(0);
         }
-        idle.push(Idle { conn, tag, since: Instant::now() });
+        idle.push(Idle { conn, tag, since_ms: now_ms() });
     }
 }
 

@@ -55,7 +55,7 @@ async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
             vip.counters.retries.fetch_add(1, Relaxed);
         }
         tried.push(backend.addr);
-        let Ok(slot) = backend.gate.admit(spec.options.timeouts.queue).await else {
+        let Ok(slot) = backend.gate.admit(spec.options.timeouts.queue, None).await else {
             continue;
         };
         let active = backend.begin();

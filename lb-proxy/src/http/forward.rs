@@ -154,11 +154,7 @@ async fn attempts(
         if attempt > 0 {
             ctx.vip.counters.retries.fetch_add(1, Relaxed);
         }
-        let queue = match budget.end(upload) {
-            Some(at) => opts.timeouts.queue.min(at.saturating_duration_since(tokio::time::Instant::now())),
-            None => opts.timeouts.queue,
-        };
-        let slot = match backend.gate.admit(queue).await {
+        let slot = match backend.gate.admit(opts.timeouts.queue, budget.end(upload)).await {
             Ok(s) => s,
             Err(_) if budget.spent() => return Err(UpstreamError::RequestTimeout),
             Err(_) => {
