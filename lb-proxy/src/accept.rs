@@ -30,9 +30,11 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
     let stopping = stop.raised();
     tokio::pin!(stopping);
     loop {
+        // Stop first: a flood of connections must not keep the listener from closing.
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            biased;
             _ = stopping.as_mut() => break,
+            r = listener.accept() => r,
         };
         let (stream, client) = match accepted {
             Ok(a) => a,

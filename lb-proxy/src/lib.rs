@@ -19,6 +19,7 @@ mod outlier;
 mod pool;
 mod proxy;
 mod proxy_protocol;
+mod quiet_sleep;
 mod relay;
 mod shutdown;
 pub mod stats;

@@ -16,8 +16,10 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::time::Instant;
 
 use crate::outlier::now_ms;
+use crate::quiet_sleep::QuietSleep;
 
 /// The copy buffer of one direction; a read that fills it switches to splice.
 const BUF: usize = 16 * 1024;
@@ -27,7 +29,9 @@ pub(crate) async fn relay(mut a: TcpStream, mut b: TcpStream, idle: Duration) ->
     let (ar, aw) = a.split();
     let (br, bw) = b.split();
     let both = async { tokio::try_join!(pump(ar, bw, &last), pump(br, aw, &last)) };
+    // Biased: the branches are polled in order, without a random draw for every wake-up.
     tokio::select! {
+        biased;
         r = both => r.map(|_| ()),
         _ = idle_watch(&last, idle) => Ok(()),
     }
@@ -75,6 +79,7 @@ where
     let mut a = Stamped { inner: a, last: &last };
     let mut b = Stamped { inner: b, last: &last };
     tokio::select! {
+        biased;
         r = tokio::io::copy_bidirectional(&mut a, &mut b) => r.map(|_| ()),
         _ = idle_watch(&last, idle) => Ok(()),
     }
@@ -119,7 +124,7 @@ async fn idle_watch(last: &AtomicU64, idle: Duration) {
         if quiet >= idle_ms {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(idle_ms - quiet)).await;
+        QuietSleep::until(Instant::now() + Duration::from_millis(idle_ms - quiet)).await;
     }
 }
 

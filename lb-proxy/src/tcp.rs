@@ -19,6 +19,7 @@ use lb_common::ip_bytes;
 /// Relays one client connection; in-flight relays get the grace period, then they are cut.
 pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Vip, tasks: Tasks) {
     tokio::select! {
+        biased;
         _ = handle(stream, client, vip) => {}
         _ = tasks.force.raised() => {}
     }

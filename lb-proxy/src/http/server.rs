@@ -74,6 +74,7 @@ where
     if stopping {
         conn.as_mut().graceful_shutdown();
         tokio::select! {
+            biased;
             r = conn.as_mut() => log_end(r),
             _ = tasks.force.raised() => {}
         }

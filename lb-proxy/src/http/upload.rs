@@ -97,6 +97,7 @@ impl Upload {
             }
             let wait = if quiet >= idle_ms { idle_ms } else { idle_ms - quiet };
             tokio::select! {
+                biased;
                 _ = self.ended() => {}
                 _ = tokio::time::sleep(Duration::from_millis(wait.max(1))) => {}
             }
