@@ -85,11 +85,25 @@ pub fn parse_h2load(text: &str, log: &str) -> Option<Measured> {
 /// `iperf3` (TCP, `BULK_STREAMS` streams, receiver's figures) against `port`, which leads to
 /// the bulk server. Rate and "requests" are in MiB: the CPU column becomes µs per MiB.
 pub fn iperf3(port: u16) -> Result<Measured> {
-    let mut cmd = Command::new("iperf3");
-    cmd.args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J", "-t", &DURATION_SECS.to_string()])
-        .args(["-P", &BULK_STREAMS.to_string()]);
-    let text = stdout_of(cmd, "iperf3")?;
-    parse_iperf3(&text).with_context(|| format!("unexpected iperf3 output:\n{text}"))
+    let run = || {
+        let mut cmd = Command::new("iperf3");
+        cmd.args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J", "-t", &DURATION_SECS.to_string()])
+            .args(["-P", &BULK_STREAMS.to_string()]);
+        stdout_of(cmd, "iperf3")
+    };
+    let text = run()?;
+    if let Some(m) = parse_iperf3(&text) {
+        return Ok(m);
+    }
+    // The iperf3 server takes one test at a time, and the previous peer's may still be
+    // closing: a run whose control connection closed before any interval is tried once more.
+    if text.contains("control socket has closed unexpectedly") {
+        eprintln!("iperf3 through port {port}: the control connection closed at the start; once more");
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let text = run()?;
+        return parse_iperf3(&text).with_context(|| format!("unexpected iperf3 output:\n{text}"));
+    }
+    Err(anyhow::anyhow!("unexpected iperf3 output:\n{text}"))
 }
 
 pub fn parse_iperf3(json: &str) -> Option<Measured> {
