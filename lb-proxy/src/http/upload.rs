@@ -68,14 +68,14 @@ impl Upload {
     pub(crate) async fn ended(&self) {
         // Most requests have no body: their upload ended before anyone waits for it, and
         // then no waiter need be registered.
-        if self.state.load(Relaxed) != STREAMING {
+        if self.has_ended() {
             return;
         }
         loop {
             let notified = self.done.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.state.load(Relaxed) != STREAMING {
+            if self.has_ended() {
                 return;
             }
             notified.await;
@@ -88,7 +88,7 @@ impl Upload {
     pub(crate) async fn backend_stopped_reading(&self, idle: Duration) {
         let idle_ms = idle.as_millis() as u64;
         loop {
-            if self.state.load(Relaxed) != STREAMING {
+            if self.has_ended() {
                 return std::future::pending().await;
             }
             let quiet = now_ms().saturating_sub(self.last_ms.load(Relaxed));
