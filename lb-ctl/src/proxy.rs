@@ -161,6 +161,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
+    use crate::testing::ports::free_port;
 
     fn state(port: u16, weight: u32, backend_port: u16, extra: &str) -> State {
         let text = format!(
@@ -169,10 +170,6 @@ mod tests {
         );
         let config = Config::parse(&text, Path::new("lb.toml")).unwrap_or_else(|e| panic!("{e}"));
         State::from_config(&config, &State::default()).unwrap()
-    }
-
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
     }
 
     #[test]

@@ -147,7 +147,7 @@ mod tests {
         let (default, _) = backend("200 OK").await;
         let (good, to_good) = backend("200 OK").await;
         let (bad, to_bad) = backend("500 Internal Server Error").await;
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = crate::testing::ports::free_port();
         let vip = format!(
             "[[vip]]\nname = \"tls\"\naddress = \"127.0.0.1\"\nport = {port}\nforwarding = \"proxy\"\n\
              health = {{ kind = \"http\", path = \"/health\", interval = \"100ms\", rise = 1, fall = 1 }}\n\

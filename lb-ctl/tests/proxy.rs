@@ -8,6 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+// The unit tests' port picker: these tests run in parallel too.
+#[path = "../src/testing/ports.rs"]
+mod ports;
+use ports::free_port;
+
 const BIN: &str = env!("CARGO_BIN_EXE_lb-ctl");
 
 /// A tiny HTTP backend on 127.0.0.1:0 answering every request with its name, until stopped.
@@ -69,10 +74,6 @@ fn serve(stream: TcpStream, name: &str) {
             return;
         }
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn get(vip: SocketAddr) -> std::io::Result<String> {

@@ -49,7 +49,7 @@ fn dashboard_exprs(value: &serde_json::Value, out: &mut Vec<String>) {
 async fn dashboard_and_alerts_use_only_exported_metrics() {
     // A proxy VIP too: the proxy's metrics exist only with one; announced, for the announce
     // metrics.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::testing::ports::free_port();
     let proxy_vip = format!(
         "[[vip]]\nname = \"app\"\naddress = \"127.0.0.1\"\nport = {port}\nforwarding = \"proxy\"\n\
          announce = {{ min_healthy = 1 }}\nbackends = [ {{ address = \"127.0.0.1\", port = 9 }} ]\n"

@@ -60,8 +60,8 @@ async fn proxy_responses_are_counted_by_class_with_their_times_and_retries() {
             });
         }
     });
-    let refusing = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let refusing = crate::testing::ports::free_port();
+    let port = crate::testing::ports::free_port();
     let proxy_vip = format!(
         "[[vip]]\nname = \"app\"\naddress = \"127.0.0.1\"\nport = {port}\nforwarding = \"proxy\"\n\
          protocol = \"http\"\n\

@@ -151,7 +151,7 @@ async fn a_restart_starts_from_the_last_known_health() {
             let _ = listener.accept().await;
         }
     });
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead = crate::testing::ports::free_port();
     let text = |interval: &str| {
         format!(
             "[daemon]\nring_size = {RING}\n[[vip]]\nname = \"web\"\naddress = \"203.0.113.10\"\nport = 80\n\
@@ -227,7 +227,7 @@ async fn a_stopping_daemon_gives_requests_in_progress_the_shutdown_grace() {
                 });
             }
         });
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = crate::testing::ports::free_port();
         let proxy_vip = format!(
             "[[vip]]\nname = \"app\"\naddress = \"127.0.0.1\"\nport = {port}\nforwarding = \"proxy\"\n\
              backends = [ {{ address = \"127.0.0.1\", port = {backend_port} }} ]\n"
