@@ -16,7 +16,8 @@ pub struct VipStats {
     /// Requests that failed by the client's fault: refused heads (bad framing, Host), malformed
     /// or aborted bodies, uploads that stopped mid-way. Never counted against a backend.
     pub client_errors: u64,
-    /// HTTP/1 clients answered 408 for not finishing a request head in time.
+    /// HTTP/1 clients answered 408 for not finishing a request head in time, or cut off for
+    /// taking no byte of their response for the send timeout.
     pub client_timeouts: u64,
     /// TLS handshakes that failed or timed out (TLS termination and SNI routing).
     pub tls_failures: u64,

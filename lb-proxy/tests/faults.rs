@@ -286,3 +286,53 @@ async fn a_backend_that_stops_reading_an_upload_is_cut() {
     let out = String::from_utf8_lossy(&out);
     assert_eq!(statuses(&out), vec![504], "{out}");
 }
+
+#[tokio::test]
+async fn a_client_that_stops_reading_its_response_is_cut_and_frees_the_backend() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.timeouts.send = Duration::from_millis(300);
+    let p = proxy(spec).await;
+    // 64 MiB streamed: far more than every socket buffer on the way can hold. The client asks
+    // for it on a small receive buffer and never reads.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut stuck = sock.connect(p.addr).await.unwrap();
+    stuck.write_all(b"GET /chunked/65536 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let freed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let stats = vip_stats(&p);
+            if stats.client_timeouts == 1 && stats.backends[0].active == 0 {
+                return stats;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let stats = freed.unwrap_or_else(|_| panic!("the stuck client still holds its backend: {:?}", vip_stats(&p)));
+    assert_eq!(stats.backends[0].errors, 0, "not the backend's fault: {stats:?}");
+    // What the proxy had sent is still delivered, then the connection ends short of the body.
+    let out = read_until_closed(&mut stuck, LIMIT).await.expect("the connection must end");
+    assert!(out.starts_with("HTTP/1.1 200"), "{}", &out[..out.len().min(200)]);
+    assert!(out.len() < 64 * 1024 * 1024, "the body cannot be complete");
+
+    // A client that reads slowly but steadily, on a small receive buffer and with pauses
+    // shorter than the limit, gets it all.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut slow = sock.connect(p.addr).await.unwrap();
+    slow.write_all(b"GET /bytes/1048576 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        match tokio::time::timeout(LIMIT, tokio::io::AsyncReadExt::read(&mut slow, &mut buf)).await {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            other => panic!("slow reader: {other:?}"),
+        }
+    }
+    let at = got.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+    assert_eq!(got[at..], pattern(1024 * 1024)[..], "the slow reader gets the whole body");
+    assert_eq!(vip_stats(&p).client_timeouts, 1);
+}

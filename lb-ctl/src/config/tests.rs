@@ -236,7 +236,7 @@ fn bad_files_give_exact_messages() {
             "misspelt key inside a [vip.proxy] sub-table",
             format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\" }}\n"),
             &[
-                "lb.toml:7: unknown field `conect`, expected one of `connect`, `client_header`, `backend_header`, `idle`, `request`, `queue`, `body`, `tunnel`, `tcp_keepalive`, `handshake`",
+                "lb.toml:7: unknown field `conect`, expected one of `connect`, `client_header`, `backend_header`, `idle`, `request`, `queue`, `body`, `send`, `tunnel`, `tcp_keepalive`, `handshake`",
             ],
         ),
         (

@@ -37,6 +37,11 @@ pub struct Timeouts {
     /// nothing for this long mid-body loses the exchange.
     #[serde(with = "duration")]
     pub body: Duration,
+    /// Sending to a client: one that takes no byte of what is written to it for this long
+    /// (stopped reading its response) loses the connection, and its backend exchange ends
+    /// (nginx's `send_timeout`). HTTP/1; h2 clients that stop reading miss the keep-alive pings.
+    #[serde(with = "duration")]
+    pub send: Duration,
     /// Inactivity of upgraded connections (WebSocket) and TCP relays, both ways together
     /// (HAProxy's `timeout tunnel`).
     #[serde(with = "duration")]
@@ -61,6 +66,7 @@ impl Default for Timeouts {
             request: Duration::from_secs(60),
             queue: Duration::from_secs(5),
             body: Duration::from_secs(60),
+            send: Duration::from_secs(60),
             tunnel: Duration::from_secs(3600),
             tcp_keepalive: Duration::from_secs(60),
             handshake: Duration::from_secs(10),

@@ -4,6 +4,7 @@
 //! - a new connection must send its first head whole within `client_header`;
 //! - between requests the connection may stay idle for `idle`, then it is closed;
 //! - from the first byte of a later head, the client has `client_header` to finish it;
+//! - a client that takes no byte of what is written to it for `send` loses the connection;
 //!
 //! a head not finished in time is answered `408 Request Timeout` (a slow-loris client learns
 //! why). On stop, the request in progress is finished and the connection closed.
@@ -11,6 +12,7 @@ mod body;
 mod prefixed;
 mod request;
 mod response;
+mod send;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,6 +26,7 @@ use tokio::time::{Instant, Sleep};
 
 use self::body::{ClientBody, Reader, SharedReader, lock};
 use self::request::Framing;
+use self::send::SendTimeout;
 use super::decode::Decoder;
 use super::forward::{ConnCtx, handle};
 use super::respond::{TIMEOUT_RESPONSE, error_response};
@@ -65,7 +68,8 @@ where
 {
     let opts = &vip.spec.options;
     let ctx = ConnCtx::new(vip, client, https);
-    let (rd, mut wr) = tokio::io::split(stream);
+    let (rd, wr) = tokio::io::split(stream);
+    let mut wr = SendTimeout::new(wr, opts.timeouts.send);
     let reader: SharedReader<_> = Arc::new(Mutex::new(Reader::new(rd)));
     // Room for a usual response head: grown a few bytes at a time, it would be reallocated
     // several times on every new connection.
@@ -137,6 +141,13 @@ where
             if resp.status() == StatusCode::SWITCHING_PROTOCOLS { resp.body_mut().take_tunnel() } else { None };
         let kept = match response::write(&mut wr, &mut out, resp, &asked).await {
             Ok(keep) => keep,
+            Err(e) if wr.timed_out() => {
+                // The client stopped reading: the backend's side of the exchange is dropped
+                // with the response, and the connection with this task.
+                tracing::debug!(client = %client, error = %e, "client stopped reading its response");
+                vip.counters.client_timeouts.fetch_add(1, Relaxed);
+                return;
+            }
             Err(e) => {
                 tracing::debug!(client = %client, error = %e, "response not sent whole");
                 false
@@ -194,11 +205,11 @@ async fn read_more<R: AsyncRead + Unpin>(reader: &SharedReader<R>) -> bool {
 /// request body still holds the reader.
 fn reclaim<S: AsyncRead + AsyncWrite + Unpin>(
     reader: SharedReader<ReadHalf<S>>,
-    wr: WriteHalf<S>,
+    wr: SendTimeout<WriteHalf<S>>,
 ) -> Option<(S, bytes::BytesMut)> {
     let reader = Arc::try_unwrap(reader).ok()?;
     let (rd, read) = reader.into_inner().unwrap_or_else(|e| e.into_inner()).into_inner();
-    Some((rd.unsplit(wr), read))
+    Some((rd.unsplit(wr.into_inner()), read))
 }
 
 enum Opening {
