@@ -52,6 +52,12 @@ pub fn nginx_conf(dir: &Path, ports: &Ports, cert: &Cert, backends: &[u16], bulk
     ssl_certificate {chain};
     ssl_certificate_key {key};
     ssl_session_cache shared:SSL:10m;
+    # TLS 1.3 too: nginx 1.22 offers only up to TLS 1.2 unless told, and a TLS 1.2 session
+    # resumed skips the key exchange a TLS 1.3 one makes, so the peers would not do the same
+    # work. Every peer picks from the same suites in the server's order, AES-128-GCM first.
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_prefer_server_ciphers on;
+    ssl_conf_command Ciphersuites {TLS13_SUITES};
     # h2c (prior knowledge) needs a listener of its own in nginx 1.22.
     server {{
         listen 127.0.0.1:{http};
@@ -86,6 +92,9 @@ stream {{
     )
 }
 
+/// The TLS 1.3 suites of nginx and HAProxy, in lb-proxy's order (the server's order decides).
+const TLS13_SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+
 pub fn haproxy_conf(ports: &Ports, cert: &Cert, backends: &[u16], bulk_server: u16) -> String {
     let Ports { http, tcp, tls, h2c, bulk } = *ports;
     let crt = cert.combined.display();
@@ -97,6 +106,9 @@ pub fn haproxy_conf(ports: &Ports, cert: &Cert, backends: &[u16], bulk_server: u
     maxconn 4000
     # Buffers sized for the payload (the 16 KiB default halves 300 KiB throughput).
     tune.bufsize 65536
+    # TLS 1.2 and 1.3 (HAProxy's default), the suites in the same order as the other peers.
+    ssl-default-bind-options ssl-min-ver TLSv1.2
+    ssl-default-bind-ciphersuites {TLS13_SUITES}
 defaults
     timeout connect 5s
     timeout client 30s

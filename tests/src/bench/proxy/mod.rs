@@ -127,6 +127,29 @@ fn make_cert(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Prints the protocol and suite each peer's TLS port negotiates with OpenSSL's client (the
+/// one wrk uses): peers that differ there do different work per handshake and per byte.
+fn print_tls_sessions(peers: &[(&str, Ports)]) -> Result<()> {
+    let mut seen = Vec::new();
+    for (name, p) in peers {
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{}", p.tls)])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .context("running openssl s_client")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // "New, TLSv1.3, Cipher is TLS_AES_128_GCM_SHA256"
+        let session = text.lines().find(|l| l.starts_with("New, ")).unwrap_or("no TLS session").to_string();
+        println!("TLS {name}: {session}");
+        seen.push(session);
+    }
+    if seen.windows(2).any(|w| w[0] != w[1]) {
+        println!("WARNING: the peers negotiate different TLS sessions: the TLS rows compare unlike work");
+    }
+    Ok(())
+}
+
 pub fn run() -> Result<Vec<ProxyRun>> {
     // The backends and the lb-proxy front end are this same program (`lb-bench proxy-backend`,
     // `lb-bench proxy-frontend`).
@@ -198,6 +221,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
         }
     }
     procs.check_alive()?;
+    print_tls_sessions(&peers)?;
 
     println!(
         "lb-proxy vs nginx vs HAProxy: {BACKENDS} backends, {WORKERS} workers each, wrk -t{WORKERS} -c{CONNECTIONS} -d{DURATION_SECS}s, h2load -t{WORKERS} -c10 -m10, iperf3 -P{WORKERS}; loopback, {} CPUs shared by all",
