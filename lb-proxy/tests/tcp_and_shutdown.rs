@@ -147,6 +147,21 @@ async fn shutdown_cuts_what_outlives_the_grace_period() {
 }
 
 #[tokio::test]
+async fn shutdown_cuts_a_tcp_relay_both_ways() {
+    let (a, _) = tcp_backend(1).await;
+    let p = proxy(tcp_spec(vec![a])).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    // The backend answers only after the client's FIN: both directions wait when the stop comes.
+    s.write_all(b"no FIN yet").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::timeout(LIMIT, p.handle.shutdown(Duration::from_millis(200))).await.unwrap();
+    let mut buf = Vec::new();
+    let r = tokio::time::timeout(LIMIT, s.read_to_end(&mut buf)).await;
+    assert!(r.is_ok(), "a relay that outlives the grace period must be closed, each way");
+    assert!(buf.is_empty(), "{buf:?}");
+}
+
+#[tokio::test]
 async fn idle_tcp_relay_is_closed() {
     let (a, _) = tcp_backend(1).await;
     let mut spec = tcp_spec(vec![a]);
