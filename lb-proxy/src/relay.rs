@@ -2,10 +2,6 @@
 //! sending, the other side's write half is shut down and the reverse direction keeps going
 //! until it finishes too. Ends early when no byte moved either way for `idle`.
 //!
-//! Each direction runs in a task of its own, so a wake-up for bytes one way polls that way
-//! only: polled together in one task, every message also polled the quiet socket's readiness
-//! (a lock and a waker comparison), a quarter of a request's instructions in TCP mode.
-//!
 //! Each direction moves bytes through a small buffer while reads are small (request/response
 //! traffic: one read and one write per message, and a short read tells the socket is drained
 //! without another read). A read that fills the buffer means a bulk transfer: on Linux the
@@ -13,16 +9,14 @@
 //! them into userspace, until the flow turns small again.
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::time::Instant;
-use tokio_util::task::AbortOnDropHandle;
 
 use crate::outlier::now_ms;
 use crate::quiet_sleep::QuietSleep;
@@ -30,15 +24,11 @@ use crate::quiet_sleep::QuietSleep;
 /// The copy buffer of one direction; a read that fills it switches to splice.
 const BUF: usize = 16 * 1024;
 
-pub(crate) async fn relay(a: TcpStream, b: TcpStream, idle: Duration) -> io::Result<()> {
-    let last = Arc::new(AtomicU64::new(now_ms()));
-    let (ar, aw) = a.into_split();
-    let (br, bw) = b.into_split();
-    // The way back in a task of its own on this worker, ended (by the handle's drop) with the
-    // relay however the relay ends: an error the other way, idle, or the proxy's forced stop.
-    let mut back = AbortOnDropHandle::new(tokio::spawn(pump(br, aw, last.clone())));
-    let back = async { (&mut back).await.unwrap_or_else(|e| Err(io::Error::other(e))) };
-    let both = async { tokio::try_join!(pump(ar, bw, last.clone()), back) };
+pub(crate) async fn relay(mut a: TcpStream, mut b: TcpStream, idle: Duration) -> io::Result<()> {
+    let last = AtomicU64::new(now_ms());
+    let (ar, aw) = a.split();
+    let (br, bw) = b.split();
+    let both = async { tokio::try_join!(pump(ar, bw, &last), pump(br, aw, &last)) };
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     tokio::select! {
         biased;
@@ -48,7 +38,7 @@ pub(crate) async fn relay(a: TcpStream, b: TcpStream, idle: Duration) -> io::Res
 }
 
 /// Copies one direction until EOF, then shuts down the writer (sends FIN).
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, last: Arc<AtomicU64>) -> io::Result<()> {
+async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, last: &AtomicU64) -> io::Result<()> {
     let mut buf = vec![0u8; BUF];
     #[cfg(target_os = "linux")]
     let mut pipe: Option<splice::Pipe> = None;
@@ -67,7 +57,7 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, last: Arc<AtomicU
                 pipe = splice::Pipe::new().ok();
             }
             if let Some(p) = &pipe
-                && splice::pump_bulk(from.as_ref(), to.as_ref(), p, &last).await?
+                && splice::pump_bulk(from.as_ref(), to.as_ref(), p, last).await?
             {
                 break;
             }
