@@ -16,8 +16,9 @@ pub struct VipStats {
     /// Requests that failed by the client's fault: refused heads (bad framing, Host), malformed
     /// or aborted bodies, uploads that stopped mid-way. Never counted against a backend.
     pub client_errors: u64,
-    /// HTTP/1 clients answered 408 for not finishing a request head in time, or cut off for
-    /// taking no byte of their response for the send timeout.
+    /// HTTP/1 clients answered 408 for not finishing a request head in time, and responses
+    /// cut off (HTTP/1 connections, h2 streams) because the client took no byte of them for
+    /// the send timeout.
     pub client_timeouts: u64,
     /// TLS handshakes that failed or timed out (TLS termination and SNI routing).
     pub tls_failures: u64,

@@ -18,6 +18,22 @@ fn vip_stats(p: &TestProxy) -> lb_proxy::VipStats {
     p.handle.stats().remove(0)
 }
 
+/// The VIP's figures once the send timeout has cut one client off and its backend is free
+/// again; panics if that does not happen within 10 s.
+async fn cut_and_freed(p: &TestProxy) -> lb_proxy::VipStats {
+    let freed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let stats = vip_stats(p);
+            if stats.client_timeouts == 1 && stats.backends[0].active == 0 {
+                return stats;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    freed.unwrap_or_else(|_| panic!("the stalled client still holds its backend: {:?}", vip_stats(p)))
+}
+
 #[tokio::test]
 async fn client_faults_never_count_against_backends() {
     let b = backends(2).await;
@@ -299,17 +315,7 @@ async fn a_client_that_stops_reading_its_response_is_cut_and_frees_the_backend()
     sock.set_recv_buffer_size(16 * 1024).unwrap();
     let mut stuck = sock.connect(p.addr).await.unwrap();
     stuck.write_all(b"GET /chunked/65536 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    let freed = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let stats = vip_stats(&p);
-            if stats.client_timeouts == 1 && stats.backends[0].active == 0 {
-                return stats;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-    let stats = freed.unwrap_or_else(|_| panic!("the stuck client still holds its backend: {:?}", vip_stats(&p)));
+    let stats = cut_and_freed(&p).await;
     assert_eq!(stats.backends[0].errors, 0, "not the backend's fault: {stats:?}");
     // What the proxy had sent is still delivered, then the connection ends short of the body.
     let out = read_until_closed(&mut stuck, LIMIT).await.expect("the connection must end");
@@ -335,4 +341,61 @@ async fn a_client_that_stops_reading_its_response_is_cut_and_frees_the_backend()
     let at = got.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
     assert_eq!(got[at..], pattern(1024 * 1024)[..], "the slow reader gets the whole body");
     assert_eq!(vip_stats(&p).client_timeouts, 1);
+}
+
+#[tokio::test]
+async fn an_h2_client_that_stops_taking_a_stream_is_cut_and_frees_the_backend() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.timeouts.send = Duration::from_millis(300);
+    let p = proxy(spec).await;
+    let stream = TcpStream::connect(p.addr).await.unwrap();
+    // A 64 KiB window that is widened only as the body is read: this client never reads it.
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(65_535)
+        .handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let get = |path: &str| {
+        hyper::Request::get(format!("http://test.local{path}")).body(Full::<bytes::Bytes>::default()).unwrap()
+    };
+    let stuck = sender.send_request(get("/chunked/65536")).await.unwrap();
+    assert_eq!(stuck.status(), 200);
+    let stats = cut_and_freed(&p).await;
+    assert_eq!(stats.backends[0].errors, 0, "not the backend's fault: {stats:?}");
+    // The stream is reset when the client reads on; the connection serves other streams.
+    let body = stuck.into_body().collect().await;
+    assert!(body.is_err(), "a cut stream cannot end as if complete");
+    let resp = sender.send_request(get("/bytes/200000")).await.unwrap();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(body[..] == pattern(200_000)[..], "a stream read as it comes is served whole");
+    assert_eq!(vip_stats(&p).client_timeouts, 1);
+}
+
+#[tokio::test]
+async fn an_h2_stream_waiting_for_its_backend_is_not_the_clients_stall() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let stall = stalling_backend(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789").await;
+    let mut spec = http_spec(&[]);
+    spec.backends = vec![lb_proxy::BackendSpec::new(stall.addr)];
+    spec.options.timeouts.send = Duration::from_millis(200);
+    spec.options.timeouts.body = Duration::from_millis(1000);
+    let p = proxy(spec).await;
+    let stream = TcpStream::connect(p.addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get("http://test.local/").body(Full::<bytes::Bytes>::default()).unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    // The client reads all it is given; the backend goes silent after 10 bytes.
+    let body = tokio::time::timeout(LIMIT, resp.into_body().collect()).await.expect("the stalled body must end");
+    assert!(body.is_err(), "a body cut short cannot end as if complete");
+    let stats = vip_stats(&p);
+    assert_eq!((stats.client_timeouts, stats.backends[0].errors), (0, 1), "the backend's silence: {stats:?}");
 }

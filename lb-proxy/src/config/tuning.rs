@@ -39,7 +39,8 @@ pub struct Timeouts {
     pub body: Duration,
     /// Sending to a client: one that takes no byte of what is written to it for this long
     /// (stopped reading its response) loses the connection, and its backend exchange ends
-    /// (nginx's `send_timeout`). HTTP/1; h2 clients that stop reading miss the keep-alive pings.
+    /// (nginx's `send_timeout`). On h2, a stream whose client stops taking its data (its
+    /// flow-control window stays shut) is cut the same way, and the connection serves on.
     #[serde(with = "duration")]
     pub send: Duration,
     /// Inactivity of upgraded connections (WebSocket) and TCP relays, both ways together

@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::forward::{ConnCtx, handle};
+use super::h2_send::SendWatch;
 use super::respond::BUSY_RESPONSE;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
@@ -52,9 +53,11 @@ where
 {
     let opts = &vip.spec.options;
     let ctx = Arc::new(ConnCtx::new(vip, client, https));
+    let watch = Arc::new(SendWatch::new(opts.timeouts.send));
+    let streams = watch.clone();
     let svc = service_fn(move |req| {
-        let ctx = ctx.clone();
-        async move { Ok::<_, Infallible>(handle(req, &ctx).await) }
+        let (ctx, streams) = (ctx.clone(), streams.clone());
+        async move { Ok::<_, Infallible>(streams.watch(handle(req, &ctx).await)) }
     });
     let mut b = http2::Builder::new(TokioExecutor::new());
     b.timer(TokioTimer::new())
@@ -65,11 +68,18 @@ where
         .keep_alive_timeout(opts.timeouts.client_header);
     let conn = b.serve_connection(TokioIo::new(stream), svc);
     tokio::pin!(conn);
+    // Streams whose client stopped taking their response are cut while the connection runs.
+    let cut = || {
+        vip.counters.client_timeouts.fetch_add(1, Relaxed);
+    };
+    let watching = watch.run(cut);
+    tokio::pin!(watching);
     // Serves until done; on stop, finishes in-flight requests (graceful), on force, drops.
     let stopping = tokio::select! {
         biased;
         r = conn.as_mut() => { log_end(r); false }
         _ = tasks.stop.raised() => true,
+        never = watching.as_mut() => match never {},
     };
     if stopping {
         conn.as_mut().graceful_shutdown();
@@ -77,6 +87,7 @@ where
             biased;
             r = conn.as_mut() => log_end(r),
             _ = tasks.force.raised() => {}
+            never = watching.as_mut() => match never {},
         }
     }
 }
