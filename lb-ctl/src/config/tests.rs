@@ -233,6 +233,11 @@ fn bad_files_give_exact_messages() {
             &["lb.toml:5: vip \"web\": [vip.proxy] only applies to forwarding = \"proxy\" VIPs"],
         ),
         (
+            "a zero timeout, which would end every wait at once",
+            format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ tunnel = \"0s\", queue = \"0s\" }}\n"),
+            &["lb.toml:7: a timeout of 0 would end every wait at once: give a time above 0"],
+        ),
+        (
             "misspelt key inside a [vip.proxy] sub-table",
             format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\" }}\n"),
             &[

@@ -20,6 +20,20 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     }
 }
 
+/// A duration that must be more than zero: a timeout of 0 would end every wait at once, where
+/// an operator used to other proxies may mean "no timeout" (there is none here).
+pub mod nonzero {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let t = super::deserialize(d)?;
+        if t.is_zero() {
+            return Err(D::Error::custom("a timeout of 0 would end every wait at once: give a time above 0"));
+        }
+        Ok(t)
+    }
+}
+
 pub fn parse(s: &str) -> Option<Duration> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit())?;

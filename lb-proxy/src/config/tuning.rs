@@ -7,45 +7,45 @@ use serde::Deserialize;
 use super::duration;
 
 /// Timeouts. In lb.toml-style text they read `"2s"`, `"500ms"`, `"1m"`, `"1h"`, or a number
-/// of milliseconds.
+/// of milliseconds. Only `queue` (never wait) and `tcp_keepalive` (off) may be 0.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Timeouts {
     /// Establishing a backend connection (each attempt).
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub connect: Duration,
     /// A client must send a complete request head within this from its first byte (slow-loris
     /// defence); HTTP/1 clients then get 408.
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub client_header: Duration,
     /// A backend must answer with a response head within this once the request has been sent
     /// whole (each attempt); then 504. Upload time does not count.
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub backend_header: Duration,
     /// Keep-alive idle time: between requests on a client connection, and of pooled backend
     /// connections.
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub idle: Duration,
     /// The budget from the end of the request (head, and body if any) to the response head:
     /// queueing, retries, every attempt.
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub request: Duration,
     /// How long a request may wait in a backend's maxconn queue.
     #[serde(with = "duration")]
     pub queue: Duration,
     /// Inactivity while a request or response body streams: a client or backend that sends
     /// nothing for this long mid-body loses the exchange.
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub body: Duration,
     /// Sending to a client: one that takes no byte of what is written to it for this long
     /// (stopped reading its response) loses the connection, and its backend exchange ends
     /// (nginx's `send_timeout`). On h2, a stream whose client stops taking its data (its
     /// flow-control window stays shut) is cut the same way, and the connection serves on.
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub send: Duration,
     /// Inactivity of upgraded connections (WebSocket) and TCP relays, both ways together
     /// (HAProxy's `timeout tunnel`).
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub tunnel: Duration,
     /// TCP keepalive probes on client and backend sockets start after this much silence, so
     /// peers that vanished without a FIN are found; 0 turns them off.
@@ -53,7 +53,7 @@ pub struct Timeouts {
     pub tcp_keepalive: Duration,
     /// TLS: a client must complete its handshake (or, with SNI routing, send its ClientHello)
     /// within this.
-    #[serde(with = "duration")]
+    #[serde(with = "duration::nonzero")]
     pub handshake: Duration,
 }
 
