@@ -37,7 +37,9 @@ fn the_status_page_in_a_browser_shows_the_backends_list() {
         return;
     }
     let mut lab = Lab::new("sp", 3, 1);
-    // Backends 0 and 1 serve; nothing listens on backend 2, so its check fails: down.
+    // Backends 0 and 1 serve; nothing listens on backend 2, so its check is refused: down. Three
+    // failures in a row take a backend down, so a check slowed by Chromium starting on the same
+    // two cores cannot flip a serving backend between the page and `backends list`.
     for i in 0..2 {
         let ns = lab.backends[i].name.clone();
         lab.spawn(&ns, &[env!("CARGO_BIN_EXE_lb-test-backend"), "0.0.0.0:8080", &format!("backend-{i}")]);
@@ -51,7 +53,7 @@ fn the_status_page_in_a_browser_shows_the_backends_list() {
         (0..3).map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i))).collect();
     daemon.write_config_text(&format!(
         "[daemon]\napi_socket = \"{}\"\nmetrics = \"{METRICS}\"\nflow_table_size = 65536\n\n[[vip]]\nname = \"web\"\n\
-         address = \"{}\"\nport = 80\nhealth = {{ kind = \"tcp\", interval = \"200ms\", timeout = \"100ms\", rise = 1, fall = 1 }}\n\
+         address = \"{}\"\nport = 80\nhealth = {{ kind = \"tcp\", interval = \"300ms\", timeout = \"250ms\", rise = 1, fall = 3 }}\n\
          backends = [ {} ]\n",
         daemon.socket().display(),
         Ipv4Addr::new(203, 0, 113, 10),
