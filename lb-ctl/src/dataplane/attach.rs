@@ -12,8 +12,10 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{XdpMode, xdp::XdpLink};
 use ipnet::IpNet;
 use lb_common::backend::Backend;
+use lb_common::config::DataplaneConfig;
 use lb_common::flow::{ForwardSet, ReverseSet, flow_sets};
-use lb_common::limits::MAX_VIPS;
+use lb_common::limits::{MAX_BACKENDS, MAX_VIPS, PORTS};
+use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 use lb_common::{map_names, program_names};
 
@@ -80,10 +82,10 @@ pub fn ensure_bpffs() -> Result<()> {
     Ok(())
 }
 
-/// Refuses pinned maps that this build cannot use: other layouts (another version) or other
-/// sizes (ring or connection-table size changed). Reusing them would corrupt the data plane.
-fn check_pinned(dir: &Path, ring_size: u32, flow_table_size: u32) -> Result<bool> {
-    let expect: &[(&str, usize, usize, Option<u32>)] = &[
+/// This build's layout of every pinned map: name, key and value sizes, and the entries where
+/// this build or the configuration fixes them.
+fn pinned_layouts(ring_size: u32, flow_table_size: u32) -> [(&'static str, usize, usize, Option<u32>); 12] {
+    [
         (map_names::VIPS, size_of::<VipKey>(), size_of::<VipInfo>(), None),
         (map_names::VIP_INFO, 4, size_of::<VipInfo>(), None),
         (map_names::BACKENDS, 4, size_of::<Backend>(), None),
@@ -91,9 +93,21 @@ fn check_pinned(dir: &Path, ring_size: u32, flow_table_size: u32) -> Result<bool
         (map_names::RINGS, 4, 4, Some(MAX_VIPS * ring_size)),
         (map_names::FLOWS, 4, size_of::<ForwardSet>(), Some(flow_sets(flow_table_size))),
         (map_names::REVERSE_FLOWS, 4, size_of::<ReverseSet>(), Some(flow_sets(flow_table_size))),
-    ];
+        (map_names::PORT_FLAGS, 4, 4, Some(PORTS)),
+        (map_names::CONFIG, 4, size_of::<DataplaneConfig>(), Some(1)),
+        // Counters and statistics too: a build with more counters would write past a pinned
+        // map of fewer (silently lost), and read the others' figures in the wrong places.
+        (map_names::COUNTERS, 4, size_of::<u64>(), Some(Counter::COUNT)),
+        (map_names::VIP_STATS, 4, size_of::<Traffic>(), Some(MAX_VIPS)),
+        (map_names::BACKEND_STATS, 4, size_of::<Traffic>(), Some(MAX_BACKENDS)),
+    ]
+}
+
+/// Refuses pinned maps that this build cannot use: other layouts (another version) or other
+/// sizes (ring or connection-table size changed). Reusing them would corrupt the data plane.
+fn check_pinned(dir: &Path, ring_size: u32, flow_table_size: u32) -> Result<bool> {
     let mut found = false;
-    for (name, key, value, entries) in expect {
+    for (name, key, value, entries) in &pinned_layouts(ring_size, flow_table_size) {
         let path = dir.join(name);
         if !path.exists() {
             continue;
@@ -266,5 +280,20 @@ pub fn detach_decap_at(paths: &AttachPaths) -> Result<()> {
     match std::fs::remove_dir(&paths.pin_dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(format!("{}: {e}", paths.pin_dir.display()))),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pinned_map_is_checked_before_it_is_reused() {
+        let checked: Vec<&str> = pinned_layouts(65537, 1 << 16).iter().map(|l| l.0).collect();
+        let mut pinned = load::PINNED_MAPS.to_vec();
+        let mut sorted = checked.clone();
+        pinned.sort_unstable();
+        sorted.sort_unstable();
+        assert_eq!(sorted, pinned, "a pinned map without a checked layout would be reused blind");
     }
 }
