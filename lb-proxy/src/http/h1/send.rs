@@ -94,7 +94,7 @@ mod tests {
         // Fits the pipe: no wait, no timer.
         w.write_all(&[1; 64]).await.unwrap();
         assert!(!w.timed_out());
-        // The far end reads a byte now and then, more often than the limit: never cut.
+        // The far end reads 16 bytes every 4 s, within the 5 s limit each time: never cut.
         let slow_reader = tokio::spawn(async move {
             let mut got = 0;
             let mut byte = [0; 16];
