@@ -11,6 +11,10 @@ use clap::Parser as _;
 use lb_ctl::cli::args::{Cli, Command};
 use lb_ctl::cli::{client, docs, local, start};
 
+/// The daemon serves proxy VIPs in-process: glibc, with tokio's 128-byte aligned blocks cheap.
+#[global_allocator]
+static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

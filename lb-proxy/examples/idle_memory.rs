@@ -16,6 +16,10 @@ use hyper_util::rt::TokioIo;
 use lb_proxy::{BackendSpec, Mode, Proxy, ProxyVipSpec};
 use tokio::net::{TcpListener, TcpStream};
 
+/// As the daemon runs the proxy.
+#[global_allocator]
+static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
+
 fn main() {
     raise_fd_limit();
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -9,6 +9,7 @@
 //! Start with [`Proxy::start`] (or [`Proxy::start_with_listeners`] for sockets bound by the
 //! caller), then steer it through the [`ProxyHandle`].
 mod accept;
+mod alloc;
 mod backend;
 mod balance;
 pub mod config;
@@ -29,6 +30,7 @@ mod trim;
 mod vip;
 mod workers;
 
+pub use alloc::Allocator;
 pub use config::{
     AccessLogFormat, BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, Limits, Mode,
     Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,

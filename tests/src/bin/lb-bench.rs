@@ -80,6 +80,10 @@ enum Bench {
     ProxyFrontend { args: Vec<String> },
 }
 
+/// The proxy benchmark's front end is lb-proxy as the daemon runs it, allocator included.
+#[global_allocator]
+static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
         Bench::Dataplane { rounds, only } => {
