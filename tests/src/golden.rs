@@ -109,6 +109,11 @@ pub fn run_case(dp: &mut AyaDataplane, ingress: u32, c: &Case) -> Result<(), Str
     outcome
 }
 
+/// The program array the ingress programs jump through, to take a program out and put it back.
+pub fn jumps(dp: &mut AyaDataplane) -> aya::maps::ProgramArray<&mut aya::maps::MapData> {
+    aya::maps::ProgramArray::try_from(dp.ebpf_mut().map_mut(lb_common::map_names::JUMPS).unwrap()).unwrap()
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

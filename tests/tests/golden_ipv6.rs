@@ -5,8 +5,9 @@
 //! counters that must move. Needs root; the FIB lookups resolve in a namespace made here.
 
 use etherparse::{Icmpv6Type, PacketBuilder};
+use lb_common::program_names;
 use lb_common::stats::{Counter, DecapCounter};
-use lb_ctl::dataplane::load::{allow_decap_sources, load_decap};
+use lb_ctl::dataplane::load::{allow_decap_sources, load_decap, program};
 use lb_tests::fixture::{B1, LB_ADDR, LB_MAC, balancer, mac_of};
 use lb_tests::fixture6::*;
 use lb_tests::golden::*;
@@ -324,6 +325,31 @@ fn ipv6_golden_packets_through_lb_ingress() {
             Counter::ForwardIcmpTooBig,
         ),
     );
+    // Without lb_too_big6 in JUMPS (a loader that did not fill it), the packet is not dropped
+    // in silence: it passes as it came, and the failed jump is counted.
+    let too_big_program = program(dp.ebpf_mut(), program_names::TOO_BIG6).unwrap().fd().unwrap().try_clone().unwrap();
+    jumps(&mut dp).clear_index(&lb_common::jumps::TOO_BIG6).unwrap();
+    run(
+        &mut dp,
+        case(
+            "IPv6 DSR packet too big with lb_too_big6 missing: pass untouched",
+            dbig.bytes(),
+            XDP_PASS,
+            None,
+            Counter::PassJumpFailed,
+        ),
+    );
+    jumps(&mut dp).set(lb_common::jumps::TOO_BIG6, &too_big_program, 0).unwrap();
+    run(
+        &mut dp,
+        case(
+            "IPv6 DSR packet too big, lb_too_big6 back: answered again",
+            dbig.bytes(),
+            XDP_TX,
+            Some(too_big6(&dbig.bytes(), 14, 1460)),
+            Counter::ForwardIcmpTooBig,
+        ),
+    );
     let s4 = Frame6::tcp(CLIENT6, 41001, vip6(0x21), 80);
     let six_in_four = wrapped(&s4.bytes(), 14, Wrap::Ip { src: v4(LB_ADDR), dst: v4(B1) }, 0, LB_MAC, mac_of(B1));
     run(
@@ -462,13 +488,27 @@ fn ipv6_golden_packets_through_lb_ingress() {
     let derr_out = wrapped(&derr, 14, Wrap::Ip { src: v6(LB6), dst: v6(B6_1) }, 0, LB_MAC, mac6(B6_1));
     let mut c = case(
         "ICMPv6 error about a DSR flow: to its backend, wrapped untouched",
-        derr,
+        derr.clone(),
         XDP_TX,
         Some(derr_out),
         Counter::ForwardTx,
     );
     c.events = vec![Counter::IcmpToBackend];
     run(&mut dp, c);
+    // Without lb_icmp6_errors in JUMPS, the error passes to the stack as it came, counted.
+    let icmp6_program = program(dp.ebpf_mut(), program_names::ICMP6_ERRORS).unwrap().fd().unwrap().try_clone().unwrap();
+    jumps(&mut dp).clear_index(&lb_common::jumps::ICMP6_ERRORS).unwrap();
+    run(
+        &mut dp,
+        case(
+            "ICMPv6 error about a DSR flow, lb_icmp6_errors missing: pass untouched",
+            derr,
+            XDP_PASS,
+            None,
+            Counter::PassJumpFailed,
+        ),
+    );
+    jumps(&mut dp).set(lb_common::jumps::ICMP6_ERRORS, &icmp6_program, 0).unwrap();
     let unknown = Frame6::tcp(vip_nat, 80, CLIENT6, 49999).with(|f| f.l4 = L4::TcpAck).bytes();
     let stray = icmp6(
         (mac6(router), LB_MAC),

@@ -158,13 +158,9 @@ fn golden_packets_through_lb_ingress() {
     );
     // Without its program in JUMPS (a loader that did not fill it), IPv6 passes untouched.
     let v6_program = program(dp.ebpf_mut(), program_names::INGRESS_V6).unwrap().fd().unwrap().try_clone().unwrap();
-    let mut jumps =
-        aya::maps::ProgramArray::try_from(dp.ebpf_mut().map_mut(lb_common::map_names::JUMPS).unwrap()).unwrap();
-    jumps.clear_index(&lb_common::jumps::IPV6).unwrap();
+    jumps(&mut dp).clear_index(&lb_common::jumps::IPV6).unwrap();
     run(&mut dp, case("IPv6 with lb_ingress_v6 missing: pass untouched", v6, XDP_PASS, None, Counter::PassJumpFailed));
-    let mut jumps =
-        aya::maps::ProgramArray::try_from(dp.ebpf_mut().map_mut(lb_common::map_names::JUMPS).unwrap()).unwrap();
-    jumps.set(lb_common::jumps::IPV6, &v6_program, 0).unwrap();
+    jumps(&mut dp).set(lb_common::jumps::IPV6, &v6_program, 0).unwrap();
     // ---- From a NAT backend's port with no reply entry: never out with the backend's address.
     let stray = Frame::tcp(B1, 8080, CLIENT, 1234).with(|f| {
         f.l4 = L4::TcpAck;
@@ -396,13 +392,27 @@ fn golden_packets_through_lb_ingress() {
     let err_in = icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &sent((vip_web, 80)));
     let mut c = case(
         "ICMP fragmentation needed about a NAT flow: to its backend, quote rewritten",
-        err_in,
+        err_in.clone(),
         XDP_TX,
         Some(icmp_frag_needed((LB_MAC, mac_of(b.0)), router, b.0, 63, 1400, &sent(b))),
         Counter::ForwardTx,
     );
     c.events = vec![Counter::IcmpToBackend];
     run(&mut dp, c);
+    // Without lb_icmp_errors in JUMPS, the error passes to the stack as it came, counted.
+    let icmp_program = program(dp.ebpf_mut(), program_names::ICMP_ERRORS).unwrap().fd().unwrap().try_clone().unwrap();
+    jumps(&mut dp).clear_index(&lb_common::jumps::ICMP_ERRORS).unwrap();
+    run(
+        &mut dp,
+        case(
+            "ICMP error about a NAT flow, lb_icmp_errors missing: pass untouched",
+            err_in,
+            XDP_PASS,
+            None,
+            Counter::PassJumpFailed,
+        ),
+    );
+    jumps(&mut dp).set(lb_common::jumps::ICMP_ERRORS, &icmp_program, 0).unwrap();
     let unknown =
         icmp_frag_needed((CLIENT_MAC, LB_MAC), router, vip_web, 64, 1400, &Frame::tcp(vip_web, 80, CLIENT, 39999));
     run(&mut dp, case("ICMP error about no known flow: pass untouched", unknown, XDP_PASS, None, Counter::PassNotVip));
