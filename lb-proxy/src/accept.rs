@@ -50,15 +50,20 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
                 continue;
             }
         };
-        let Some(permit) = vip.conn_limit.try_admit() else {
-            vip.counters.rejected.fetch_add(1, Relaxed);
-            match vip.spec.mode {
-                Mode::Http => {
-                    tasks.tracker.spawn(crate::http::refuse_busy(stream));
+        // The client's own cap first: a client at it must not hold a place of the VIP's.
+        let place = match &vip.per_client {
+            Some(limit) => match limit.try_admit(client.ip()) {
+                Some(place) => Some(place),
+                None => {
+                    vip.counters.clients_limited.fetch_add(1, Relaxed);
+                    refuse(stream, &vip, &tasks, crate::http::TOO_MANY_RESPONSE);
+                    continue;
                 }
-                // Closing at once is the TCP way to say "busy".
-                Mode::Tcp => drop(stream),
-            }
+            },
+            None => None,
+        };
+        let Some(permit) = vip.conn_limit.try_admit() else {
+            refuse(stream, &vip, &tasks, crate::http::BUSY_RESPONSE);
             continue;
         };
         let worker = if spread { set.next() } else { workers::current() };
@@ -78,17 +83,30 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
         // Boxed: the connection's future is kilobytes, and a task's future is moved several
         // times on its way into the runtime and written over once more when it ends; a box
         // makes each of those moves a pointer's.
-        let task = Box::pin(connection(stream, client, vip.clone(), tasks.clone(), permit));
+        let task = Box::pin(connection(stream, client, vip.clone(), tasks.clone(), (permit, place)));
         set.spawn_on(worker, &tasks.tracker, task);
     }
 }
+
+/// Refuses a connection before it is served: plain HTTP gets `response`; TLS and TCP clients
+/// are closed at once (the TCP way to say "busy"; a TLS client would read plain text as garbage).
+fn refuse(stream: TcpStream, vip: &Vip, tasks: &Tasks, response: &'static [u8]) {
+    vip.counters.rejected.fetch_add(1, Relaxed);
+    if vip.spec.mode == Mode::Http && vip.tls.is_none() {
+        tasks.tracker.spawn(crate::http::refuse_connection(stream, response));
+    }
+}
+
+/// What a connection holds while it is open: its place under the VIP's cap and under its
+/// client's.
+type Places = (OwnedSemaphorePermit, Option<crate::limits::ClientPlace>);
 
 enum Accepted {
     Here(TcpStream),
     Moved(std::net::TcpStream),
 }
 
-async fn connection(stream: Accepted, client: SocketAddr, vip: Arc<Vip>, tasks: Tasks, permit: OwnedSemaphorePermit) {
+async fn connection(stream: Accepted, client: SocketAddr, vip: Arc<Vip>, tasks: Tasks, places: Places) {
     let stream = match stream {
         Accepted::Here(s) => s,
         Accepted::Moved(s) => match TcpStream::from_std(s) {
@@ -108,5 +126,5 @@ async fn connection(stream: Accepted, client: SocketAddr, vip: Arc<Vip>, tasks: 
     }
     vip.counters.client_connections.fetch_sub(1, Relaxed);
     crate::trim::connection_closed();
-    drop(permit);
+    drop(places);
 }

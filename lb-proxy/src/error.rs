@@ -55,8 +55,8 @@ pub(crate) enum UpstreamError {
     /// TLS to the backend failed (handshake, certificate).
     #[error("TLS to backend {0} failed: {1}")]
     Tls(SocketAddr, io::Error),
-    /// The client's fault: a malformed or aborted request body (400), or one that stopped
-    /// mid-way (408). Never counted against a backend.
+    /// The client's fault: a malformed or aborted request body (400), one that stopped
+    /// mid-way (408), or one larger than `max_body_bytes` (413). Never counted against a backend.
     #[error("client fault: {0:?}")]
     Client(crate::http::ClientFault),
 }
@@ -70,6 +70,7 @@ impl UpstreamError {
             UpstreamError::Connect(..) | UpstreamError::Http(..) | UpstreamError::Tls(..) => S::BAD_GATEWAY,
             UpstreamError::Client(crate::http::ClientFault::Broken) => S::BAD_REQUEST,
             UpstreamError::Client(crate::http::ClientFault::Stalled) => S::REQUEST_TIMEOUT,
+            UpstreamError::Client(crate::http::ClientFault::TooLarge) => S::PAYLOAD_TOO_LARGE,
             UpstreamError::ConnectTimeout(_) | UpstreamError::HeaderTimeout(_) | UpstreamError::RequestTimeout => {
                 S::GATEWAY_TIMEOUT
             }

@@ -1,7 +1,9 @@
 //! Admission limits: a backend's maxconn with a bounded wait queue (HAProxy's `maxconn` +
-//! queue), and the VIP's client-connection cap.
-use std::sync::Arc;
+//! queue), the VIP's client-connection cap, and its cap per client address.
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -75,6 +77,84 @@ impl ConnLimit {
     }
 }
 
+/// The VIP's cap on concurrent connections from one client (nginx's `limit_conn`, HAProxy's
+/// `sc_conn_cur`): one address cannot take the whole VIP cap. IPv6 clients count by their /64,
+/// the block a single subscriber or host is given, which it can spread connections over.
+/// The table holds only clients with open connections, so it never outgrows the VIP cap.
+#[derive(Debug)]
+pub(crate) struct PerClientLimit {
+    max: u32,
+    open: Mutex<HashMap<ClientKey, u32>>,
+}
+
+/// A client as the per-client cap counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ClientKey {
+    V4([u8; 4]),
+    /// The address's first 64 bits.
+    V6Prefix([u8; 8]),
+}
+
+impl ClientKey {
+    pub(crate) fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => ClientKey::V4(v4.octets()),
+            // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d.
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => ClientKey::V4(v4.octets()),
+                None => ClientKey::V6Prefix(v6.octets()[..8].try_into().expect("8 of 16 bytes")),
+            },
+        }
+    }
+}
+
+/// Held for a connection's lifetime; dropping it gives the client's place back.
+#[derive(Debug)]
+pub(crate) struct ClientPlace {
+    limit: Arc<PerClientLimit>,
+    key: ClientKey,
+}
+
+impl PerClientLimit {
+    pub(crate) fn new(max: u32) -> Arc<Self> {
+        Arc::new(PerClientLimit { max, open: Mutex::new(HashMap::new()) })
+    }
+
+    /// A place for one more connection of `client`, or None when it holds `max` already.
+    pub(crate) fn try_admit(self: &Arc<Self>, client: IpAddr) -> Option<ClientPlace> {
+        let key = ClientKey::of(client);
+        let mut open = self.lock();
+        let n = open.entry(key).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientPlace { limit: self.clone(), key })
+    }
+
+    /// Clients with open connections now.
+    #[cfg(test)]
+    fn clients(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ClientKey, u32>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        let mut open = self.limit.lock();
+        if let Some(n) = open.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +203,23 @@ mod tests {
         for _ in 0..1000 {
             assert!(gate.admit(Duration::ZERO, None).await.unwrap().is_none());
         }
+    }
+
+    #[test]
+    fn per_client_cap_counts_addresses_and_ipv6_blocks_and_forgets_closed_ones() {
+        let limit = PerClientLimit::new(2);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let a1 = limit.try_admit(ip("192.0.2.1")).unwrap();
+        let a2 = limit.try_admit(ip("::ffff:192.0.2.1")).expect("the same client, mapped");
+        assert!(limit.try_admit(ip("192.0.2.1")).is_none(), "a third is refused");
+        assert!(limit.try_admit(ip("192.0.2.2")).is_some(), "another client is not");
+        let b1 = limit.try_admit(ip("2001:db8:0:1::1")).unwrap();
+        let _b2 = limit.try_admit(ip("2001:db8:0:1:ffff::2")).unwrap();
+        assert!(limit.try_admit(ip("2001:db8:0:1::3")).is_none(), "the same /64");
+        assert!(limit.try_admit(ip("2001:db8:0:2::1")).is_some(), "another /64");
+        drop(a1);
+        let _a3 = limit.try_admit(ip("192.0.2.1")).expect("a closed connection's place is free again");
+        drop((a2, b1));
+        assert_eq!(limit.clients(), 2, "192.0.2.1 (one open) and the first /64 (one open)");
     }
 }

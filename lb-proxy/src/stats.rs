@@ -13,6 +13,9 @@ pub struct VipStats {
     /// Requests (HTTP) or connections (TCP) refused before reaching a backend:
     /// limits, no backend, full queues.
     pub rejected: u64,
+    /// Of those, connections refused because their client (address, IPv6 /64) already held
+    /// `limits.max_connections_per_client`.
+    pub clients_limited: u64,
     /// Requests that failed by the client's fault: refused heads (bad framing, Host), malformed
     /// or aborted bodies, uploads that stopped mid-way. Never counted against a backend.
     pub client_errors: u64,
@@ -104,6 +107,7 @@ impl BackendCounters {
 pub(crate) struct VipCounters {
     pub(crate) client_connections: AtomicU64,
     pub(crate) rejected: AtomicU64,
+    pub(crate) clients_limited: AtomicU64,
     pub(crate) client_errors: AtomicU64,
     pub(crate) client_timeouts: AtomicU64,
     pub(crate) tls_failures: AtomicU64,

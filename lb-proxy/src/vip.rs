@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, VipBackends};
 use crate::balance::{Balancer, Tried};
 use crate::config::{BackendSpec, Mode, ProxyVipSpec};
-use crate::limits::ConnLimit;
+use crate::limits::{ConnLimit, PerClientLimit};
 use crate::pool::Dial;
 use crate::stats::{VipCounters, VipStats};
 use crate::tls::{TlsServer, name_matches};
@@ -19,6 +19,8 @@ pub(crate) struct Vip {
     pub(crate) balancer: Balancer,
     pub(crate) counters: VipCounters,
     pub(crate) conn_limit: ConnLimit,
+    /// `limits.max_connections_per_client`.
+    pub(crate) per_client: Option<Arc<PerClientLimit>>,
     /// TLS termination (HTTP VIPs with `tls`).
     pub(crate) tls: Option<TlsServer>,
     /// Backend sets chosen by TLS server name (TCP VIPs with `sni`).
@@ -66,6 +68,7 @@ impl Vip {
             balancer: Balancer::default(),
             counters: VipCounters::default(),
             conn_limit: ConnLimit::new(opts.limits.max_connections),
+            per_client: opts.limits.max_connections_per_client.map(|n| PerClientLimit::new(n.get())),
             dial: Dial {
                 connect_timeout: opts.timeouts.connect,
                 keepalive: opts.timeouts.tcp_keepalive,
@@ -118,6 +121,7 @@ impl Vip {
             name: self.spec.name.clone(),
             client_connections: self.counters.client_connections.load(Relaxed),
             rejected: self.counters.rejected.load(Relaxed),
+            clients_limited: self.counters.clients_limited.load(Relaxed),
             client_errors: self.counters.client_errors.load(Relaxed),
             client_timeouts: self.counters.client_timeouts.load(Relaxed),
             tls_failures: self.counters.tls_failures.load(Relaxed),

@@ -238,6 +238,11 @@ fn bad_files_give_exact_messages() {
             &["lb.toml:7: a timeout of 0 would end every wait at once: give a time above 0"],
         ),
         (
+            "a zero client cap or body limit, which would refuse everyone or read as none",
+            format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\nlimits = {{ max_connections_per_client = 0 }}\n"),
+            &["lb.toml:7: a limit of 0 would refuse everything: leave the key out for no limit"],
+        ),
+        (
             "misspelt key inside a [vip.proxy] sub-table",
             format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\" }}\n"),
             &[

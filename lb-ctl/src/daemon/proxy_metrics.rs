@@ -1,5 +1,6 @@
 //! The userspace proxy's own figures in `/v1/metrics`: responses by status class, the
-//! response-time histogram, retries, refusals, client errors and connections per VIP, and
+//! response-time histogram, retries, refusals (and those by the per-client cap), client
+//! errors, client timeouts, TLS failures and connections per VIP, and
 //! queue depth and outlier ejections per backend.
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _};
 use prometheus_client::metrics::MetricType;
@@ -25,6 +26,17 @@ pub(super) fn register(registry: &mut Registry, stats: Vec<VipStats>) {
         "proxy_client_errors",
         "Requests that failed by the client's fault (never a backend's)",
     );
+    let clients_limited = family::<Counter>(
+        registry,
+        "proxy_clients_limited",
+        "Connections refused because their client held max_connections_per_client (in proxy_rejected too)",
+    );
+    let client_timeouts = family::<Counter>(
+        registry,
+        "proxy_client_timeouts",
+        "Clients answered 408 for a slow request head, and responses cut for a client that took none of them",
+    );
+    let tls_failures = family::<Counter>(registry, "proxy_tls_failures", "TLS handshakes that failed or timed out");
     let connections = family::<Gauge>(registry, "proxy_client_connections", "Client connections open now");
     let queued =
         family::<Gauge>(registry, "proxy_queue_depth", "Requests waiting for a backend slot (max_connections)");
@@ -40,6 +52,9 @@ pub(super) fn register(registry: &mut Registry, stats: Vec<VipStats>) {
         retries.get_or_create(&labels).inc_by(vip.retries);
         rejected.get_or_create(&labels).inc_by(vip.rejected);
         client_errors.get_or_create(&labels).inc_by(vip.client_errors);
+        clients_limited.get_or_create(&labels).inc_by(vip.clients_limited);
+        client_timeouts.get_or_create(&labels).inc_by(vip.client_timeouts);
+        tls_failures.get_or_create(&labels).inc_by(vip.tls_failures);
         connections.get_or_create(&labels).set(vip.client_connections as i64);
         for b in &vip.backends {
             let labels: Labels = vec![("vip", vip.name.clone()), ("backend", b.addr.to_string())];

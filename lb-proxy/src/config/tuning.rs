@@ -1,8 +1,9 @@
 //! The tuning tables of [`super::ProxyOptions`]: timeouts, limits, client-information headers,
 //! PROXY protocol, retries and outlier detection.
+use std::num::{NonZeroU32, NonZeroU64};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, de::Error};
 
 use super::duration;
 
@@ -87,6 +88,16 @@ pub struct Limits {
     pub max_request_line: usize,
     /// Most concurrent client connections to the VIP; more are answered 503 (HTTP) or closed.
     pub max_connections: usize,
+    /// Most concurrent connections from one client address (IPv6: one /64); more are answered
+    /// 429 (plain HTTP) or closed (TLS, TCP). None: no cap but the VIP's (0 is refused: it would
+    /// refuse everyone).
+    #[serde(deserialize_with = "optional_limit_u32")]
+    pub max_connections_per_client: Option<NonZeroU32>,
+    /// Largest request body accepted; larger gets 413 (a declared length before any backend
+    /// is asked, a streamed body once it grows past it). None: no limit (0 is refused: nginx reads
+    /// it as "no limit", which an operator might mean).
+    #[serde(deserialize_with = "optional_limit_u64")]
+    pub max_body_bytes: Option<NonZeroU64>,
     /// Requests waiting for a full backend (per backend); more get 503.
     pub queue_per_backend: usize,
     /// Idle pooled connections kept per backend.
@@ -102,11 +113,26 @@ impl Default for Limits {
             max_headers: 100,
             max_request_line: 8 * 1024,
             max_connections: 10_000,
+            max_connections_per_client: None,
+            max_body_bytes: None,
             queue_per_backend: 128,
             pool_idle_per_backend: 256,
             h2_max_streams: 128,
         }
     }
+}
+
+/// An optional limit written as a number: 0 would refuse everything, or read as nginx reads it,
+/// "no limit"; either way it is a mistake at its line.
+fn optional_limit_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<NonZeroU64>, D::Error> {
+    NonZeroU64::new(u64::deserialize(d)?)
+        .map(Some)
+        .ok_or_else(|| D::Error::custom("a limit of 0 would refuse everything: leave the key out for no limit"))
+}
+
+fn optional_limit_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<NonZeroU32>, D::Error> {
+    let n = optional_limit_u64(d)?.map(|n| u32::try_from(n.get()));
+    n.transpose().map(|n| n.and_then(NonZeroU32::new)).map_err(|_| D::Error::custom("a limit above 4294967295"))
 }
 
 /// Which client-information headers are added to requests.

@@ -58,7 +58,7 @@ mod tests {
     use crate::http::upload::RequestBody;
 
     fn ended_upload() -> std::sync::Arc<Upload> {
-        RequestBody::new(http_body_util::Empty::<bytes::Bytes>::new(), Duration::from_secs(60)).1
+        RequestBody::new(http_body_util::Empty::<bytes::Bytes>::new(), Duration::from_secs(60), None).1
     }
 
     #[tokio::test(start_paused = true)]

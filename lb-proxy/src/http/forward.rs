@@ -83,7 +83,7 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
     let replayable = is_idempotent(&parts.method) && body.is_end_stream() && !upgrade;
-    let (body, upload) = RequestBody::new(body, opts.timeouts.body);
+    let (body, upload) = RequestBody::new(body, opts.timeouts.body, opts.limits.max_body_bytes.map(|n| n.get()));
     let mut up = Request::new(body.boxed());
     *up.method_mut() = parts.method;
     *up.uri_mut() = parts.uri;

@@ -17,5 +17,6 @@ mod upload;
 pub(crate) mod upstream;
 mod validate;
 
-pub(crate) use server::{refuse_busy, serve_connection};
+pub(crate) use respond::{BUSY_RESPONSE, TOO_MANY_RESPONSE};
+pub(crate) use server::{refuse_connection, serve_connection};
 pub(crate) use upload::ClientFault;

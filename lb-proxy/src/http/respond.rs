@@ -21,5 +21,10 @@ pub(crate) fn error_response(status: StatusCode, close: bool) -> Response<ProxyB
 pub(crate) const BUSY_RESPONSE: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 24\r\nconnection: close\r\n\r\n503 Service Unavailable\n";
 
+/// The whole HTTP/1.1 429 written to a client refused before it is served because its address
+/// holds `limits.max_connections_per_client` already.
+pub(crate) const TOO_MANY_RESPONSE: &[u8] =
+    b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain\r\ncontent-length: 22\r\nconnection: close\r\n\r\n429 Too Many Requests\n";
+
 /// The whole 408 written to a client that did not finish a request head in time.
 pub(crate) const TIMEOUT_RESPONSE: &[u8] = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\ncontent-length: 20\r\nconnection: close\r\n\r\n408 Request Timeout\n";

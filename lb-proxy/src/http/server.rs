@@ -13,13 +13,13 @@ use tokio::net::TcpStream;
 
 use super::forward::{ConnCtx, handle};
 use super::h2_send::SendWatch;
-use super::respond::BUSY_RESPONSE;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
 
-/// Answers 503 to a client refused before hyper serves it (VIP at its connection limit).
-pub(crate) async fn refuse_busy(mut stream: TcpStream) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY_RESPONSE)).await;
+/// Answers a client refused before it is served (a whole response: 503 for a VIP at its
+/// connection limit, 429 for a client at its own), giving it a second to take it.
+pub(crate) async fn refuse_connection(mut stream: TcpStream, response: &'static [u8]) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(response)).await;
     let _ = stream.shutdown().await;
 }
 

@@ -35,12 +35,15 @@ const COMPLETE: u8 = 1;
 const BROKEN: u8 = 2;
 /// The client stopped sending mid-body.
 const STALLED: u8 = 3;
+/// The body grew past `limits.max_body_bytes`.
+const TOO_LARGE: u8 = 4;
 
 /// A client-side failure of the upload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ClientFault {
     Broken,
     Stalled,
+    TooLarge,
 }
 
 impl Upload {
@@ -53,6 +56,7 @@ impl Upload {
         match self.state.load(Relaxed) {
             BROKEN => Some(ClientFault::Broken),
             STALLED => Some(ClientFault::Stalled),
+            TOO_LARGE => Some(ClientFault::TooLarge),
             _ => None,
         }
     }
@@ -109,15 +113,17 @@ pub(crate) struct RequestBody<B> {
     inner: B,
     upload: Arc<Upload>,
     idle: IdleTimer,
+    /// Bytes the body may still bring (`limits.max_body_bytes`), if limited.
+    room: Option<u64>,
 }
 
 impl<B: IncomingBody> RequestBody<B> {
-    pub(crate) fn new(inner: B, idle: Duration) -> (Self, Arc<Upload>) {
+    pub(crate) fn new(inner: B, idle: Duration, max: Option<u64>) -> (Self, Arc<Upload>) {
         let upload = Arc::new(Upload { last_ms: AtomicU64::new(now_ms()), ..Upload::default() });
         if inner.is_end_stream() {
             upload.finish(COMPLETE);
         }
-        let body = RequestBody { inner, upload: upload.clone(), idle: IdleTimer::new(idle) };
+        let body = RequestBody { inner, upload: upload.clone(), idle: IdleTimer::new(idle), room: max };
         (body, upload)
     }
 }
@@ -133,6 +139,17 @@ impl<B: IncomingBody> Body for RequestBody<B> {
         this.upload.client_turn.store(r.is_pending(), Relaxed);
         match r {
             Poll::Ready(Some(Ok(frame))) => {
+                // A declared length past the limit never gets here (refused with 413 first):
+                // this is a chunked or h2 body that keeps growing.
+                if let (Some(room), Some(data)) = (&mut this.room, frame.data_ref()) {
+                    match room.checked_sub(data.len() as u64) {
+                        Some(left) => *room = left,
+                        None => {
+                            this.upload.finish(TOO_LARGE);
+                            return Poll::Ready(Some(Err("the request body is larger than max_body_bytes".into())));
+                        }
+                    }
+                }
                 if this.inner.is_end_stream() {
                     this.upload.finish(COMPLETE);
                 }

@@ -118,7 +118,12 @@ where
             Framing::Chunked => Decoder::chunked(),
         };
         lock(&reader).body_done = decoder.is_done();
-        if head.expects_continue && wr.write_all(CONTINUE).await.is_err() {
+        // A body already known to be too large is refused (413) without asking for it.
+        let too_large = match (head.framing, opts.limits.max_body_bytes) {
+            (Framing::Length(n), Some(max)) => n > max.get(),
+            _ => false,
+        };
+        if head.expects_continue && !too_large && wr.write_all(CONTINUE).await.is_err() {
             break;
         }
         let asked = response::Asked {
