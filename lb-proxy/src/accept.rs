@@ -50,6 +50,16 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
                 continue;
             }
         };
+        // A TCP client's connection rate (an HTTP client's is its request rate, checked per
+        // request).
+        if vip.spec.mode == Mode::Tcp
+            && let Some(rate) = &vip.per_client_rate
+            && rate.check(client.ip()).is_err()
+        {
+            vip.counters.clients_limited.fetch_add(1, Relaxed);
+            refuse(stream, &vip, &tasks, crate::http::TOO_MANY_RESPONSE);
+            continue;
+        }
         // The client's own cap first: a client at it must not hold a place of the VIP's.
         let place = match &vip.per_client {
             Some(limit) => match limit.try_admit(client.ip()) {

@@ -1,13 +1,17 @@
 //! Admission limits: a backend's maxconn with a bounded wait queue (HAProxy's `maxconn` +
-//! queue), the VIP's client-connection cap, and its cap per client address.
+//! queue), the VIP's client-connection cap, and its caps per client address (connections
+//! held, requests a second).
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+
+use crate::outlier::now_ms;
 
 /// Holding one lets a request (or relay) use its backend; dropping it frees the slot.
 pub(crate) type Slot = Option<OwnedSemaphorePermit>;
@@ -155,6 +159,47 @@ impl Drop for ClientPlace {
     }
 }
 
+/// The VIP's rate of requests (HTTP) or new connections (TCP) per client (nginx's `limit_req`
+/// with `nodelay`, HAProxy's `sc_http_req_rate`): GCRA from governor, one state per client as
+/// `ClientKey` counts them. A client past its burst is refused until its rate lets it in again.
+#[derive(Debug)]
+pub(crate) struct PerClientRate {
+    limiter: governor::DefaultKeyedRateLimiter<ClientKey>,
+    /// When clients back at a full burst were last dropped from the table (ms, `now_ms`).
+    swept_ms: AtomicU64,
+}
+
+/// The table is swept of clients back at a full burst once it holds this many, at most once a
+/// second: a flood of one-off clients cannot grow it for long, nor make every request sweep.
+const SWEEP_ABOVE: usize = 10_000;
+
+impl PerClientRate {
+    pub(crate) fn new(per_second: NonZeroU32, burst: NonZeroU32) -> Self {
+        let quota = governor::Quota::per_second(per_second).allow_burst(burst);
+        PerClientRate { limiter: governor::RateLimiter::keyed(quota), swept_ms: AtomicU64::new(now_ms()) }
+    }
+
+    /// Ok if `client` may go on now, else how long until it may.
+    pub(crate) fn check(&self, client: IpAddr) -> Result<(), Duration> {
+        use governor::clock::Clock as _;
+        if self.limiter.len() > SWEEP_ABOVE {
+            let (now, swept) = (now_ms(), self.swept_ms.load(Relaxed));
+            if now.saturating_sub(swept) >= 1000 && self.swept_ms.compare_exchange(swept, now, Relaxed, Relaxed).is_ok()
+            {
+                self.limiter.retain_recent();
+            }
+        }
+        self.limiter
+            .check_key(&ClientKey::of(client))
+            .map_err(|not_until| not_until.wait_time_from(governor::clock::DefaultClock::default().now()))
+    }
+
+    #[cfg(test)]
+    fn clients(&self) -> usize {
+        self.limiter.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +266,18 @@ mod tests {
         let _a3 = limit.try_admit(ip("192.0.2.1")).expect("a closed connection's place is free again");
         drop((a2, b1));
         assert_eq!(limit.clients(), 2, "192.0.2.1 (one open) and the first /64 (one open)");
+    }
+
+    #[test]
+    fn request_rate_allows_the_burst_then_refuses_with_a_wait_per_client() {
+        let rate = PerClientRate::new(NonZeroU32::new(2).unwrap(), NonZeroU32::new(3).unwrap());
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..3 {
+            assert!(rate.check(a).is_ok(), "the burst");
+        }
+        let wait = rate.check(a).expect_err("past the burst");
+        assert!(wait > Duration::ZERO && wait <= Duration::from_millis(500), "one request every 500 ms: {wait:?}");
+        assert!(rate.check("192.0.2.2".parse().unwrap()).is_ok(), "another client has its own");
+        assert_eq!(rate.clients(), 2);
     }
 }

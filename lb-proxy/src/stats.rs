@@ -13,8 +13,9 @@ pub struct VipStats {
     /// Requests (HTTP) or connections (TCP) refused before reaching a backend:
     /// limits, no backend, full queues.
     pub rejected: u64,
-    /// Of those, connections refused because their client (address, IPv6 /64) already held
-    /// `limits.max_connections_per_client`.
+    /// Of those, refused by the per-client limits: connections of a client (address, IPv6 /64)
+    /// that already held `limits.max_connections_per_client`, and requests (TCP VIPs: new
+    /// connections) past its `requests_per_second_per_client`.
     pub clients_limited: u64,
     /// Requests that failed by the client's fault: refused heads (bad framing, Host), malformed
     /// or aborted bodies, uploads that stopped mid-way. Never counted against a backend.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, VipBackends};
 use crate::balance::{Balancer, Tried};
 use crate::config::{BackendSpec, Mode, ProxyVipSpec};
-use crate::limits::{ConnLimit, PerClientLimit};
+use crate::limits::{ConnLimit, PerClientLimit, PerClientRate};
 use crate::pool::Dial;
 use crate::stats::{VipCounters, VipStats};
 use crate::tls::{TlsServer, name_matches};
@@ -21,6 +21,8 @@ pub(crate) struct Vip {
     pub(crate) conn_limit: ConnLimit,
     /// `limits.max_connections_per_client`.
     pub(crate) per_client: Option<Arc<PerClientLimit>>,
+    /// `limits.requests_per_second_per_client`.
+    pub(crate) per_client_rate: Option<PerClientRate>,
     /// TLS termination (HTTP VIPs with `tls`).
     pub(crate) tls: Option<TlsServer>,
     /// Backend sets chosen by TLS server name (TCP VIPs with `sni`).
@@ -69,6 +71,10 @@ impl Vip {
             counters: VipCounters::default(),
             conn_limit: ConnLimit::new(opts.limits.max_connections),
             per_client: opts.limits.max_connections_per_client.map(|n| PerClientLimit::new(n.get())),
+            per_client_rate: opts
+                .limits
+                .requests_per_second_per_client
+                .map(|rate| PerClientRate::new(rate, opts.limits.burst_per_client.unwrap_or(rate))),
             dial: Dial {
                 connect_timeout: opts.timeouts.connect,
                 keepalive: opts.timeouts.tcp_keepalive,

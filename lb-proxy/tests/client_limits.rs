@@ -23,20 +23,20 @@ async fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
     socket.connect(to).await.unwrap()
 }
 
-/// One GET over `s`, then everything until the proxy closes (or LIMIT).
-async fn get_on(mut s: TcpStream, close: bool) -> String {
-    let connection = if close { "Connection: close\r\n" } else { "" };
-    s.write_all(format!("GET /bytes/3 HTTP/1.1\r\nHost: x\r\n{connection}\r\n").as_bytes()).await.unwrap();
+/// One GET with `Connection: close` over `s`: everything until the proxy closes (or LIMIT).
+async fn get_closing(mut s: TcpStream) -> String {
+    s.write_all(b"GET /bytes/3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
     let mut out = Vec::new();
-    if close {
-        let _ = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
-    } else {
-        // Kept alive: read the one small response.
-        let mut buf = [0u8; 4096];
-        let n = tokio::time::timeout(LIMIT, s.read(&mut buf)).await.unwrap().unwrap();
-        out.extend_from_slice(&buf[..n]);
-    }
+    let _ = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// One GET on a kept-alive connection: the one small response it gets.
+async fn get_kept(s: &mut TcpStream) -> String {
+    s.write_all(b"GET /bytes/3 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(LIMIT, s.read(&mut buf)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 const A: [u8; 4] = [127, 0, 0, 1];
@@ -52,25 +52,22 @@ async fn a_client_at_its_cap_gets_429_and_other_clients_are_served() {
     let mut held = Vec::new();
     for _ in 0..2 {
         let mut s = connect_from(A, p.addr).await;
-        s.write_all(b"GET /bytes/3 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-        let mut buf = [0u8; 4096];
-        let n = tokio::time::timeout(LIMIT, s.read(&mut buf)).await.unwrap().unwrap();
-        assert_eq!(statuses(&String::from_utf8_lossy(&buf[..n])), vec![200]);
+        assert_eq!(statuses(&get_kept(&mut s).await), vec![200]);
         held.push(s);
     }
     let hits = b[0].hits();
     // A third from A: 429, closed, never reaching the backend.
-    let out = get_on(connect_from(A, p.addr).await, true).await;
+    let out = get_closing(connect_from(A, p.addr).await).await;
     assert_eq!(statuses(&out), vec![429], "{out}");
     assert!(out.to_ascii_lowercase().contains("connection: close"), "{out}");
     assert_eq!(b[0].hits(), hits, "a refused connection reaches no backend");
     // Client B is not held back by A.
-    assert_eq!(statuses(&get_on(connect_from(B, p.addr).await, false).await), vec![200]);
+    assert_eq!(statuses(&get_kept(&mut connect_from(B, p.addr).await).await), vec![200]);
     // Once A closes one, A gets a place again (the proxy sees the close: bounded wait).
     drop(held.pop());
     let mut served = false;
     for _ in 0..200 {
-        if statuses(&get_on(connect_from(A, p.addr).await, true).await) == vec![200] {
+        if statuses(&get_closing(connect_from(A, p.addr).await).await) == vec![200] {
             served = true;
             break;
         }
@@ -90,16 +87,13 @@ async fn a_tcp_client_at_its_cap_is_closed_before_any_backend() {
     spec.options.limits.max_connections_per_client = NonZeroU32::new(1);
     let p = proxy(spec).await;
     let mut first = connect_from(A, p.addr).await;
-    first.write_all(b"GET /bytes/3 HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    let mut buf = [0u8; 4096];
-    let n = tokio::time::timeout(LIMIT, first.read(&mut buf)).await.unwrap().unwrap();
-    assert_eq!(statuses(&String::from_utf8_lossy(&buf[..n])), vec![200]);
+    assert_eq!(statuses(&get_kept(&mut first).await), vec![200]);
     let conns = b[0].conns.load(std::sync::atomic::Ordering::Relaxed);
     // The second from A is closed without a byte; B is relayed.
-    let out = get_on(connect_from(A, p.addr).await, true).await;
+    let out = get_closing(connect_from(A, p.addr).await).await;
     assert_eq!(out, "", "a refused TCP client gets nothing but the close");
     assert_eq!(b[0].conns.load(std::sync::atomic::Ordering::Relaxed), conns, "no backend connection for it");
-    assert_eq!(statuses(&get_on(connect_from(B, p.addr).await, true).await), vec![200]);
+    assert_eq!(statuses(&get_closing(connect_from(B, p.addr).await).await), vec![200]);
     assert_eq!(p.handle.stats()[0].clients_limited, 1);
 }
 
@@ -212,4 +206,47 @@ async fn tls_clients_refused_at_a_cap_are_closed_without_plain_text() {
     let stats = p.handle.stats().remove(0);
     assert_eq!((stats.clients_limited, stats.rejected), (1, 2), "{stats:?}");
     drop(held);
+}
+
+#[tokio::test]
+async fn a_client_past_its_request_rate_gets_429_with_retry_after_and_keeps_its_connection() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    // One a second: the burst is spent long before the next one comes, however slow the run.
+    spec.options.limits.requests_per_second_per_client = NonZeroU32::new(1);
+    spec.options.limits.burst_per_client = NonZeroU32::new(3);
+    let p = proxy(spec).await;
+    let mut a = connect_from(A, p.addr).await;
+    for _ in 0..3 {
+        assert_eq!(statuses(&get_kept(&mut a).await), vec![200], "the burst");
+    }
+    let hits = b[0].hits();
+    let out = get_kept(&mut a).await;
+    assert_eq!(statuses(&out), vec![429], "{out}");
+    assert!(out.to_ascii_lowercase().contains("retry-after: 1\r\n"), "{out}");
+    assert_eq!(b[0].hits(), hits, "a refused request reaches no backend");
+    // Another client has its own rate; A, on the same connection, is served once a request's
+    // interval (1 s) has passed.
+    assert_eq!(statuses(&get_kept(&mut connect_from(B, p.addr).await).await), vec![200]);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(statuses(&get_kept(&mut a).await), vec![200], "the connection was kept and the rate refilled");
+    let stats = p.handle.stats().remove(0);
+    assert_eq!(stats.clients_limited, 1, "{stats:?}");
+    assert_eq!(stats.responses.0[3], 1, "one 4xx: {stats:?}");
+}
+
+#[tokio::test]
+async fn a_tcp_client_past_its_connection_rate_is_closed() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.mode = Mode::Tcp;
+    spec.options.limits.requests_per_second_per_client = NonZeroU32::new(1);
+    spec.options.limits.burst_per_client = NonZeroU32::new(2);
+    let p = proxy(spec).await;
+    for _ in 0..2 {
+        assert_eq!(statuses(&get_closing(connect_from(A, p.addr).await).await), vec![200]);
+    }
+    assert_eq!(get_closing(connect_from(A, p.addr).await).await, "", "the third in a second is closed");
+    assert_eq!(statuses(&get_closing(connect_from(B, p.addr).await).await), vec![200]);
+    assert_eq!(p.handle.stats()[0].clients_limited, 1);
 }

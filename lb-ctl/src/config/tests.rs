@@ -239,7 +239,7 @@ fn bad_files_give_exact_messages() {
         ),
         (
             "a zero client cap or body limit, which would refuse everyone or read as none",
-            format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\nlimits = {{ max_connections_per_client = 0 }}\n"),
+            format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\nlimits = {{ requests_per_second_per_client = 0 }}\n"),
             &["lb.toml:7: a limit of 0 would refuse everything: leave the key out for no limit"],
         ),
         (

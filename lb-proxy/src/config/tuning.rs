@@ -98,6 +98,14 @@ pub struct Limits {
     /// it as "no limit", which an operator might mean).
     #[serde(deserialize_with = "optional_limit_u64")]
     pub max_body_bytes: Option<NonZeroU64>,
+    /// Requests a second one client address (IPv6: one /64) may make on HTTP VIPs, new
+    /// connections a second on TCP VIPs; past its burst, 429 with `Retry-After` (HTTP) or a
+    /// close (TCP). None: no limit.
+    #[serde(deserialize_with = "optional_limit_u32")]
+    pub requests_per_second_per_client: Option<NonZeroU32>,
+    /// How many requests a client may make at once above that rate (default: one second's).
+    #[serde(deserialize_with = "optional_limit_u32")]
+    pub burst_per_client: Option<NonZeroU32>,
     /// Requests waiting for a full backend (per backend); more get 503.
     pub queue_per_backend: usize,
     /// Idle pooled connections kept per backend.
@@ -115,6 +123,8 @@ impl Default for Limits {
             max_connections: 10_000,
             max_connections_per_client: None,
             max_body_bytes: None,
+            requests_per_second_per_client: None,
+            burst_per_client: None,
             queue_per_backend: 128,
             pool_idle_per_backend: 256,
             h2_max_streams: 128,

@@ -67,6 +67,13 @@ pub(crate) async fn handle<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> R
 }
 
 async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
+    if let Some(rate) = &ctx.vip.per_client_rate
+        && let Err(wait) = rate.check(ctx.client.ip())
+    {
+        ctx.vip.counters.rejected.fetch_add(1, Relaxed);
+        ctx.vip.counters.clients_limited.fetch_add(1, Relaxed);
+        return too_many_requests(wait);
+    }
     if let Some(refusal) = refuse(&req, ctx) {
         ctx.vip.counters.rejected.fetch_add(1, Relaxed);
         ctx.vip.counters.client_errors.fetch_add(1, Relaxed);
@@ -114,6 +121,15 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
             error_response(e.status(), close)
         }
     }
+}
+
+/// 429 to a client past its request rate, saying when it may come back (whole seconds, at
+/// least 1). The connection stays open: the request itself was well formed.
+fn too_many_requests(wait: std::time::Duration) -> Response<ProxyBody> {
+    let mut resp = error_response(StatusCode::TOO_MANY_REQUESTS, false);
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    resp.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds.max(1)));
+    resp
 }
 
 fn is_idempotent(m: &Method) -> bool {
