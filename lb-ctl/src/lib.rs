@@ -12,7 +12,7 @@ pub mod health;
 pub mod logging;
 pub mod paths;
 pub mod proxy;
-pub mod sni_checks;
+pub mod route_checks;
 pub mod state;
 
 #[cfg(test)]

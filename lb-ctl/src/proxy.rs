@@ -57,8 +57,8 @@ pub struct ProxyRuntime {
     applied: HashMap<String, Vec<(BackendSpec, bool)>>,
     /// What the last `sync` changed, in words (empty: nothing).
     last_changes: Vec<String>,
-    /// Health checks of the VIPs' SNI route backends.
-    route_checks: crate::sni_checks::RouteChecks,
+    /// Health checks of the VIPs' route backends (SNI and HTTP routes).
+    route_checks: crate::route_checks::RouteChecks,
 }
 
 impl ProxyRuntime {

@@ -32,8 +32,8 @@ mod workers;
 
 pub use alloc::Allocator;
 pub use config::{
-    AccessLogFormat, BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, Limits, Mode,
-    Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,
+    AccessLogFormat, BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, HttpRoute, Limits,
+    Mode, Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,
 };
 pub use error::ProxyError;
 pub use proxy::{Proxy, ProxyBuilder, ProxyHandle, serve};

@@ -44,12 +44,14 @@ async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
     } else {
         None
     };
+    // Clients that sent no name go to the VIP's own backends.
+    let route = server_name.as_deref().and_then(|name| vip.route(Some(name), ""));
     let hash = lb_common::hash::client_hash(&ip_bytes(client.ip()).0, spec.hash_seed);
     let header = proxy_protocol::header(opts.proxy_protocol, client, vip.local_addr);
     let dial_how = vip.dial();
     let mut tried = Vec::new();
     for attempt in 0..=opts.retries.max {
-        let Some(backend) = vip.pick_for_name(server_name.as_deref(), hash, &tried) else {
+        let Some(backend) = vip.pick_in_route(route, hash, &tried) else {
             break;
         };
         if attempt > 0 {

@@ -25,17 +25,46 @@ pub(crate) struct Vip {
     pub(crate) per_client_rate: Option<PerClientRate>,
     /// TLS termination (HTTP VIPs with `tls`).
     pub(crate) tls: Option<TlsServer>,
-    /// Backend sets chosen by TLS server name (TCP VIPs with `sni`).
-    pub(crate) sni_routes: Vec<SniGroup>,
+    /// Backend sets chosen by TLS server name (TCP VIPs with `sni`) or by Host and path
+    /// (HTTP VIPs with `routes`), in order.
+    pub(crate) routes: Vec<RouteGroup>,
     dial: Dial,
 }
 
-/// The backends serving some server names.
+/// The backends serving some server names (SNI, or Host) and, for HTTP, paths.
 #[derive(Debug)]
-pub(crate) struct SniGroup {
+pub(crate) struct RouteGroup {
     names: Vec<String>,
+    /// An HTTP route without hosts takes any Host (an SNI route without names takes none).
+    any_name: bool,
+    path_prefix: Option<String>,
     backends: VipBackends,
     balancer: Balancer,
+}
+
+impl RouteGroup {
+    fn new(
+        spec: &ProxyVipSpec,
+        workers: usize,
+        names: &[String],
+        path_prefix: Option<&String>,
+        backends: &[SocketAddr],
+    ) -> Self {
+        let mut group_spec = spec.clone();
+        group_spec.backends = backends.iter().copied().map(BackendSpec::new).collect();
+        RouteGroup {
+            names: names.to_vec(),
+            any_name: names.is_empty() && path_prefix.is_some(),
+            path_prefix: path_prefix.cloned(),
+            backends: VipBackends::new(&group_spec, workers),
+            balancer: Balancer::default(),
+        }
+    }
+
+    fn takes(&self, name: Option<&str>, path: &str) -> bool {
+        let name_ok = self.any_name || name.is_some_and(|n| self.names.iter().any(|p| name_matches(p, n)));
+        name_ok && self.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_str()))
+    }
 }
 
 impl Vip {
@@ -51,20 +80,18 @@ impl Vip {
         if spec.mode == Mode::Http && opts.sni.is_some() {
             return Err("sni routing applies to TCP VIPs (TLS passthrough)".into());
         }
-        let sni_routes = opts
+        if spec.mode == Mode::Tcp && !opts.routes.is_empty() {
+            return Err("routes apply to HTTP VIPs; TCP VIPs route TLS by server name (sni)".into());
+        }
+        opts.check_routes()?;
+        let sni = opts
             .sni
             .iter()
             .flat_map(|s| &s.routes)
-            .map(|r| {
-                let mut group_spec = spec.clone();
-                group_spec.backends = r.backends.iter().copied().map(BackendSpec::new).collect();
-                SniGroup {
-                    names: r.names.clone(),
-                    backends: VipBackends::new(&group_spec, workers),
-                    balancer: Balancer::default(),
-                }
-            })
-            .collect();
+            .map(|r| RouteGroup::new(&spec, workers, &r.names, None, &r.backends));
+        let http =
+            opts.routes.iter().map(|r| RouteGroup::new(&spec, workers, &r.hosts, r.path_prefix.as_ref(), &r.backends));
+        let routes = sni.chain(http).collect();
         Ok(Vip {
             backends: VipBackends::new(&spec, workers),
             balancer: Balancer::default(),
@@ -81,17 +108,17 @@ impl Vip {
                 tls: backend_tls,
             },
             tls,
-            sni_routes,
+            routes,
             local_addr,
             spec,
         })
     }
 
-    /// Sets the health of `addr` wherever it serves: among the VIP's backends and in its SNI
+    /// Sets the health of `addr` wherever it serves: among the VIP's backends and in its
     /// routes. False when it is in none of them.
     pub(crate) fn set_health(&self, addr: SocketAddr, up: bool) -> bool {
         let mut found = self.backends.set_health(addr, up);
-        for g in &self.sni_routes {
+        for g in &self.routes {
             found |= g.backends.set_health(addr, up);
         }
         found
@@ -107,11 +134,15 @@ impl Vip {
         pick_in(&self.backends, &self.balancer, &self.spec, hash, tried)
     }
 
-    /// Like `pick`, among the backends routed to a TLS server name (the VIP's own backends
-    /// for names no route lists, and for clients that sent none).
-    pub(crate) fn pick_for_name(&self, name: Option<&str>, hash: u32, tried: &Tried) -> Option<Arc<Backend>> {
-        let group = name.and_then(|n| self.sni_routes.iter().find(|g| g.names.iter().any(|p| name_matches(p, n))));
-        match group {
+    /// The route that takes a connection with TLS server name `name` (TCP) or a request for
+    /// Host `name` and `path` (HTTP): the first that matches, None for the VIP's own backends.
+    pub(crate) fn route(&self, name: Option<&str>, path: &str) -> Option<usize> {
+        self.routes.iter().position(|g| g.takes(name, path))
+    }
+
+    /// Like `pick`, among the backends of `route` (the VIP's own for None).
+    pub(crate) fn pick_in_route(&self, route: Option<usize>, hash: u32, tried: &Tried) -> Option<Arc<Backend>> {
+        match route.and_then(|i| self.routes.get(i)) {
             Some(g) => pick_in(&g.backends, &g.balancer, &self.spec, hash, tried),
             None => self.pick(hash, tried),
         }
@@ -120,7 +151,7 @@ impl Vip {
     pub(crate) fn stats(&self) -> VipStats {
         use std::sync::atomic::Ordering::Relaxed;
         let mut backends = self.backends.stats();
-        for g in &self.sni_routes {
+        for g in &self.routes {
             backends.extend(g.backends.stats());
         }
         VipStats {

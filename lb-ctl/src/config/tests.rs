@@ -243,6 +243,16 @@ fn bad_files_give_exact_messages() {
             &["lb.toml:7: a limit of 0 would refuse everything: leave the key out for no limit"],
         ),
         (
+            "HTTP routes with mistakes, or on a TCP VIP",
+            format!(
+                "{VIP}forwarding = \"proxy\"\n[vip.proxy]\nroutes = [ {{ path_prefix = \"api\", backends = [\"198.51.100.1:80\"] }} ]\n"
+            ),
+            &[
+                "lb.toml:6: vip \"web\": routes[0]: path_prefix \"api\" must start with /",
+                "lb.toml:6: vip \"web\": routes apply to protocol = \"http\" VIPs (TCP VIPs route TLS by server name: sni)",
+            ],
+        ),
+        (
             "misspelt key inside a [vip.proxy] sub-table",
             format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\" }}\n"),
             &[

@@ -442,7 +442,7 @@ fn vip<'a>(
         encap_source,
         all_down,
         health: own_health,
-        proxy: if forwarding.is_xdp() { None } else { proxy_options(c, &at, v, defaults, index) },
+        proxy: if forwarding.is_xdp() { None } else { proxy_options(c, &at, v, defaults, index, protocol) },
         announce,
     };
     Some(VipConfig { spec, backends, hosts, line })
@@ -456,12 +456,22 @@ fn proxy_options(
     v: &RawVip,
     defaults: &Defaults<'_>,
     index: usize,
+    protocol: Protocol,
 ) -> Option<lb_proxy::ProxyOptions> {
     let dir = Path::new(&c.file).parent().unwrap_or(Path::new("."));
     let options = defaults.proxy_options(index)?.files_relative_to(dir);
+    let span = v.proxy.as_ref().map_or(v.address.span(), |p| p.span());
     if let Err(e) = lb_proxy::check_tls_files(&options) {
-        let span = v.proxy.as_ref().map_or(v.address.span(), |p| p.span());
-        c.error(span, format!("{at}: {e}"));
+        c.error(span.clone(), format!("{at}: {e}"));
+    }
+    if let Err(e) = options.check_routes() {
+        c.error(span.clone(), format!("{at}: {e}"));
+    }
+    if protocol != Protocol::Http && !options.routes.is_empty() {
+        c.error(
+            span,
+            format!("{at}: routes apply to protocol = \"http\" VIPs (TCP VIPs route TLS by server name: sni)"),
+        );
     }
     Some(options)
 }

@@ -66,6 +66,9 @@ pub struct ProxyOptions {
     pub backend_tls: Option<BackendTls>,
     /// TLS passthrough routed by the ClientHello's server name (TCP VIPs).
     pub sni: Option<SniRouting>,
+    /// HTTP requests routed to other backends by Host and path (HTTP VIPs), first match wins;
+    /// requests no route takes go to the VIP's own backends.
+    pub routes: Vec<HttpRoute>,
     /// HTTP/1 clients: answer every response with `Connection: close` and close the connection
     /// after it, instead of keeping it alive for the next request (HAProxy's `httpclose`).
     /// HTTP/2 connections are not affected.
@@ -94,6 +97,53 @@ impl ProxyOptions {
         }
         self
     }
+}
+
+/// A route of an HTTP VIP (HAProxy's `use_backend` on `hdr(host)` and `path_beg`, nginx's
+/// `server_name` and `location`): requests whose Host matches one of `hosts` (exact, or
+/// `*.example.org` for one label; none: any host) and whose path starts with `path_prefix`
+/// (none: any path) go to `backends`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpRoute {
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    pub backends: Vec<SocketAddr>,
+}
+
+impl ProxyOptions {
+    /// The mistakes in `routes`, in words (checked at load, before anything is served).
+    pub fn check_routes(&self) -> Result<(), String> {
+        for (i, r) in self.routes.iter().enumerate() {
+            let at = format!("routes[{i}]");
+            if r.hosts.is_empty() && r.path_prefix.is_none() {
+                return Err(format!(
+                    "{at}: give hosts, path_prefix or both (a route for everything is the VIP's own backends)"
+                ));
+            }
+            if r.backends.is_empty() {
+                return Err(format!("{at}: no backends"));
+            }
+            if let Some(p) = &r.path_prefix
+                && !p.starts_with('/')
+            {
+                return Err(format!("{at}: path_prefix {p:?} must start with /"));
+            }
+            if let Some(h) = r.hosts.iter().find(|h| !is_host_pattern(h)) {
+                return Err(format!("{at}: host {h:?} is not a host name or *.suffix (no port, no scheme)"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A host name, or `*.` and one: letters, digits, `-` and `.`, no empty label.
+fn is_host_pattern(h: &str) -> bool {
+    let name = h.strip_prefix("*.").unwrap_or(h);
+    !name.is_empty()
+        && name.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
 }
 
 /// How access log lines are written.

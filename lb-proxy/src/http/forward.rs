@@ -86,6 +86,7 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     let (mut parts, body) = req.into_parts();
     let proto = if ctx.https { "https" } else { "http" };
     headers::prepare_request(&mut parts, ctx.client, &opts.forwarded, upgrade, proto);
+    let route = route_of(&ctx.vip, &parts);
 
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
@@ -99,7 +100,7 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
         biased;
-        r = attempts(up, replayable, hash, ctx, upgrade, &upload) => r,
+        r = attempts(up, replayable, (route, hash), ctx, upgrade, &upload) => r,
         // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
@@ -120,6 +121,27 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
             let close = matches!(e, UpstreamError::Client(_));
             error_response(e.status(), close)
         }
+    }
+}
+
+/// The VIP route that takes the request, by its Host (port left out) and path: None for the
+/// VIP's own backends.
+fn route_of(vip: &crate::vip::Vip, parts: &http::request::Parts) -> Option<usize> {
+    if vip.routes.is_empty() {
+        return None;
+    }
+    let host = match parts.uri.authority() {
+        Some(a) => Some(a.host()),
+        None => parts.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).map(host_without_port),
+    };
+    vip.route(host, parts.uri.path())
+}
+
+/// `example.org:8080` → `example.org`; `[2001:db8::1]:80` → `[2001:db8::1]`.
+fn host_without_port(host: &str) -> &str {
+    match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => &host[..i],
+        _ => host,
     }
 }
 
@@ -152,7 +174,7 @@ fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32
 async fn attempts(
     mut req: Request<UpBody>,
     replayable: bool,
-    hash: u32,
+    (route, hash): (Option<usize>, u32),
     ctx: &ConnCtx,
     upgrade: bool,
     upload: &Upload,
@@ -164,7 +186,7 @@ async fn attempts(
     let mut last = UpstreamError::NoBackend;
     let mut budget = Budget::new(opts.timeouts.request);
     for attempt in 0..=opts.retries.max {
-        let Some(backend) = ctx.vip.pick(hash, &tried) else {
+        let Some(backend) = ctx.vip.pick_in_route(route, hash, &tried) else {
             break;
         };
         if attempt > 0 {

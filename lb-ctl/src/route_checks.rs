@@ -1,6 +1,7 @@
-//! Health checks of SNI route backends (`[vip.proxy.sni] routes`). Those backends live only
-//! in lb-proxy, not in the daemon's state, so their checkers report straight to the proxy:
-//! a backend that fails its VIP's health check gets no new connections for its names.
+//! Health checks of route backends (`[vip.proxy.sni] routes` of TCP VIPs, `[vip.proxy] routes`
+//! of HTTP VIPs). Those backends live only in lb-proxy, not in the daemon's state, so their
+//! checkers report straight to the proxy: a backend that fails its VIP's health check gets no
+//! new connections (requests) for its names and paths.
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ pub struct RouteChecks {
 }
 
 impl RouteChecks {
-    /// Starts, restarts or stops the checkers of `vip`'s SNI route backends: checked with
+    /// Starts, restarts or stops the checkers of `vip`'s route backends: checked with
     /// the VIP's health table, except addresses that are also the VIP's own backends (the
     /// daemon checks those, and the proxy applies the verdict to both).
     pub fn sync(&mut self, name: &str, vip: &VipState, handle: &ProxyHandle, runtime: &tokio::runtime::Handle) {
@@ -44,9 +45,9 @@ impl RouteChecks {
             Arc::new(move |event: health::Event| {
                 let addr = addrs[event.backend_id as usize];
                 let up = event.health == Health::Up;
-                tracing::info!(vip = %vip_name, backend = %addr, health = ?event.health, reason = %event.reason, "SNI route backend health");
+                tracing::info!(vip = %vip_name, backend = %addr, health = ?event.health, reason = %event.reason, "route backend health");
                 if let Err(e) = handle.set_backend_health(&vip_name, addr, up) {
-                    tracing::warn!(vip = %vip_name, backend = %addr, error = %e, "SNI route backend health not applied");
+                    tracing::warn!(vip = %vip_name, backend = %addr, error = %e, "route backend health not applied");
                 }
             })
         };
@@ -88,13 +89,15 @@ impl Drop for RouteChecks {
     }
 }
 
-/// The route backends to check and how, if the VIP has SNI routes and a health table.
+/// The route backends to check and how, if the VIP has routes (SNI or HTTP) and a health
+/// table.
 fn plan(vip: &VipState) -> Option<Plan> {
     let spec = vip.health.clone()?;
-    let sni = vip.proxy.as_ref()?.sni.as_ref()?;
+    let proxy = vip.proxy.as_ref()?;
+    let sni = proxy.sni.iter().flat_map(|s| &s.routes).flat_map(|r| &r.backends);
+    let http = proxy.routes.iter().flat_map(|r| &r.backends);
     let own: BTreeSet<SocketAddr> = vip.backends.iter().map(|b| b.address).collect();
-    let addrs: BTreeSet<SocketAddr> =
-        sni.routes.iter().flat_map(|r| r.backends.iter().copied()).filter(|a| !own.contains(a)).collect();
+    let addrs: BTreeSet<SocketAddr> = sni.chain(http).copied().filter(|a| !own.contains(a)).collect();
     (!addrs.is_empty()).then(|| Plan { spec, addrs: addrs.into_iter().collect() })
 }
 
@@ -168,6 +171,40 @@ mod tests {
             (to_good.load(Relaxed), to_bad.load(Relaxed)),
             (10, 0),
             "every a.test connection to the healthy one"
+        );
+        d.stop().await;
+    }
+
+    #[tokio::test]
+    async fn http_route_backends_that_fail_the_vips_check_get_no_requests() {
+        let (default, to_default) = backend("200 OK").await;
+        let (good, to_good) = backend("200 OK").await;
+        let (bad, to_bad) = backend("500 Internal Server Error").await;
+        let port = crate::testing::ports::free_port();
+        let vip = format!(
+            "[[vip]]\nname = \"routed\"\naddress = \"127.0.0.1\"\nport = {port}\nprotocol = \"http\"\n\
+             health = {{ kind = \"http\", path = \"/health\", interval = \"100ms\", rise = 1, fall = 1 }}\n\
+             backends = [ {{ address = \"127.0.0.1\", port = {default} }} ]\n\
+             [vip.proxy]\nroutes = [ {{ hosts = [\"api.test\"], path_prefix = \"/v1/\", backends = [\"127.0.0.1:{good}\", \"127.0.0.1:{bad}\"] }} ]\n"
+        );
+        let d = Daemon::start(&lb_toml(&vip)).await;
+        // A few checks: the failing route backend is out after its first.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        for _ in 0..10 {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            s.write_all(
+                b"POST /v1/users HTTP/1.1\r\nHost: api.test\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx",
+            )
+            .await
+            .unwrap();
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            (to_good.load(Relaxed), to_bad.load(Relaxed), to_default.load(Relaxed)),
+            (10, 0, 0),
+            "every api.test/v1/ request to the healthy route backend"
         );
         d.stop().await;
     }
