@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, VipBackends};
 use crate::balance::{Balancer, Tried};
-use crate::config::{BackendSpec, Mode, ProxyVipSpec};
+use crate::config::{BackendSpec, HeaderRules, Mode, ProxyVipSpec, header_rules};
 use crate::limits::{ConnLimit, PerClientLimit, PerClientRate};
 use crate::pool::Dial;
 use crate::stats::{VipCounters, VipStats};
@@ -25,6 +25,9 @@ pub(crate) struct Vip {
     pub(crate) per_client_rate: Option<PerClientRate>,
     /// TLS termination (HTTP VIPs with `tls`).
     pub(crate) tls: Option<TlsServer>,
+    /// `request_headers` and `response_headers`, parsed.
+    pub(crate) request_headers: HeaderRules,
+    pub(crate) response_headers: HeaderRules,
     /// Backend sets chosen by TLS server name (TCP VIPs with `sni`) or by Host and path
     /// (HTTP VIPs with `routes`), in order.
     pub(crate) routes: Vec<RouteGroup>,
@@ -84,6 +87,15 @@ impl Vip {
             return Err("routes apply to HTTP VIPs; TCP VIPs route TLS by server name (sni)".into());
         }
         opts.check_routes()?;
+        opts.check_http_rules()?;
+        if spec.mode == Mode::Tcp
+            && (opts.https_redirect.is_some() || !opts.request_headers.is_empty() || !opts.response_headers.is_empty())
+        {
+            return Err("https_redirect, request_headers and response_headers apply to HTTP VIPs".into());
+        }
+        if opts.https_redirect.is_some() && tls.is_some() {
+            return Err("https_redirect is for plain-HTTP VIPs: this one terminates TLS".into());
+        }
         let sni = opts
             .sni
             .iter()
@@ -107,6 +119,8 @@ impl Vip {
                 keepalive: opts.timeouts.tcp_keepalive,
                 tls: backend_tls,
             },
+            request_headers: header_rules(&opts.request_headers)?,
+            response_headers: header_rules(&opts.response_headers)?,
             tls,
             routes,
             local_addr,

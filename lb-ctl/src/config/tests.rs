@@ -253,6 +253,13 @@ fn bad_files_give_exact_messages() {
             ],
         ),
         (
+            "a redirect status that is not one, and a framing header set by hand",
+            format!(
+                "{VIP}protocol = \"http\"\n[vip.proxy]\nhttps_redirect = 200\nresponse_headers = {{ \"Content-Length\" = \"5\" }}\n"
+            ),
+            &["lb.toml:6: vip \"web\": https_redirect = 200: a redirect status is 301, 302, 303, 307 or 308"],
+        ),
+        (
             "misspelt key inside a [vip.proxy] sub-table",
             format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\" }}\n"),
             &[

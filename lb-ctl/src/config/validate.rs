@@ -464,14 +464,27 @@ fn proxy_options(
     if let Err(e) = lb_proxy::check_tls_files(&options) {
         c.error(span.clone(), format!("{at}: {e}"));
     }
-    if let Err(e) = options.check_routes() {
-        c.error(span.clone(), format!("{at}: {e}"));
+    for check in [lb_proxy::ProxyOptions::check_routes, lb_proxy::ProxyOptions::check_http_rules] {
+        if let Err(e) = check(&options) {
+            c.error(span.clone(), format!("{at}: {e}"));
+        }
     }
     if protocol != Protocol::Http && !options.routes.is_empty() {
         c.error(
-            span,
+            span.clone(),
             format!("{at}: routes apply to protocol = \"http\" VIPs (TCP VIPs route TLS by server name: sni)"),
         );
+    }
+    let http_only =
+        options.https_redirect.is_some() || !options.request_headers.is_empty() || !options.response_headers.is_empty();
+    if protocol != Protocol::Http && http_only {
+        c.error(
+            span.clone(),
+            format!("{at}: https_redirect, request_headers and response_headers apply to protocol = \"http\" VIPs"),
+        );
+    }
+    if options.https_redirect.is_some() && options.tls.is_some() {
+        c.error(span, format!("{at}: https_redirect is for plain-HTTP VIPs: this one terminates TLS"));
     }
     Some(options)
 }

@@ -69,6 +69,15 @@ pub struct ProxyOptions {
     /// HTTP requests routed to other backends by Host and path (HTTP VIPs), first match wins;
     /// requests no route takes go to the VIP's own backends.
     pub routes: Vec<HttpRoute>,
+    /// Plain-HTTP requests answered with a redirect to the same URL over HTTPS (port 443), with
+    /// this status (301, 302, 303, 307 or 308), instead of being forwarded.
+    pub https_redirect: Option<u16>,
+    /// Header fields set on every request to the backends, replacing the client's (after the
+    /// forwarded headers); an empty value removes the field.
+    pub request_headers: std::collections::BTreeMap<String, String>,
+    /// Header fields set on every response to clients, the proxy's own errors included
+    /// (e.g. `Strict-Transport-Security`); an empty value removes the field.
+    pub response_headers: std::collections::BTreeMap<String, String>,
     /// HTTP/1 clients: answer every response with `Connection: close` and close the connection
     /// after it, instead of keeping it alive for the next request (HAProxy's `httpclose`).
     /// HTTP/2 connections are not affected.
@@ -137,6 +146,51 @@ impl ProxyOptions {
         }
         Ok(())
     }
+}
+
+impl ProxyOptions {
+    /// The mistakes in `https_redirect`, `request_headers` and `response_headers`, in words.
+    pub fn check_http_rules(&self) -> Result<(), String> {
+        if let Some(status) = self.https_redirect
+            && ![301, 302, 303, 307, 308].contains(&status)
+        {
+            return Err(format!("https_redirect = {status}: a redirect status is 301, 302, 303, 307 or 308"));
+        }
+        for (table, fields) in
+            [("request_headers", &self.request_headers), ("response_headers", &self.response_headers)]
+        {
+            header_rules(fields).map_err(|e| format!("{table}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Header fields to set (Some) or remove (None), parsed once.
+pub(crate) type HeaderRules = Vec<(http::HeaderName, Option<http::HeaderValue>)>;
+
+/// Fields that decide a message's framing or its connection's reuse: the proxy writes those.
+const NOT_SETTABLE: [&str; 8] =
+    ["connection", "content-length", "transfer-encoding", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"];
+
+pub(crate) fn header_rules(fields: &std::collections::BTreeMap<String, String>) -> Result<HeaderRules, String> {
+    fields
+        .iter()
+        .map(|(name, value)| {
+            let parsed =
+                http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("{name:?} is not a header name"))?;
+            if NOT_SETTABLE.contains(&parsed.as_str()) {
+                return Err(format!("{name:?} frames the message or its connection: the proxy sets it"));
+            }
+            let value = match value.is_empty() {
+                true => None,
+                false => Some(
+                    http::HeaderValue::from_str(value)
+                        .map_err(|_| format!("{name}: {value:?} is not a header value"))?,
+                ),
+            };
+            Ok((parsed, value))
+        })
+        .collect()
 }
 
 /// A host name, or `*.` and one: letters, digits, `-` and `.`, no empty label.

@@ -57,7 +57,8 @@ impl<B: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'stati
 pub(crate) async fn handle<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req));
     let started = std::time::Instant::now();
-    let resp = forward(req, ctx).await;
+    let mut resp = forward(req, ctx).await;
+    apply(&ctx.vip.response_headers, resp.headers_mut());
     let took = started.elapsed();
     ctx.vip.counters.responded(resp.status(), took);
     if let Some(request) = logged {
@@ -79,6 +80,9 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
         ctx.vip.counters.client_errors.fetch_add(1, Relaxed);
         return refusal;
     }
+    if let Some(status) = ctx.vip.spec.options.https_redirect {
+        return https_redirect(status, &req);
+    }
     let spec = &ctx.vip.spec;
     let opts = &spec.options;
     let upgrade = is_upgrade(req.version(), req.headers());
@@ -86,6 +90,7 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     let (mut parts, body) = req.into_parts();
     let proto = if ctx.https { "https" } else { "http" };
     headers::prepare_request(&mut parts, ctx.client, &opts.forwarded, upgrade, proto);
+    apply(&ctx.vip.request_headers, &mut parts.headers);
     let route = route_of(&ctx.vip, &parts);
 
     // Only a request that can be sent again as-is may be retried after it left: idempotent
@@ -143,6 +148,40 @@ fn host_without_port(host: &str) -> &str {
         Some(i) if !host[i..].contains(']') => &host[..i],
         _ => host,
     }
+}
+
+/// Sets and removes the configured header fields.
+fn apply(rules: &crate::config::HeaderRules, headers: &mut HeaderMap) {
+    for (name, value) in rules {
+        match value {
+            Some(v) => {
+                headers.insert(name.clone(), v.clone());
+            }
+            None => {
+                headers.remove(name);
+            }
+        }
+    }
+}
+
+/// The same URL over HTTPS (Host without its port, so port 443), with `status`.
+fn https_redirect<B>(status: u16, req: &Request<B>) -> Response<ProxyBody> {
+    let host = match req.uri().authority() {
+        Some(a) => Some(a.host()),
+        None => req.headers().get(http::header::HOST).and_then(|h| h.to_str().ok()).map(host_without_port),
+    };
+    // Without a host (an HTTP/1.0 request) there is nowhere to send the client.
+    let Some(host) = host.filter(|h| !h.is_empty()) else {
+        return error_response(StatusCode::BAD_REQUEST, false);
+    };
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let Ok(location) = http::HeaderValue::from_str(&format!("https://{host}{target}")) else {
+        return error_response(StatusCode::BAD_REQUEST, false);
+    };
+    let mut resp = Response::new(ProxyBody::full(String::new()));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::PERMANENT_REDIRECT);
+    resp.headers_mut().insert(http::header::LOCATION, location);
+    resp
 }
 
 /// 429 to a client past its request rate, saying when it may come back (whole seconds, at
