@@ -17,6 +17,9 @@ use crate::stats::{BackendCounters, BackendStats};
 #[derive(Debug)]
 pub(crate) struct Backend {
     pub(crate) addr: SocketAddr,
+    /// Its value in the `sticky_cookie`: a hash of the address (with the VIP's seed), the same
+    /// on every balancer of the VIP and across restarts, that does not show the address.
+    pub(crate) sticky_token: u32,
     pub(crate) max_connections: Option<u32>,
     weight: AtomicU32,
     healthy: AtomicBool,
@@ -39,8 +42,11 @@ impl Backend {
 
     fn new(spec: &BackendSpec, vip: &ProxyVipSpec, workers: usize) -> Self {
         let max_connections = max_connections(spec, vip);
+        let mut key = lb_common::ip_bytes(spec.addr.ip()).0.to_vec();
+        key.extend_from_slice(&spec.addr.port().to_be_bytes());
         Backend {
             addr: spec.addr,
+            sticky_token: lb_common::hash::bytes_hash(&key, u64::from(vip.hash_seed)) as u32,
             max_connections,
             weight: AtomicU32::new(spec.weight),
             healthy: AtomicBool::new(true),

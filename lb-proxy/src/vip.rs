@@ -88,10 +88,8 @@ impl Vip {
         }
         opts.check_routes()?;
         opts.check_http_rules()?;
-        if spec.mode == Mode::Tcp
-            && (opts.https_redirect.is_some() || !opts.request_headers.is_empty() || !opts.response_headers.is_empty())
-        {
-            return Err("https_redirect, request_headers and response_headers apply to HTTP VIPs".into());
+        if spec.mode == Mode::Tcp && opts.has_http_rules() {
+            return Err("sticky_cookie, https_redirect, request_headers and response_headers apply to HTTP VIPs".into());
         }
         if opts.https_redirect.is_some() && tls.is_some() {
             return Err("https_redirect is for plain-HTTP VIPs: this one terminates TLS".into());
@@ -152,6 +150,23 @@ impl Vip {
     /// Host `name` and `path` (HTTP): the first that matches, None for the VIP's own backends.
     pub(crate) fn route(&self, name: Option<&str>, path: &str) -> Option<usize> {
         self.routes.iter().position(|g| g.takes(name, path))
+    }
+
+    /// The backend of `route` (the VIP's own for None) whose sticky token is `token`, if it
+    /// may take the request now: in rotation, not ejected, not tried.
+    pub(crate) fn sticky(&self, route: Option<usize>, token: u32, tried: &Tried) -> Option<Arc<Backend>> {
+        let backends = match route.and_then(|i| self.routes.get(i)) {
+            Some(g) => &g.backends,
+            None => &self.backends,
+        };
+        let now = crate::outlier::now_ms();
+        backends
+            .load()
+            .backends
+            .iter()
+            .find(|b| b.sticky_token == token)
+            .filter(|b| b.in_rotation() && !b.outlier.is_ejected(now) && !tried.contains(&b.addr))
+            .cloned()
     }
 
     /// Like `pick`, among the backends of `route` (the VIP's own for None).

@@ -83,3 +83,41 @@ async fn http_rules_with_mistakes_or_where_they_cannot_apply_are_refused_at_star
         assert!(e.contains(what), "{what}: {e}");
     }
 }
+
+/// A GET with `cookie` (if any) on a fresh connection: (status, x-backend, Set-Cookie value).
+async fn get_with_cookie(addr: std::net::SocketAddr, cookie: Option<&str>) -> (u16, usize, Option<String>) {
+    let mut req = hyper::Request::get("/").header("host", "x");
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    let got = Client::connect(addr).await.send(req.body(Default::default()).unwrap()).await.unwrap();
+    let set = got.headers.get("set-cookie").map(|v| v.to_str().unwrap().to_string());
+    (got.status, got.backend(), set)
+}
+
+#[tokio::test]
+async fn a_sticky_cookie_keeps_a_client_on_its_backend_until_that_backend_is_out() {
+    let b = backends(3).await;
+    let mut spec = http_spec(&b);
+    spec.options.sticky_cookie = Some("lb".into());
+    let p = proxy(spec.clone()).await;
+    let (status, first, set) = get_with_cookie(p.addr, None).await;
+    assert_eq!(status, 200);
+    let set = set.expect("a client without the cookie is given one");
+    assert!(set.starts_with("lb=") && set.ends_with("; Path=/; HttpOnly"), "{set}");
+    let cookie = format!("other=1; {}", set.split(';').next().unwrap());
+    for _ in 0..9 {
+        let (_, backend, set) = get_with_cookie(p.addr, Some(&cookie)).await;
+        assert_eq!((backend, set), (first, None), "round robin would have moved it");
+    }
+    // Another balancer of the VIP (same backends, same seed) reads the cookie alike.
+    let other = proxy(spec).await;
+    assert_eq!(get_with_cookie(other.addr, Some(&cookie)).await.1, first);
+    // Its backend out of rotation: served elsewhere, and told so.
+    p.handle.set_backend_health("web", b[first].addr, false).unwrap();
+    let (status, moved, set) = get_with_cookie(p.addr, Some(&cookie)).await;
+    assert!(status == 200 && moved != first, "{moved}");
+    assert!(set.is_some_and(|s| !s.starts_with(cookie.split("; ").nth(1).unwrap())), "a new cookie names {moved}");
+    // A cookie that names nothing is no cookie.
+    assert!(get_with_cookie(p.addr, Some("lb=zz")).await.2.is_some());
+}

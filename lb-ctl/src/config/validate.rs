@@ -475,13 +475,9 @@ fn proxy_options(
             format!("{at}: routes apply to protocol = \"http\" VIPs (TCP VIPs route TLS by server name: sni)"),
         );
     }
-    let http_only =
-        options.https_redirect.is_some() || !options.request_headers.is_empty() || !options.response_headers.is_empty();
-    if protocol != Protocol::Http && http_only {
-        c.error(
-            span.clone(),
-            format!("{at}: https_redirect, request_headers and response_headers apply to protocol = \"http\" VIPs"),
-        );
+    if protocol != Protocol::Http && options.has_http_rules() {
+        let rules = "sticky_cookie, https_redirect, request_headers and response_headers";
+        c.error(span.clone(), format!("{at}: {rules} apply to protocol = \"http\" VIPs"));
     }
     if options.https_redirect.is_some() && options.tls.is_some() {
         c.error(span, format!("{at}: https_redirect is for plain-HTTP VIPs: this one terminates TLS"));

@@ -69,6 +69,10 @@ pub struct ProxyOptions {
     /// HTTP requests routed to other backends by Host and path (HTTP VIPs), first match wins;
     /// requests no route takes go to the VIP's own backends.
     pub routes: Vec<HttpRoute>,
+    /// Session persistence by an inserted cookie of this name (HAProxy's `cookie NAME insert`):
+    /// a request carrying it goes to the backend it names while that backend takes requests,
+    /// and a response from another backend sets it. None: no cookie.
+    pub sticky_cookie: Option<String>,
     /// Plain-HTTP requests answered with a redirect to the same URL over HTTPS (port 443), with
     /// this status (301, 302, 303, 307 or 308), instead of being forwarded.
     pub https_redirect: Option<u16>,
@@ -149,8 +153,22 @@ impl ProxyOptions {
 }
 
 impl ProxyOptions {
-    /// The mistakes in `https_redirect`, `request_headers` and `response_headers`, in words.
+    /// Whether any HTTP-only rule is set (sticky cookie, redirect, header fields).
+    pub fn has_http_rules(&self) -> bool {
+        self.sticky_cookie.is_some()
+            || self.https_redirect.is_some()
+            || !self.request_headers.is_empty()
+            || !self.response_headers.is_empty()
+    }
+
+    /// The mistakes in `sticky_cookie`, `https_redirect`, `request_headers` and
+    /// `response_headers`, in words.
     pub fn check_http_rules(&self) -> Result<(), String> {
+        if let Some(name) = &self.sticky_cookie
+            && (name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)))
+        {
+            return Err(format!("sticky_cookie {name:?} is not a cookie name (letters, digits, !#$%&'*+-.^_`|~)"));
+        }
         if let Some(status) = self.https_redirect
             && ![301, 302, 303, 307, 308].contains(&status)
         {

@@ -91,7 +91,11 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     let proto = if ctx.https { "https" } else { "http" };
     headers::prepare_request(&mut parts, ctx.client, &opts.forwarded, upgrade, proto);
     apply(&ctx.vip.request_headers, &mut parts.headers);
-    let route = route_of(&ctx.vip, &parts);
+    let target = Target {
+        route: route_of(&ctx.vip, &parts),
+        hash,
+        sticky: opts.sticky_cookie.as_deref().and_then(|name| sticky_token(&parts.headers, name)),
+    };
 
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
@@ -105,12 +109,12 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
         biased;
-        r = attempts(up, replayable, (route, hash), ctx, upgrade, &upload) => r,
+        r = attempts(up, replayable, &target, ctx, upgrade, &upload) => r,
         // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
     match result {
-        Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, ctx),
+        Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, target.sticky, ctx),
         Err(e) => {
             tracing::debug!(vip = %spec.name, client = %ctx.client, error = %e, "request failed");
             match e {
@@ -127,6 +131,26 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
             error_response(e.status(), close)
         }
     }
+}
+
+/// Where a request may go: its route (None: the VIP's own backends), its consistent-hash key's
+/// hash, and the backend its sticky cookie names.
+struct Target {
+    route: Option<usize>,
+    hash: u32,
+    sticky: Option<u32>,
+}
+
+/// The backend token in the request's sticky cookie, if it carries a well-formed one.
+fn sticky_token(headers: &HeaderMap, name: &str) -> Option<u32> {
+    headers::cookie(headers, name).and_then(|v| u32::from_str_radix(v, 16).ok())
+}
+
+/// `Set-Cookie` naming `token` (a session cookie, for the whole site, out of scripts' reach;
+/// `Secure` when the client came over TLS).
+fn sticky_cookie(name: &str, token: u32, https: bool) -> Option<http::HeaderValue> {
+    let secure = if https { "; Secure" } else { "" };
+    http::HeaderValue::from_str(&format!("{name}={token:08x}; Path=/; HttpOnly{secure}")).ok()
 }
 
 /// The VIP route that takes the request, by its Host (port left out) and path: None for the
@@ -213,7 +237,7 @@ fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32
 async fn attempts(
     mut req: Request<UpBody>,
     replayable: bool,
-    (route, hash): (Option<usize>, u32),
+    target: &Target,
     ctx: &ConnCtx,
     upgrade: bool,
     upload: &Upload,
@@ -225,7 +249,10 @@ async fn attempts(
     let mut last = UpstreamError::NoBackend;
     let mut budget = Budget::new(opts.timeouts.request);
     for attempt in 0..=opts.retries.max {
-        let Some(backend) = ctx.vip.pick_in_route(route, hash, &tried) else {
+        // The backend the client's sticky cookie names, while it may take requests; then the
+        // balancer's choice (retries too).
+        let sticky = target.sticky.filter(|_| attempt == 0).and_then(|t| ctx.vip.sticky(target.route, t, &tried));
+        let Some(backend) = sticky.or_else(|| ctx.vip.pick_in_route(target.route, target.hash, &tried)) else {
             break;
         };
         if attempt > 0 {
@@ -332,6 +359,7 @@ fn finish_response(
     resp: Response<ResponseBody>,
     in_flight: InFlight,
     upgrade: bool,
+    asked_for: Option<u32>,
     ctx: &ConnCtx,
 ) -> Response<ProxyBody> {
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS && upgrade {
@@ -343,6 +371,14 @@ fn finish_response(
     }
     let (mut parts, body) = resp.into_parts();
     headers::prepare_response(&mut parts, false);
+    // A client whose cookie does not name the backend that answered is given one that does.
+    let token = in_flight.active.0.sticky_token;
+    if let Some(name) = &ctx.vip.spec.options.sticky_cookie
+        && asked_for != Some(token)
+        && let Some(cookie) = sticky_cookie(name, token, ctx.https)
+    {
+        parts.headers.append(http::header::SET_COOKIE, cookie);
+    }
     // Only the access log reads it (an extension costs a map allocation per response).
     if ctx.vip.spec.options.access_log {
         parts.extensions.insert(ServedBy(in_flight.active.0.addr));
