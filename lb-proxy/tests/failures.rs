@@ -183,3 +183,39 @@ async fn maxconn_queue_is_bounded_and_full_gives_503() {
     assert_eq!(codes, vec![200, 200, 503], "one served, one queued then served, one refused");
     assert_eq!(b[0].hits(), 2);
 }
+
+#[tokio::test]
+async fn idempotent_requests_answered_503_are_tried_on_another_backend_when_asked() {
+    let deploying = raw_backend(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n").await;
+    let good = Backend::start(1).await;
+    let mut spec = http_spec(&[]);
+    spec.backends = vec![lb_proxy::BackendSpec::new(deploying.addr), good.spec()];
+    spec.options.retries.on_status = vec![503];
+    // Outlier ejection would take the 503 backend out after a few: keep it in to see both.
+    spec.options.outlier.consecutive_failures = 1000;
+    let p = proxy(spec).await;
+    for _ in 0..6 {
+        let got = fetch(p.addr, "/").await;
+        assert_eq!((got.status, got.backend()), (200, 1), "every GET ends on the serving backend");
+    }
+    assert!(deploying.heads() >= 2, "round robin sent some to the 503 first");
+    assert!(p.handle.stats()[0].retries >= 2);
+    // A POST is not sent twice: the 503 reaches the client when it was picked.
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let req = hyper::Request::post("/").header("host", "x").body(http_body_util::Full::from("a")).unwrap();
+        statuses.push(Client::connect(p.addr).await.send(req).await.unwrap().status);
+    }
+    assert!(statuses.contains(&503) && statuses.contains(&200), "{statuses:?}");
+}
+
+#[tokio::test]
+async fn the_last_503_is_answered_when_no_other_backend_is_left() {
+    let only = raw_backend(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n").await;
+    let mut spec = http_spec(&[]);
+    spec.backends = vec![lb_proxy::BackendSpec::new(only.addr)];
+    spec.options.retries.on_status = vec![503];
+    let p = proxy(spec).await;
+    assert_eq!(fetch(p.addr, "/").await.status, 503, "the backend's answer, not a 502");
+    assert_eq!(only.heads(), 1, "nowhere else to try");
+}

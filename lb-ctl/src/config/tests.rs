@@ -260,6 +260,11 @@ fn bad_files_give_exact_messages() {
             &["lb.toml:6: vip \"web\": https_redirect = 200: a redirect status is 301, 302, 303, 307 or 308"],
         ),
         (
+            "a retry status that is not a server error",
+            format!("{VIP}protocol = \"http\"\n[vip.proxy]\nretries = {{ on_status = [503, 404] }}\n"),
+            &["lb.toml:6: vip \"web\": retries.on_status: 404 is not a 5xx status"],
+        ),
+        (
             "misspelt key inside a [vip.proxy] sub-table",
             format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\ntimeouts = {{ conect = \"1s\" }}\n"),
             &[

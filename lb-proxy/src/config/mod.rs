@@ -169,6 +169,9 @@ impl ProxyOptions {
         {
             return Err(format!("sticky_cookie {name:?} is not a cookie name (letters, digits, !#$%&'*+-.^_`|~)"));
         }
+        if let Some(status) = self.retries.on_status.iter().find(|s| !(500..600).contains(*s)) {
+            return Err(format!("retries.on_status: {status} is not a 5xx status"));
+        }
         if let Some(status) = self.https_redirect
             && ![301, 302, 303, 307, 308].contains(&status)
         {

@@ -182,11 +182,15 @@ pub struct Retries {
     /// Connection failures are always retried; failures after the request was sent only
     /// for idempotent requests without a body.
     pub max: u32,
+    /// Responses (5xx) that an idempotent request without a body tries on another backend
+    /// (nginx's `proxy_next_upstream http_503`, HAProxy's `retry-on 503`), e.g. a backend
+    /// shutting down for a deploy; the last one is answered when no other backend is left.
+    pub on_status: Vec<u16>,
 }
 
 impl Default for Retries {
     fn default() -> Self {
-        Retries { max: 2 }
+        Retries { max: 2, on_status: Vec::new() }
     }
 }
 

@@ -248,6 +248,8 @@ async fn attempts(
     let mut tried: Vec<SocketAddr> = Vec::new();
     let mut last = UpstreamError::NoBackend;
     let mut budget = Budget::new(opts.timeouts.request);
+    // A response retried elsewhere (`retries.on_status`), answered if no other backend is left.
+    let mut kept: Option<(Response<ResponseBody>, InFlight)> = None;
     for attempt in 0..=opts.retries.max {
         // The backend the client's sticky cookie names, while it may take requests; then the
         // balancer's choice (retries too).
@@ -279,7 +281,17 @@ async fn attempts(
                 let pool_tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
                 let in_flight =
                     InFlight { active, slot, pool_tag, outlier: opts.outlier.clone(), body_idle: opts.timeouts.body };
-                return Ok((resp, in_flight));
+                let retry = replayable
+                    && attempt < opts.retries.max
+                    && opts.retries.on_status.contains(&resp.status().as_u16());
+                if !retry {
+                    return Ok((resp, in_flight));
+                }
+                tracing::debug!(backend = %backend.addr, status = %resp.status(), "retrying elsewhere");
+                tried.push(backend.addr);
+                // The one kept before is dropped (its backend connection closes unread).
+                kept = Some((resp, in_flight));
+                continue;
             }
             // The budget is the request's, not the backend's: no retry, no blame.
             Err((UpstreamError::RequestTimeout, _)) => return Err(UpstreamError::RequestTimeout),
@@ -299,7 +311,10 @@ async fn attempts(
             }
         }
     }
-    Err(last)
+    match kept {
+        Some(answer) => Ok(answer),
+        None => Err(last),
+    }
 }
 
 /// One attempt on one backend. On failure, says whether the request was never sent (so any
