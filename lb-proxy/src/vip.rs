@@ -89,7 +89,10 @@ impl Vip {
         opts.check_routes()?;
         opts.check_http_rules()?;
         if spec.mode == Mode::Tcp && opts.has_http_rules() {
-            return Err("sticky_cookie, https_redirect, request_headers and response_headers apply to HTTP VIPs".into());
+            return Err(
+                "sticky_cookie, request_id, https_redirect, request_headers and response_headers apply to HTTP VIPs"
+                    .into(),
+            );
         }
         if opts.https_redirect.is_some() && tls.is_some() {
             return Err("https_redirect is for plain-HTTP VIPs: this one terminates TLS".into());

@@ -121,3 +121,25 @@ async fn a_sticky_cookie_keeps_a_client_on_its_backend_until_that_backend_is_out
     // A cookie that names nothing is no cookie.
     assert!(get_with_cookie(p.addr, Some("lb=zz")).await.2.is_some());
 }
+
+#[tokio::test]
+async fn request_ids_reach_the_backend_and_come_back_the_clients_own_kept() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.request_id = true;
+    let p = proxy(spec).await;
+    let got = fetch(p.addr, "/headers").await;
+    let id = got.headers["x-request-id"].to_str().unwrap().to_string();
+    assert!(id.len() == 32 && id.bytes().all(|c| c.is_ascii_hexdigit()), "{id}");
+    assert!(got.text().contains(&format!("\nx-request-id: {id}\n")), "the backend saw it: {}", got.text());
+    let req = hyper::Request::get("/headers").header("host", "x").header("x-request-id", "from-edge-7");
+    let got = Client::connect(p.addr).await.send(req.body(Default::default()).unwrap()).await.unwrap();
+    assert_eq!(got.headers["x-request-id"], "from-edge-7");
+    assert!(got.text().contains("\nx-request-id: from-edge-7\n"), "{}", got.text());
+    assert_ne!(fetch(p.addr, "/").await.headers["x-request-id"], id.as_str(), "a new one each time");
+    // The proxy's own answers carry one too.
+    p.handle.set_backend_health("web", b[0].addr, false).unwrap();
+    let got = fetch(p.addr, "/").await;
+    assert_eq!(got.status, 503);
+    assert_eq!(got.headers["x-request-id"].len(), 32);
+}

@@ -476,7 +476,7 @@ fn proxy_options(
         );
     }
     if protocol != Protocol::Http && options.has_http_rules() {
-        let rules = "sticky_cookie, https_redirect, request_headers and response_headers";
+        let rules = "sticky_cookie, request_id, https_redirect, request_headers and response_headers";
         c.error(span.clone(), format!("{at}: {rules} apply to protocol = \"http\" VIPs"));
     }
     if options.https_redirect.is_some() && options.tls.is_some() {

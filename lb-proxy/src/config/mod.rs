@@ -69,6 +69,10 @@ pub struct ProxyOptions {
     /// HTTP requests routed to other backends by Host and path (HTTP VIPs), first match wins;
     /// requests no route takes go to the VIP's own backends.
     pub routes: Vec<HttpRoute>,
+    /// Every request carries an `X-Request-ID` to its backend, back to its client and in its
+    /// access log line: the client's own when it sent one, else a new one (32 hex digits, as
+    /// nginx's `$request_id`).
+    pub request_id: bool,
     /// Session persistence by an inserted cookie of this name (HAProxy's `cookie NAME insert`):
     /// a request carrying it goes to the backend it names while that backend takes requests,
     /// and a response from another backend sets it. None: no cookie.
@@ -156,6 +160,7 @@ impl ProxyOptions {
     /// Whether any HTTP-only rule is set (sticky cookie, redirect, header fields).
     pub fn has_http_rules(&self) -> bool {
         self.sticky_cookie.is_some()
+            || self.request_id
             || self.https_redirect.is_some()
             || !self.request_headers.is_empty()
             || !self.response_headers.is_empty()

@@ -19,11 +19,23 @@ pub(crate) struct Request {
     uri: Uri,
     version: Version,
     at: SystemTime,
+    /// Its `X-Request-ID` (`request_id = true`).
+    id: Option<http::HeaderValue>,
 }
 
 impl Request {
-    pub(crate) fn of<B>(req: &http::Request<B>) -> Request {
-        Request { method: req.method().clone(), uri: req.uri().clone(), version: req.version(), at: SystemTime::now() }
+    pub(crate) fn of<B>(req: &http::Request<B>, id: Option<http::HeaderValue>) -> Request {
+        Request {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            version: req.version(),
+            at: SystemTime::now(),
+            id,
+        }
+    }
+
+    fn id(&self) -> Option<&str> {
+        self.id.as_ref().and_then(|v| v.to_str().ok())
     }
 }
 
@@ -62,10 +74,11 @@ pub(crate) fn write<B>(request: &Request, resp: &Response<B>, elapsed: Duration,
 }
 
 /// `192.0.2.7:40000 [2026-01-02T03:04:05.678Z] web 198.51.100.1:8080 12ms 200 512 "GET / HTTP/1.1"`
-/// (`-` for no backend, unknown length).
+/// (`-` for no backend, unknown length), then ` id=...` with `request_id`.
 fn text(l: &Line) -> String {
+    let id = l.request.id().map(|id| format!(" id={id}")).unwrap_or_default();
     format!(
-        "{} [{}] {} {} {}ms {} {} \"{} {} {:?}\"",
+        "{} [{}] {} {} {}ms {} {} \"{} {} {:?}\"{id}",
         l.client,
         humantime::format_rfc3339_millis(l.at),
         l.vip,
@@ -91,6 +104,7 @@ fn json(l: &Line) -> String {
         "method": l.request.method.as_str(),
         "uri": l.request.uri.to_string(),
         "version": format!("{:?}", l.request.version),
+        "request_id": l.request.id(),
     })
     .to_string()
 }
@@ -115,7 +129,7 @@ mod tests {
     #[test]
     fn text_and_json_lines() {
         let req = http::Request::get("/a?b=c").body(()).unwrap();
-        let request = Request::of(&req);
+        let request = Request::of(&req, None);
         assert_eq!(
             text(&line(&request)),
             "192.0.2.7:40000 [2023-11-14T22:13:20.123Z] web 198.51.100.1:8080 12ms 200 512 \"GET /a?b=c HTTP/1.1\""
@@ -125,5 +139,9 @@ mod tests {
         assert_eq!(value["backend"], "198.51.100.1:8080");
         assert_eq!(value["uri"], "/a?b=c");
         assert_eq!(value["duration_ms"], 12);
+        let request = Request::of(&req, Some(http::HeaderValue::from_static("0af7")));
+        assert!(text(&line(&request)).ends_with("\"GET /a?b=c HTTP/1.1\" id=0af7"));
+        let value: serde_json::Value = serde_json::from_str(&json(&line(&request))).unwrap();
+        assert_eq!(value["request_id"], "0af7");
     }
 }

@@ -12,6 +12,7 @@ use super::access_log::{self, ServedBy};
 use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody};
 use super::budget::{Budget, Late};
 use super::headers::{self, cookie, is_upgrade};
+use super::request_id;
 use super::respond::error_response;
 use super::upload::{RequestBody, Upload};
 use super::upstream::{self, ResponseBody};
@@ -54,11 +55,15 @@ pub(crate) trait IncomingBody:
 }
 impl<B: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static> IncomingBody for B {}
 
-pub(crate) async fn handle<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
-    let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req));
+pub(crate) async fn handle<B: IncomingBody>(mut req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
+    let id = ctx.vip.spec.options.request_id.then(|| request_id::ensure(req.headers_mut()));
+    let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req, id.clone()));
     let started = std::time::Instant::now();
     let mut resp = forward(req, ctx).await;
     apply(&ctx.vip.response_headers, resp.headers_mut());
+    if let Some(id) = id {
+        resp.headers_mut().insert(request_id::HEADER, id);
+    }
     let took = started.elapsed();
     ctx.vip.counters.responded(resp.status(), took);
     if let Some(request) = logged {

@@ -10,6 +10,7 @@ mod h1;
 mod h2_send;
 mod headers;
 mod idle;
+mod request_id;
 mod respond;
 mod server;
 mod upgrade;
