@@ -132,6 +132,13 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Whether a body of the declared length (None: not declared) is over `max_body_bytes`.
+    pub(crate) fn body_too_large(&self, declared: Option<u64>) -> bool {
+        self.max_body_bytes.zip(declared).is_some_and(|(max, n)| n > max.get())
+    }
+}
+
 /// An optional limit written as a number: 0 would refuse everything, or read as nginx reads it,
 /// "no limit"; either way it is a mistake at its line.
 fn optional_limit_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<NonZeroU64>, D::Error> {

@@ -5,7 +5,7 @@ use super::body::ProxyBody;
 use super::forward::ConnCtx;
 use super::respond::error_response;
 
-pub(crate) fn refuse<B>(req: &Request<B>, ctx: &ConnCtx) -> Option<http::Response<ProxyBody>> {
+pub(crate) fn refuse<B: http_body::Body>(req: &Request<B>, ctx: &ConnCtx) -> Option<http::Response<ProxyBody>> {
     let limits = &ctx.vip.spec.options.limits;
     let headers = req.headers();
     if headers.contains_key(header::CONTENT_LENGTH) && headers.contains_key(header::TRANSFER_ENCODING) {
@@ -28,9 +28,7 @@ pub(crate) fn refuse<B>(req: &Request<B>, ctx: &ConnCtx) -> Option<http::Respons
     if headers.len() > limits.max_headers || head_bytes > limits.max_header_bytes {
         return Some(error_response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, true));
     }
-    if let Some(max) = limits.max_body_bytes
-        && declared_length(headers).is_some_and(|n| n > max.get())
-    {
+    if limits.body_too_large(req.body().size_hint().exact()) {
         // The body is not read: the connection closes after the answer.
         return Some(error_response(StatusCode::PAYLOAD_TOO_LARGE, true));
     }
@@ -38,10 +36,4 @@ pub(crate) fn refuse<B>(req: &Request<B>, ctx: &ConnCtx) -> Option<http::Respons
         return Some(error_response(StatusCode::METHOD_NOT_ALLOWED, false));
     }
     None
-}
-
-/// The request's Content-Length, when it has one that reads as a number (the HTTP/1 head
-/// parser has refused every other kind; h2 checks it against the DATA frames).
-pub(crate) fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }

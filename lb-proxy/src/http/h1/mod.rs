@@ -119,10 +119,7 @@ where
         };
         lock(&reader).body_done = decoder.is_done();
         // A body already known to be too large is refused (413) without asking for it.
-        let too_large = match (head.framing, opts.limits.max_body_bytes) {
-            (Framing::Length(n), Some(max)) => n > max.get(),
-            _ => false,
-        };
+        let too_large = opts.limits.body_too_large(decoder.exact());
         if head.expects_continue && !too_large && wr.write_all(CONTINUE).await.is_err() {
             break;
         }
