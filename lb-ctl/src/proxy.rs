@@ -28,11 +28,15 @@ pub fn backends(vip: &VipState, max_connections: Option<u32>) -> Vec<(BackendSpe
         .collect()
 }
 
+/// What lb-proxy speaks for a proxy VIP of `protocol`.
+pub fn mode(protocol: Protocol) -> Mode {
+    if protocol == Protocol::Http { Mode::Http } else { Mode::Tcp }
+}
+
 /// The lb-proxy spec of a proxy VIP.
 pub fn spec(vip: &VipState, hash_seed: u32) -> ProxyVipSpec {
     let options = vip.proxy.clone().unwrap_or_default();
-    let mode = if vip.protocol == Protocol::Http { Mode::Http } else { Mode::Tcp };
-    let mut spec = ProxyVipSpec::new(vip.label(), SocketAddr::new(vip.address, vip.port), mode);
+    let mut spec = ProxyVipSpec::new(vip.label(), SocketAddr::new(vip.address, vip.port), mode(vip.protocol));
     spec.hash_seed = hash_seed;
     spec.backends = backends(vip, options.max_connections).into_iter().map(|(b, _)| b).collect();
     spec.options = options;

@@ -77,6 +77,12 @@ impl Backend {
         self.is_healthy() && self.weight() > 0
     }
 
+    /// May take a new request now, with no second thought: in rotation, not ejected by
+    /// outlier detection, and not among the backends this request already failed on.
+    pub(crate) fn may_take(&self, now_ms: u64, tried: &crate::balance::Tried) -> bool {
+        self.in_rotation() && !self.outlier.is_ejected(now_ms) && !tried.contains(&self.addr)
+    }
+
     pub(crate) fn active(&self) -> u64 {
         self.counters.active.load(Relaxed)
     }

@@ -191,7 +191,7 @@ impl PerClientRate {
         }
         self.limiter
             .check_key(&ClientKey::of(client))
-            .map_err(|not_until| not_until.wait_time_from(governor::clock::DefaultClock::default().now()))
+            .map_err(|not_until| not_until.wait_time_from(self.limiter.clock().now()))
     }
 
     #[cfg(test)]

@@ -83,19 +83,8 @@ impl Vip {
         if spec.mode == Mode::Http && opts.sni.is_some() {
             return Err("sni routing applies to TCP VIPs (TLS passthrough)".into());
         }
-        if spec.mode == Mode::Tcp && !opts.routes.is_empty() {
-            return Err("routes apply to HTTP VIPs; TCP VIPs route TLS by server name (sni)".into());
-        }
-        opts.check_routes()?;
-        opts.check_http_rules()?;
-        if spec.mode == Mode::Tcp && opts.has_http_rules() {
-            return Err(
-                "sticky_cookie, request_id, https_redirect, request_headers and response_headers apply to HTTP VIPs"
-                    .into(),
-            );
-        }
-        if opts.https_redirect.is_some() && tls.is_some() {
-            return Err("https_redirect is for plain-HTTP VIPs: this one terminates TLS".into());
+        if let Some(mistake) = opts.mistakes(spec.mode).into_iter().next() {
+            return Err(mistake);
         }
         let sni = opts
             .sni
@@ -144,40 +133,33 @@ impl Vip {
         self.dial.clone()
     }
 
-    /// Chooses a backend for a request or connection whose hash key hashes to `hash`.
-    pub(crate) fn pick(&self, hash: u32, tried: &Tried) -> Option<Arc<Backend>> {
-        pick_in(&self.backends, &self.balancer, &self.spec, hash, tried)
-    }
-
     /// The route that takes a connection with TLS server name `name` (TCP) or a request for
     /// Host `name` and `path` (HTTP): the first that matches, None for the VIP's own backends.
     pub(crate) fn route(&self, name: Option<&str>, path: &str) -> Option<usize> {
         self.routes.iter().position(|g| g.takes(name, path))
     }
 
-    /// The backend of `route` (the VIP's own for None) whose sticky token is `token`, if it
-    /// may take the request now: in rotation, not ejected, not tried.
-    pub(crate) fn sticky(&self, route: Option<usize>, token: u32, tried: &Tried) -> Option<Arc<Backend>> {
-        let backends = match route.and_then(|i| self.routes.get(i)) {
-            Some(g) => &g.backends,
-            None => &self.backends,
-        };
-        let now = crate::outlier::now_ms();
-        backends
-            .load()
-            .backends
-            .iter()
-            .find(|b| b.sticky_token == token)
-            .filter(|b| b.in_rotation() && !b.outlier.is_ejected(now) && !tried.contains(&b.addr))
-            .cloned()
+    /// The backends of `route` (the VIP's own for None) and their balancer.
+    fn route_backends(&self, route: Option<usize>) -> (&VipBackends, &Balancer) {
+        match route.and_then(|i| self.routes.get(i)) {
+            Some(g) => (&g.backends, &g.balancer),
+            None => (&self.backends, &self.balancer),
+        }
     }
 
-    /// Like `pick`, among the backends of `route` (the VIP's own for None).
+    /// The backend of `route` whose sticky token is `token`, if it may take the request now.
+    pub(crate) fn sticky(&self, route: Option<usize>, token: u32, tried: &Tried) -> Option<Arc<Backend>> {
+        let now = crate::outlier::now_ms();
+        let set = self.route_backends(route).0.load();
+        set.backends.iter().find(|b| b.sticky_token == token).filter(|b| b.may_take(now, tried)).cloned()
+    }
+
+    /// Chooses a backend of `route` for a request or connection whose hash key hashes to `hash`.
     pub(crate) fn pick_in_route(&self, route: Option<usize>, hash: u32, tried: &Tried) -> Option<Arc<Backend>> {
-        match route.and_then(|i| self.routes.get(i)) {
-            Some(g) => pick_in(&g.backends, &g.balancer, &self.spec, hash, tried),
-            None => self.pick(hash, tried),
-        }
+        let (backends, balancer) = self.route_backends(route);
+        let set = backends.load();
+        let i = balancer.pick(&self.spec.options.balance, &set, hash, tried)?;
+        Some(set.backends[i].clone())
     }
 
     pub(crate) fn stats(&self) -> VipStats {
@@ -201,16 +183,4 @@ impl Vip {
             backends,
         }
     }
-}
-
-fn pick_in(
-    backends: &VipBackends,
-    balancer: &Balancer,
-    spec: &ProxyVipSpec,
-    hash: u32,
-    tried: &Tried,
-) -> Option<Arc<Backend>> {
-    let set = backends.load();
-    let i = balancer.pick(&spec.options.balance, &set, hash, tried)?;
-    Some(set.backends[i].clone())
 }

@@ -249,7 +249,7 @@ fn bad_files_give_exact_messages() {
             ),
             &[
                 "lb.toml:6: vip \"web\": routes[0]: path_prefix \"api\" must start with /",
-                "lb.toml:6: vip \"web\": routes apply to protocol = \"http\" VIPs (TCP VIPs route TLS by server name: sni)",
+                "lb.toml:6: vip \"web\": routes apply to HTTP VIPs; TCP VIPs route TLS by server name (sni)",
             ],
         ),
         (

@@ -464,23 +464,8 @@ fn proxy_options(
     if let Err(e) = lb_proxy::check_tls_files(&options) {
         c.error(span.clone(), format!("{at}: {e}"));
     }
-    for check in [lb_proxy::ProxyOptions::check_routes, lb_proxy::ProxyOptions::check_http_rules] {
-        if let Err(e) = check(&options) {
-            c.error(span.clone(), format!("{at}: {e}"));
-        }
-    }
-    if protocol != Protocol::Http && !options.routes.is_empty() {
-        c.error(
-            span.clone(),
-            format!("{at}: routes apply to protocol = \"http\" VIPs (TCP VIPs route TLS by server name: sni)"),
-        );
-    }
-    if protocol != Protocol::Http && options.has_http_rules() {
-        let rules = "sticky_cookie, request_id, https_redirect, request_headers and response_headers";
-        c.error(span.clone(), format!("{at}: {rules} apply to protocol = \"http\" VIPs"));
-    }
-    if options.https_redirect.is_some() && options.tls.is_some() {
-        c.error(span, format!("{at}: https_redirect is for plain-HTTP VIPs: this one terminates TLS"));
+    for mistake in options.mistakes(crate::proxy::mode(protocol)) {
+        c.error(span.clone(), format!("{at}: {mistake}"));
     }
     Some(options)
 }

@@ -30,7 +30,7 @@ impl Balancer {
     /// ejected outliers only when nothing else is left (better a suspect backend than none).
     pub(crate) fn pick(&self, balance: &Balance, set: &BackendSet, hash: u32, tried: &Tried) -> Option<usize> {
         let now = now_ms();
-        let strict = |_: usize, b: &Backend| b.in_rotation() && !b.outlier.is_ejected(now) && !tried.contains(&b.addr);
+        let strict = |_: usize, b: &Backend| b.may_take(now, tried);
         let lenient = |_: usize, b: &Backend| b.in_rotation() && !tried.contains(&b.addr);
         // A retry does not advance the rotation: that would shift every later request's turn.
         let advance = tried.is_empty();

@@ -131,8 +131,28 @@ pub struct HttpRoute {
 }
 
 impl ProxyOptions {
-    /// The mistakes in `routes`, in words (checked at load, before anything is served).
-    pub fn check_routes(&self) -> Result<(), String> {
+    /// Every mistake in the routes and HTTP rules of a VIP that speaks `mode`, in words (none:
+    /// empty). lb.toml's checks report them all; starting a VIP refuses the first.
+    pub fn mistakes(&self, mode: Mode) -> Vec<String> {
+        let mut found: Vec<String> =
+            [self.check_routes(), self.check_http_rules()].into_iter().filter_map(Result::err).collect();
+        if mode == Mode::Tcp && !self.routes.is_empty() {
+            found.push("routes apply to HTTP VIPs; TCP VIPs route TLS by server name (sni)".into());
+        }
+        if mode == Mode::Tcp && self.has_http_rules() {
+            found.push(
+                "sticky_cookie, request_id, https_redirect, request_headers and response_headers apply to HTTP VIPs"
+                    .into(),
+            );
+        }
+        if self.https_redirect.is_some() && self.tls.is_some() {
+            found.push("https_redirect is for plain-HTTP VIPs: this one terminates TLS".into());
+        }
+        found
+    }
+
+    /// The mistakes in `routes`, in words.
+    fn check_routes(&self) -> Result<(), String> {
         for (i, r) in self.routes.iter().enumerate() {
             let at = format!("routes[{i}]");
             if r.hosts.is_empty() && r.path_prefix.is_none() {
@@ -158,7 +178,7 @@ impl ProxyOptions {
 
 impl ProxyOptions {
     /// Whether any HTTP-only rule is set (sticky cookie, redirect, header fields).
-    pub fn has_http_rules(&self) -> bool {
+    fn has_http_rules(&self) -> bool {
         self.sticky_cookie.is_some()
             || self.request_id
             || self.https_redirect.is_some()
@@ -168,7 +188,7 @@ impl ProxyOptions {
 
     /// The mistakes in `sticky_cookie`, `https_redirect`, `request_headers` and
     /// `response_headers`, in words.
-    pub fn check_http_rules(&self) -> Result<(), String> {
+    fn check_http_rules(&self) -> Result<(), String> {
         if let Some(name) = &self.sticky_cookie
             && (name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)))
         {

@@ -158,25 +158,12 @@ fn sticky_cookie(name: &str, token: u32, https: bool) -> Option<http::HeaderValu
     http::HeaderValue::from_str(&format!("{name}={token:08x}; Path=/; HttpOnly{secure}")).ok()
 }
 
-/// The VIP route that takes the request, by its Host (port left out) and path: None for the
-/// VIP's own backends.
+/// The VIP route that takes the request, by its host and path: None for the VIP's own backends.
 fn route_of(vip: &crate::vip::Vip, parts: &http::request::Parts) -> Option<usize> {
     if vip.routes.is_empty() {
         return None;
     }
-    let host = match parts.uri.authority() {
-        Some(a) => Some(a.host()),
-        None => parts.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).map(host_without_port),
-    };
-    vip.route(host, parts.uri.path())
-}
-
-/// `example.org:8080` → `example.org`; `[2001:db8::1]:80` → `[2001:db8::1]`.
-fn host_without_port(host: &str) -> &str {
-    match host.rfind(':') {
-        Some(i) if !host[i..].contains(']') => &host[..i],
-        _ => host,
-    }
+    vip.route(headers::request_host(&parts.uri, &parts.headers), parts.uri.path())
 }
 
 /// Sets and removes the configured header fields.
@@ -195,12 +182,8 @@ fn apply(rules: &crate::config::HeaderRules, headers: &mut HeaderMap) {
 
 /// The same URL over HTTPS (Host without its port, so port 443), with `status`.
 fn https_redirect<B>(status: u16, req: &Request<B>) -> Response<ProxyBody> {
-    let host = match req.uri().authority() {
-        Some(a) => Some(a.host()),
-        None => req.headers().get(http::header::HOST).and_then(|h| h.to_str().ok()).map(host_without_port),
-    };
     // Without a host (an HTTP/1.0 request) there is nowhere to send the client.
-    let Some(host) = host.filter(|h| !h.is_empty()) else {
+    let Some(host) = headers::request_host(req.uri(), req.headers()).filter(|h| !h.is_empty()) else {
         return error_response(StatusCode::BAD_REQUEST, false);
     };
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());

@@ -152,6 +152,23 @@ pub(crate) fn prepare_request(
     add_forwarded(&mut parts.headers, client.ip(), opts, proto);
 }
 
+/// The host a request is for, without its port: an absolute-form target's or h2's authority,
+/// else the Host field (which `prepare_request` fills from the authority).
+pub(crate) fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+    match uri.authority() {
+        Some(a) => Some(a.host()),
+        None => headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(host_without_port),
+    }
+}
+
+/// `example.org:8080` → `example.org`; `[2001:db8::1]:80` → `[2001:db8::1]`.
+fn host_without_port(host: &str) -> &str {
+    match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => &host[..i],
+        _ => host,
+    }
+}
+
 /// Every line of a (list-valued) header joined in order, as one value (RFC 9110 §5.3).
 fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     let mut out: Option<String> = None;
