@@ -2,18 +2,8 @@
 //! `/v1/`. The server turns requests into messages to the daemon's writer; the client is what
 //! the CLI uses.
 //!
-//! | method, path               | body               | answer            |
-//! |----------------------------|--------------------|-------------------|
-//! | GET  /v1/status            |                    | `StatusView`      |
-//! | GET  /v1/vips              |                    | `[VipView]`       |
-//! | GET  /v1/backends[?vip=V]  |                    | `[BackendView]`   |
-//! | POST /v1/backends          | `BackendRequest`   | `Changed` (add)   |
-//! | POST /v1/backends/remove   | `BackendRequest`   | `Changed`         |
-//! | POST /v1/backends/drain    | `BackendRequest`   | `Changed`         |
-//! | POST /v1/backends/undrain  | `BackendRequest`   | `Changed`         |
-//! | GET  /v1/stats             |                    | `StatsView`       |
-//! | POST /v1/explain           | `ExplainRequest`   | `ExplainView`     |
-//! | POST /v1/reload            |                    | `ReloadView`      |
+//! Every route, its body and its answer are listed in docs/api.md (routes in [`server::router`],
+//! types in [`types`]); a test (`lb-ctl/tests/docs.rs`) fails when a route is missing there.
 //!
 //! Errors answer `{"error": "..."}` with 400 (malformed request, invalid value, config with
 //! mistakes), 404 (unknown VIP or backend, unknown path), 405, 409 (duplicate backend, no free
