@@ -1,6 +1,16 @@
 //! Everything the XDP program and userspace must agree on: map names, limits, the `#[repr(C)]`
 //! layouts stored in maps, counter names, and the pure functions both sides compute (flow hash,
 //! checksum arithmetic). Each is defined here once.
+//!
+//! - [`vip`]: a VIP's map key and info (forwarding, hash mode, ring).
+//! - [`backend`]: a backend's map entry, its generation, NAT backend keys.
+//! - [`flow`]: connection-table keys and entries, and flows shared between balancers.
+//! - [`config`]: the data plane's runtime settings (the CONFIG map) and port flags.
+//! - [`nexthop`]: cached next hops.
+//! - [`stats`]: the named counters (every verdict and event) and per-VIP/backend traffic.
+//! - [`hash`]: the flow hash; [`csum`]: incremental checksum arithmetic; [`gue`]: GUE's header.
+//! - `maglev` (feature `user`): the weighted Maglev ring builder.
+//! - Below: map and program names, tail-call indices, limits and protocol numbers.
 #![no_std]
 
 #[cfg(feature = "user")]

@@ -8,6 +8,18 @@
 //!
 //! Start with [`Proxy::start`] (or [`Proxy::start_with_listeners`] for sockets bound by the
 //! caller), then steer it through the [`ProxyHandle`].
+//!
+//! The modules:
+//! - `proxy`: the entry points and the handle; `workers`: the worker threads; `accept`:
+//!   accepting and admitting client connections; `vip`: a running VIP.
+//! - `http`: HTTP VIPs (`h1` the client side, `upstream` the backend side, h2 through hyper,
+//!   headers, bodies, routes, request ids, access logs); `tcp` and `relay`: TCP VIPs;
+//!   `tls`: termination, backend TLS and SNI routing; `proxy_protocol`.
+//! - `backend`, `balance`, `pool`, `outlier`: backend sets, choosing one, pooled connections,
+//!   passive ejection; `limits`: per-VIP and per-client limits.
+//! - [`config`]: `[vip.proxy]`'s options; [`stats`]: the counters the daemon exports.
+//! - `shutdown`, `quiet_sleep`, `alloc`, `trim`, `error`: stopping, timers, the allocator and
+//!   memory trimming, errors.
 mod accept;
 mod alloc;
 mod backend;

@@ -1,6 +1,18 @@
 //! Support for the root-requiring suites: privilege checks that fail in CI instead of
 //! skipping, network namespaces that clean up after themselves, the namespace lab, and
-//! BPF_PROG_TEST_RUN; and the benchmarks, which run in the same lab.
+//! BPF_PROG_TEST_RUN; and the benchmarks, which run in the same lab. docs/testing.md lists the
+//! suites (`tests/*.rs`).
+//!
+//! - [`privileges`]: root or not; CI turns a skip into a failure.
+//! - [`netns`]: namespaces and links with a per-run prefix, removed on drop.
+//! - [`testrun`]: BPF_PROG_TEST_RUN; [`balancer`]: a loaded balancer for packet tests.
+//! - [`golden`], [`fixture`], [`fixture6`], [`packets`]: golden-packet cases and the frames
+//!   they are built from (etherparse).
+//! - [`fuzz`]: the data-plane fuzzer's generator; [`flood`]: spoofed SYN floods and keep-alive
+//!   clients.
+//! - [`lab`]: the one namespace lab (topology, the daemon under test, HTTP client) the suites,
+//!   the demo and the benchmarks share; [`cluster`]: the scale-out lab with BIRD.
+//! - `bench`: every benchmark (`lb-bench`).
 pub mod balancer;
 pub mod bench;
 pub mod cluster;

@@ -1,5 +1,5 @@
 //! The desired state of the balancer — VIPs, their backends with weight, drain and health —
-//! and how it becomes map contents ([`maps`]).
+//! and how it becomes map contents ([`plan`]).
 //!
 //! The state is built from the configuration ([`State::from_config`]) and then changed by API
 //! calls and health transitions. Every change is checked before it is made: a refused change

@@ -67,7 +67,7 @@ where
 }
 
 /// One path's figure: extra ns per packet over the bare program (median), and Katran's
-/// reference figure for the same path (a separate measurement, see README).
+/// reference figure for the same path (a separate measurement, see docs/benchmarks.md).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PathCost {
     pub path: String,
