@@ -140,7 +140,12 @@ pub enum Command {
 pub struct ProxyArgs {
     /// Configuration file; every VIP in it must be a proxy VIP (protocol "http" or
     /// forwarding "proxy"). Or, without a file, the quick-start flags (--listen, --backend).
-    #[arg(long, short = 'c', required_unless_present = "listen", conflicts_with = "listen")]
+    #[arg(
+        long,
+        short = 'c',
+        required_unless_present_any = ["listen", "backend", "backends_file"],
+        conflicts_with = "listen"
+    )]
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub quick: QuickStart,
@@ -181,8 +186,9 @@ pub struct BackendSetupArgs {
 #[derive(Args, Clone, Debug)]
 #[command(group(clap::ArgGroup::new("backend_source").args(["backend", "backends_file"]).multiple(true)))]
 pub struct QuickStart {
-    /// Serve one proxy VIP on ADDR:PORT (HTTP; with --tcp, TCP), without a configuration file.
-    #[arg(long, value_name = "ADDR:PORT", requires = "backend_source")]
+    /// Serve one proxy VIP on ADDR:PORT (HTTP; with --tcp, TCP), without a configuration file;
+    /// a bare PORT listens on every IPv4 address (0.0.0.0:PORT; [::]:PORT for IPv6).
+    #[arg(long, value_name = "ADDR:PORT", requires = "backend_source", value_parser = super::quick::parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
     /// A backend, HOST:PORT (repeatable); a name is resolved at start, each address a backend.
     #[arg(long, value_name = "HOST:PORT", requires = "listen")]
@@ -383,12 +389,10 @@ pub enum DecapCommand {
     },
 }
 
-/// A `--log-level` checked when the command line is read: a filter tracing cannot parse is a
-/// usage error (exit 2), not a daemon that starts and then fails.
+/// A `--log-level` checked when the command line is read: a filter that is not one is a
+/// usage error (exit 2), not a daemon that starts and then prints nothing.
 pub fn parse_log_level(text: &str) -> Result<String, String> {
-    tracing_subscriber::EnvFilter::try_new(text)
-        .map(|_| text.to_string())
-        .map_err(|e| format!("{e} (a level, or per module: lb_ctl=debug,warn)"))
+    crate::config::log_level::check(text)
 }
 
 /// A `--interval` in seconds: positive, at most a day.

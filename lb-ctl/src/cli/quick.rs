@@ -13,67 +13,135 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context as _, bail};
 
 use super::args::{QuickBalance, QuickStart};
-use crate::config::hosts;
+use crate::config::{Config, ConfigError, hosts};
+
+/// `--listen`: `ADDR:PORT`, or a bare `PORT` (as the small balancers take it), which listens
+/// on every IPv4 address (`0.0.0.0:PORT`, as HAProxy's `bind :PORT`); `[::]:PORT` is every
+/// IPv6 address.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let port = text.strip_prefix(':').unwrap_or(text);
+    match port.parse::<u32>() {
+        Ok(p @ 1..=65535) => Ok(SocketAddr::from(([0, 0, 0, 0], p as u16))),
+        Ok(p) => Err(format!("port {p} is out of range (1-65535)")),
+        Err(_) => Err(format!(
+            "{text:?} is not ADDR:PORT or PORT (e.g. 127.0.0.1:8080, [::]:8080, or 8080 for every IPv4 address)"
+        )),
+    }
+}
 
 /// A backend spec (`HOST:PORT`, `IP:PORT`, `[IPv6]:PORT`) as lb.toml writes it: an address
 /// and a port. A host name stays a name: the daemon resolves it at load and again every
 /// `daemon.resolve_interval`, each address a backend, as for names written in lb.toml.
-pub fn split(spec: &str) -> anyhow::Result<(String, u16)> {
+pub fn split(spec: &str) -> Result<(String, u16), String> {
     if let Ok(addr) = spec.parse::<SocketAddr>() {
-        return Ok((addr.ip().to_string(), addr.port()));
+        return match addr.port() {
+            0 => Err("port 0 is not a port to connect to (1-65535)".into()),
+            port => Ok((addr.ip().to_string(), port)),
+        };
     }
-    let not = || format!("backend {spec:?}: not HOST:PORT");
-    let (host, port) = spec.rsplit_once(':').with_context(not)?;
-    let port = port.parse::<u16>().ok().filter(|p| *p != 0).with_context(not)?;
+    let Some((host, port)) = spec.rsplit_once(':') else {
+        return Err("not HOST:PORT (e.g. 127.0.0.1:8080, [::1]:8080 or app.internal:8080)".into());
+    };
+    let port = match port.parse::<u64>() {
+        Ok(p @ 1..=65535) => p as u16,
+        Ok(p) => return Err(format!("port {p} is out of range (1-65535)")),
+        Err(_) => return Err(format!("port {port:?} is not a number (HOST:PORT)")),
+    };
     if !hosts::is_host_name(host) {
-        bail!("backend {spec:?}: {host:?} is neither an IP address nor a host name");
+        return Err(format!("{host:?} is neither an IP address nor a host name"));
     }
     Ok((host.to_string(), port))
 }
 
-/// The backend specs of a backends file: one `HOST:PORT` a line; blank lines and `#` comments
-/// are skipped. Mistakes name the file and line.
-pub fn read_backends_file(path: &Path) -> anyhow::Result<Vec<String>> {
+/// A backend of the quick start and where it was given, for messages: `--backend SPEC` or
+/// `FILE:LINE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Given {
+    spec: String,
+    origin: String,
+}
+
+/// The backends of a backends file: one `HOST:PORT` a line; blank lines and `#` comments are
+/// skipped.
+fn backends_file(path: &Path) -> anyhow::Result<Vec<Given>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
+        let spec = line.split('#').next().unwrap_or("").trim();
+        if !spec.is_empty() {
+            out.push(Given { spec: spec.to_string(), origin: format!("{}:{}", path.display(), i + 1) });
         }
-        if line.split_whitespace().count() != 1 || !line.contains(':') {
-            bail!("{}:{}: expected one HOST:PORT, got {line:?}", path.display(), i + 1);
-        }
-        out.push(line.to_string());
     }
     Ok(out)
 }
 
-/// Every backend of the quick start: the `--backend` flags and the backends file, as
-/// `(address or host name, port)`.
-fn backends(q: &QuickStart) -> anyhow::Result<Vec<(String, u16)>> {
-    let mut specs = q.backend.clone();
-    if let Some(file) = &q.backends_file {
-        specs.extend(read_backends_file(file)?);
-    }
-    let mut out = Vec::new();
-    for spec in &specs {
-        let backend = split(spec)?;
-        if !out.contains(&backend) {
-            out.push(backend);
+impl Given {
+    /// `what` (a mistake about this backend) said where the backend was given.
+    fn blame(&self, what: &str) -> String {
+        match self.origin.starts_with("--") {
+            true => format!("{} {}: {what}", self.origin, self.spec),
+            false => format!("{}: {:?}: {what}", self.origin, self.spec),
         }
     }
-    Ok(out)
+}
+
+/// A backend, `(address or host name, port)`, and where it was given.
+type Backend = ((String, u16), Given);
+
+/// Every backend of the quick start: the `--backend` flags and the backends file, as
+/// `(address or host name, port)` with where each was given, and the mistakes in the others.
+fn backends(q: &QuickStart) -> anyhow::Result<(Vec<Backend>, Vec<String>)> {
+    let mut given: Vec<Given> =
+        q.backend.iter().map(|spec| Given { spec: spec.clone(), origin: "--backend".into() }).collect();
+    if let Some(file) = &q.backends_file {
+        given.extend(backends_file(file)?);
+    }
+    let mut out: Vec<Backend> = Vec::new();
+    let mut mistakes = Vec::new();
+    for g in given {
+        match split(&g.spec) {
+            Ok(backend) if out.iter().any(|(b, _)| *b == backend) => {}
+            Ok(backend) => out.push((backend, g)),
+            Err(e) => mistakes.push(g.blame(&e)),
+        }
+    }
+    Ok((out, mistakes))
 }
 
 fn toml_string(text: &str) -> String {
     toml::Value::String(text.to_string()).to_string()
 }
 
-/// The lb.toml the flags stand for.
+/// The lb.toml the flags stand for, checked: a mistake about a backend is said where the
+/// backend was given (its flag, or its line of the backends file), not at a line of this
+/// generated file, which the user never wrote.
 pub fn config_text(q: &QuickStart, socket: &Path) -> anyhow::Result<String> {
+    let (text, lines, mut mistakes) = generate(q, socket)?;
+    // Parsed from memory: the only error is a list of mistakes.
+    if let Err(ConfigError::Invalid(problems)) = Config::parse(&text, &config_path(socket)) {
+        for p in problems {
+            mistakes.push(match p.line.and_then(|l| lines.iter().find(|(line, _)| *line == l)) {
+                Some((_, given)) => given.blame(p.message.strip_prefix("vip \"quick\": ").unwrap_or(&p.message)),
+                None => p.to_string(),
+            });
+        }
+    }
+    match mistakes.is_empty() {
+        true => Ok(text),
+        false => bail!("{}", mistakes.join("\n")),
+    }
+}
+
+/// The lb.toml text, the line of each backend in it with where that backend was given, and
+/// the backends that could not be written (each a mistake, in words).
+type Generated = (String, Vec<(usize, Given)>, Vec<String>);
+
+fn generate(q: &QuickStart, socket: &Path) -> anyhow::Result<Generated> {
     let listen = q.listen.context("--listen")?;
-    let backends = backends(q)?;
+    let (backends, mistakes) = backends(q)?;
     let mut text = format!("[daemon]\napi_socket = {}\n", toml_string(&socket.display().to_string()));
     if let Some(metrics) = q.metrics {
         text.push_str(&format!("metrics = {}\n", toml_string(&metrics.to_string())));
@@ -84,13 +152,15 @@ pub fn config_text(q: &QuickStart, socket: &Path) -> anyhow::Result<String> {
         toml_string(&listen.ip().to_string()),
         listen.port()
     ));
-    let list: Vec<String> = backends
-        .iter()
-        .map(|(address, port)| format!("  {{ address = {}, port = {port} }},", toml_string(address)))
-        .collect();
     // A TCP check, as HAProxy's `check`: a backend that refuses connections leaves at once.
     text.push_str("health = { kind = \"tcp\", interval = \"2s\", rise = 1 }\n");
-    text.push_str(&format!("backends = [\n{}\n]\n", list.join("\n")));
+    text.push_str("backends = [\n");
+    let mut lines = Vec::new();
+    for ((address, port), given) in backends {
+        text.push_str(&format!("  {{ address = {}, port = {port} }},\n", toml_string(&address)));
+        lines.push((text.lines().count(), given));
+    }
+    text.push_str("]\n");
     let balance = match q.balance {
         QuickBalance::RoundRobin => "\"round_robin\"",
         QuickBalance::WeightedRoundRobin => "\"weighted_round_robin\"",
@@ -99,7 +169,7 @@ pub fn config_text(q: &QuickStart, socket: &Path) -> anyhow::Result<String> {
         QuickBalance::IpHash => "{ consistent_hash = { key = \"client_ip\" } }",
     };
     text.push_str(&format!("[vip.proxy]\nbalance = {balance}\n"));
-    Ok(text)
+    Ok((text, lines, mistakes))
 }
 
 /// Where the quick start's lb.toml lives: beside its control socket.
@@ -146,7 +216,6 @@ mod tests {
 
     use super::*;
     use crate::cli::args::{Cli, Command};
-    use crate::config::Config;
 
     fn quick(args: &[&str]) -> QuickStart {
         let cli = Cli::try_parse_from([&["lb-ctl", "proxy"], args].concat()).unwrap();
@@ -180,16 +249,24 @@ mod tests {
         assert!(usage(&[]).is_some(), "neither a file nor a listener");
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("backends");
-        std::fs::write(&file, "127.0.0.1:80\n\n# c\n127.0.0.1 80\n").unwrap();
-        let e = read_backends_file(&file).unwrap_err().to_string();
-        assert_eq!(e, format!("{}:4: expected one HOST:PORT, got \"127.0.0.1 80\"", file.display()));
+        std::fs::write(&file, "127.0.0.1:80\n\n# c\n127.0.0.1 80\n127.0.0.1:99999\n").unwrap();
+        let mut q = quick(&["--listen", "127.0.0.1:7777", "--backend", "127.0.0.1:0"]);
+        q.backends_file = Some(file.clone());
+        let e = config_text(&q, Path::new("/s")).unwrap_err().to_string();
+        let f = file.display();
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 3, "{e}");
+        assert_eq!(lines[0], "--backend 127.0.0.1:0: port 0 is not a port to connect to (1-65535)");
+        assert!(lines[1].starts_with(&format!("{f}:4: \"127.0.0.1 80\": not HOST:PORT")), "{e}");
+        assert_eq!(lines[2], format!("{f}:5: \"127.0.0.1:99999\": port 99999 is out of range (1-65535)"));
         assert!(split("no-port").is_err() && split("app:0").is_err() && split("a b:80").is_err());
     }
 
     #[test]
     fn host_names_are_left_for_the_daemon_to_resolve_again() {
         let q = quick(&["--listen", "127.0.0.1:7777", "--backend", "app.internal:9000", "--backend", "127.0.0.1:8080"]);
-        let text = config_text(&q, Path::new("/s")).unwrap();
+        // Unchecked: the name resolves only through the resolver below.
+        let text = generate(&q, Path::new("/s")).unwrap().0;
         let resolve: hosts::Resolver = std::sync::Arc::new(|host, port| {
             assert_eq!(host, "app.internal");
             Ok(vec![SocketAddr::from(([127, 0, 0, 2], port)), SocketAddr::from(([127, 0, 0, 3], port))])

@@ -8,10 +8,14 @@ pub mod cluster;
 mod defaults;
 mod health;
 pub mod hosts;
+pub mod log_level;
+mod proxy;
 mod raw;
 pub mod rules;
+mod spans;
 mod unknown;
 mod validate;
+pub mod words;
 mod yaml;
 
 use std::net::{IpAddr, SocketAddr};
@@ -421,9 +425,22 @@ impl Config {
 
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        Config::parse(&text, path)
+        let bytes =
+            std::fs::read(path).map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        // Lines that are not UTF-8 are mistakes at their line; the rest is checked all the same.
+        let not_utf8 = not_utf8(&bytes, &path.display().to_string());
+        match (Config::parse(&String::from_utf8_lossy(&bytes), path), not_utf8.is_empty()) {
+            (Ok(config), true) => Ok(config),
+            (Ok(_), false) => Err(ConfigError::Invalid(not_utf8)),
+            (Err(ConfigError::Invalid(mut problems)), false) => {
+                // What else is said of such a line is about the replacement character.
+                problems.retain(|p| !not_utf8.iter().any(|n| n.line == p.line));
+                problems.extend(not_utf8);
+                problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
+                Err(ConfigError::Invalid(problems))
+            }
+            (Err(e), _) => Err(e),
+        }
     }
 
     /// Validates `text`, read from `path` (used in messages and kept for reloads): YAML when
@@ -462,6 +479,26 @@ impl Config {
     pub fn api_socket(&self, iface: &str) -> PathBuf {
         self.daemon.api_socket.clone().unwrap_or_else(|| crate::paths::api_socket(iface))
     }
+}
+
+/// A problem for each line of `bytes` that is not UTF-8 text.
+fn not_utf8(bytes: &[u8], file: &str) -> Vec<Problem> {
+    let mut found: Vec<Problem> = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if let Err(e) = std::str::from_utf8(line) {
+            let at = e.valid_up_to();
+            found.push(Problem {
+                file: file.to_string(),
+                line: Some(i + 1),
+                message: format!(
+                    "byte 0x{:02X} at column {} is not UTF-8 text: save the file as UTF-8 (an editor set to Latin-1 writes é as 0xE9)",
+                    line[at],
+                    at + 1
+                ),
+            });
+        }
+    }
+    found
 }
 
 /// Whether `path` names a YAML file.

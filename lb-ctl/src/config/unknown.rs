@@ -17,21 +17,28 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use super::words;
+
 /// At most this many unknown keys are reported (and passes made).
 const MOST: usize = 200;
 
 /// What deserializing `T` from a file found.
 pub(super) struct Deserialized<T> {
-    /// The file's contents; None when a mistake other than an unknown key stopped it.
+    /// The file's contents; None when a mistake other than an unknown key or a wrong value
+    /// stopped it.
     pub raw: Option<T>,
-    /// The text with every unknown key blanked out: what later checks read (same lines).
+    /// The text with every unknown key blanked out and every wrong value replaced by one of
+    /// the right type: what later checks read (same lines).
     pub text: String,
     /// Each mistake with the span it names, when it names one.
     pub mistakes: Vec<(Option<Range<usize>>, String)>,
+    /// Where `text` holds a stand-in for a wrong value: checks of those values report
+    /// nothing more (the mistake is said once, in the user's words).
+    pub stand_ins: Vec<Range<usize>>,
 }
 
-/// Deserializes `text`, reporting every unknown key (see the module's documentation).
-/// Mistakes are in the file's order (serde meets a table's keys in its own order).
+/// Deserializes `text`, reporting every unknown key and every value of the wrong type (see the
+/// module's documentation). Mistakes are in the file's order.
 pub(super) fn deserialize<T: DeserializeOwned>(text: &str) -> Deserialized<T> {
     let mut found = passes::<T>(text);
     found.mistakes.sort_by_key(|(span, _)| span.as_ref().map_or(usize::MAX, |s| s.start));
@@ -39,30 +46,110 @@ pub(super) fn deserialize<T: DeserializeOwned>(text: &str) -> Deserialized<T> {
 }
 
 fn passes<T: DeserializeOwned>(text: &str) -> Deserialized<T> {
-    let mut text = text.to_string();
-    let mut mistakes = Vec::new();
-    // After a mistake of another kind (a value of the wrong type, say) the file cannot be
-    // used, but the search for unknown keys goes on without that key; what follows from its
-    // absence (a missing field) is not reported.
+    let mut found = Deserialized { raw: None, text: text.to_string(), mistakes: Vec::new(), stand_ins: Vec::new() };
+    // After a mistake that leaves nothing to stand in (a missing key, say) the file cannot be
+    // used, but the search for unknown keys goes on; what follows from it is not reported.
     let mut unusable = false;
-    while mistakes.len() < MOST {
-        let e = match toml::from_str::<T>(&text) {
-            Ok(raw) => return Deserialized { raw: (!unusable).then_some(raw), text, mistakes },
+    // Keys taken out of the file: a later "missing field" of the same name is their echo.
+    let mut taken_out: Vec<String> = Vec::new();
+    while found.mistakes.len() < MOST {
+        let e = match toml::from_str::<T>(&found.text) {
+            Ok(raw) => {
+                found.raw = (!unusable).then_some(raw);
+                return found;
+            }
             Err(e) => e,
         };
         let message = e.message().trim_end().replace('\n', ": ");
         let unknown = message.starts_with("unknown field");
+        let echo = taken_out.iter().any(|k| message == format!("missing field `{k}`"));
         if unusable && !unknown {
             break;
         }
-        unusable |= !unknown;
-        mistakes.push((e.span(), message));
-        match e.span().and_then(|at| entry_of(&text, &at)) {
-            Some(entry) => blank(&mut text, entry),
-            None => break,
+        let Some(at) = e.span() else {
+            found.mistakes.push((None, words::in_user_terms(&message, None)));
+            break;
+        };
+        // A duplicate key leaves no document to look it up in: its span is the key itself.
+        let key = match message.starts_with("duplicate key") {
+            true => found.text.get(at.clone()).map(|k| k.trim_matches(['"', '\'']).to_string()),
+            false => key_at(&found.text, &at),
+        };
+        if unknown {
+            found.mistakes.push((Some(at.clone()), message.clone()));
+        } else if !echo {
+            found.mistakes.push((Some(at.clone()), words::in_user_terms(&message, key.as_deref())));
+        }
+        if !unknown && let Some(value) = stand_in(&message) {
+            replace(&mut found, at, &value);
+            continue;
+        }
+        match entry_of(&found.text, &at) {
+            Some(entry) if !echo => {
+                unusable |= !unknown;
+                taken_out.extend(key);
+                blank(&mut found.text, entry)
+            }
+            _ => {
+                unusable = true;
+                if !unknown {
+                    break;
+                }
+            }
         }
     }
-    Deserialized { raw: None, text, mistakes }
+    found.raw = None;
+    found
+}
+
+/// A value of the type `message` says was expected, to stand in for the wrong one so the rest
+/// of the file is checked: None when the type is not known from the message.
+fn stand_in(message: &str) -> Option<String> {
+    if let Some(rest) = message.strip_prefix("unknown variant ") {
+        let (written, expected) = rest.split_once(", expected ")?;
+        let choices = words::variants(expected);
+        let pick = words::closest(written.trim_matches('`'), &choices).or(choices.first().map(String::as_str))?;
+        return Some(format!("{pick:?}"));
+    }
+    let expected = message.strip_prefix("invalid type: ")?.split_once(", expected ")?.1.trim();
+    Some(
+        match expected {
+            "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" | "isize" => "1",
+            "a boolean" => "false",
+            "a string" | "string" | "a borrowed string" => "\"\"",
+            "a sequence" => "[]",
+            _ if expected.starts_with("struct ") || expected == "a map" => "{}",
+            _ if expected.starts_with("a nonzero") => "1",
+            _ => return None,
+        }
+        .to_string(),
+    )
+}
+
+/// Puts `value` in place of the text at `at`, keeping its newlines (so lines stay) and moving
+/// the spans found so far that lie after it.
+fn replace<T>(found: &mut Deserialized<T>, at: Range<usize>, value: &str) {
+    let newlines = found.text[at.clone()].matches('\n').count();
+    let mut with = format!("{value}{}", "\n".repeat(newlines));
+    while with.len() < at.len() {
+        with.insert(value.len(), ' ');
+    }
+    let moved = |r: &mut Range<usize>| {
+        if r.start >= at.end {
+            *r = r.start + with.len() - at.len()..r.end + with.len() - at.len();
+        }
+    };
+    found.mistakes.iter_mut().filter_map(|(s, _)| s.as_mut()).for_each(moved);
+    found.stand_ins.iter_mut().for_each(moved);
+    found.text.replace_range(at.clone(), &with);
+    found.stand_ins.push(at.start..at.start + value.len());
+}
+
+/// The name of the key whose key or value is at `at`, as written.
+fn key_at(text: &str, at: &Range<usize>) -> Option<String> {
+    let document = DeTable::parse(text).ok()?;
+    let (key, _) = find(document.get_ref(), at)?;
+    Some(text[key].trim_matches(['"', '\'']).to_string())
 }
 
 /// The text of the key-value whose key or value is at `at`: from the key (or the start of its
@@ -173,9 +260,11 @@ mod tests {
     #[test]
     fn a_mistake_of_another_kind_does_not_hide_unknown_keys() {
         let d = deserialize::<Outer>("b = 1\na = 'two'\nc = 3\n");
-        assert!(d.raw.is_none());
+        // A number stands in for 'two': the rest is read, and checks of `a` say nothing more.
+        assert!(d.raw.is_some());
+        assert_eq!(d.stand_ins.len(), 1);
         assert_eq!(d.mistakes.len(), 3, "{:?}", d.mistakes);
-        assert!(d.mistakes[1].1.contains("invalid type"), "{:?}", d.mistakes);
+        assert!(d.mistakes[1].1.starts_with("a: the text \"two\""), "{:?}", d.mistakes);
         assert!(d.mistakes[2].1.starts_with("unknown field `c`"), "{:?}", d.mistakes);
     }
 

@@ -25,12 +25,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub(super) struct Checker<'a> {
-    file: String,
-    text: &'a str,
+    pub(super) file: String,
+    pub(super) text: &'a str,
     resolve: &'a Resolver,
     pub(super) problems: Vec<Problem>,
     /// What is allowed but probably not meant.
     warnings: Vec<Problem>,
+    /// Values that stand in for wrong ones (see `unknown.rs`): their mistake is said already.
+    stand_ins: Vec<Range<usize>>,
 }
 
 impl Checker<'_> {
@@ -45,6 +47,9 @@ impl Checker<'_> {
     }
 
     pub(super) fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
+        if self.stand_ins.iter().any(|s| s.contains(&span.start)) {
+            return;
+        }
         let line = Some(self.line_of(span));
         self.problems.push(Problem { file: self.file.clone(), line, message: message.into() });
     }
@@ -81,13 +86,14 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
     // Every unknown key is a mistake; the rest of the file is checked without them.
     let found = super::unknown::deserialize::<RawFile>(text);
     let text = found.text.as_str();
-    let mut c = Checker { file, text, resolve, problems: Vec::new(), warnings: Vec::new() };
+    let mut c = Checker { file, text, resolve, problems: Vec::new(), warnings: Vec::new(), stand_ins: Vec::new() };
     for (span, message) in found.mistakes {
         match span {
             Some(span) => c.error(span, message),
             None => c.problems.push(Problem { file: c.file.clone(), line: None, message }),
         }
     }
+    c.stand_ins = found.stand_ins;
     let Some(raw) = found.raw else { return Err(ConfigError::Invalid(c.problems)) };
     let mut daemon = match &raw.daemon {
         Some(d) => daemon(&mut c, d.get_ref()),
@@ -106,7 +112,7 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
             vips.push(vip);
         }
     }
-    across_vips(&mut c, &raw.vip, &vips);
+    across_vips(&mut c, &raw.vip);
     if raw.cluster.is_some() {
         // Announced from several nodes, a NAT VIP's replies break whenever ECMP moves a flow.
         for v in vips.iter().filter(|v| v.announce.is_some() && v.forwarding == Forwarding::Nat) {
@@ -125,18 +131,22 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
     c.problems.retain(|p| seen.insert((p.line, p.message.clone())));
     if c.problems.is_empty() {
         let mut warnings = std::mem::take(&mut c.warnings);
-        let no_backends = vips
-            .iter()
-            .filter(|v| v.backends.is_empty())
-            .map(|v| Problem {
+        // A VIP nothing can be sent to: allowed (backends may come through the API), rarely meant.
+        for v in &vips {
+            let (what, until) = match &v.backends {
+                b if b.is_empty() => ("has no backends", "one is added"),
+                b if b.iter().all(|b| b.weight == 0) => ("has only backends of weight 0 (drained)", "one has a weight"),
+                _ => continue,
+            };
+            warnings.push(Problem {
                 file: c.file.clone(),
                 line: Some(v.line),
                 message: format!(
-                    "warning: vip {:?} has no backends: its packets are dropped (or refused by the proxy) until one is added",
+                    "warning: vip {:?} {what}: its packets are dropped (or refused by the proxy) until {until}",
                     v.label()
                 ),
             });
-        warnings.extend(no_backends);
+        }
         Ok(Config { source: path.to_path_buf(), daemon, cluster, vips, warnings })
     } else {
         Err(ConfigError::Invalid(c.problems))
@@ -272,15 +282,7 @@ fn daemon(c: &mut Checker<'_>, d: &RawDaemon) -> DaemonSettings {
 
 /// A log filter (`log_level` of `[daemon]` or `[defaults]`), checked.
 fn log_level(c: &mut Checker<'_>, s: &Spanned<String>, table: &str) -> Option<String> {
-    match tracing_subscriber::EnvFilter::try_new(s.get_ref()) {
-        Ok(_) => Some(s.get_ref().clone()),
-        Err(e) => {
-            let message =
-                format!("{table}: log_level {:?}: {e} (a level, or per module: lb_ctl=debug,warn)", s.get_ref());
-            c.error(s.span(), message);
-            None
-        }
-    }
+    super::log_level::check(s.get_ref()).map_err(|e| c.error(s.span(), format!("{table}: log_level: {e}"))).ok()
 }
 
 /// `log_level` may be written in `[daemon]` or in `[defaults]`; written in both, it must say
@@ -442,32 +444,10 @@ fn vip<'a>(
         encap_source,
         all_down,
         health: own_health,
-        proxy: if forwarding.is_xdp() { None } else { proxy_options(c, &at, v, defaults, index, protocol) },
+        proxy: if forwarding.is_xdp() { None } else { super::proxy::options(c, &at, v, defaults, index, protocol) },
         announce,
     };
     Some(VipConfig { spec, backends, hosts, line })
-}
-
-/// A proxy VIP's options (`[defaults.proxy]` under its own), with relative TLS file paths
-/// taken under the configuration file's directory, and those files loaded once to check them.
-fn proxy_options(
-    c: &mut Checker<'_>,
-    at: &str,
-    v: &RawVip,
-    defaults: &Defaults<'_>,
-    index: usize,
-    protocol: Protocol,
-) -> Option<lb_proxy::ProxyOptions> {
-    let dir = Path::new(&c.file).parent().unwrap_or(Path::new("."));
-    let options = defaults.proxy_options(index)?.files_relative_to(dir);
-    let span = v.proxy.as_ref().map_or(v.address.span(), |p| p.span());
-    if let Err(e) = lb_proxy::check_tls_files(&options) {
-        c.error(span.clone(), format!("{at}: {e}"));
-    }
-    for mistake in options.mistakes(crate::proxy::mode(protocol)) {
-        c.error(span.clone(), format!("{at}: {mistake}"));
-    }
-    Some(options)
 }
 
 /// `[vip.announce]`, checked.
@@ -493,7 +473,10 @@ fn announce(
     if min_healthy as usize > backends {
         c.warn(
             a.span(),
-            format!("{at}: announce.min_healthy = {min_healthy} but the VIP has {backends} backends: it is not announced until more are added"),
+            format!(
+                "{at}: announce.min_healthy = {min_healthy} but the VIP has {}: it is not announced until more are added",
+                super::words::counted(backends as u64, "backend", "backends")
+            ),
         );
     }
     Some(super::Announce { min_healthy })
@@ -582,7 +565,7 @@ fn resolve(
 }
 
 /// Checks that need every VIP: duplicates and limits.
-fn across_vips(c: &mut Checker<'_>, raw: &[Spanned<RawVip>], vips: &[VipConfig]) {
+fn across_vips(c: &mut Checker<'_>, raw: &[Spanned<RawVip>]) {
     let mut names = HashSet::new();
     for v in raw {
         if let Some(n) = &v.get_ref().name
@@ -591,19 +574,19 @@ fn across_vips(c: &mut Checker<'_>, raw: &[Spanned<RawVip>], vips: &[VipConfig])
             c.error(n.span(), format!("duplicate vip name {:?}", n.get_ref()));
         }
     }
+    // From the VIPs as written, so a VIP with mistakes of its own is still seen twice.
     let mut keys = HashSet::new();
-    for v in vips {
-        let key = (v.address, v.port, v.protocol.ip_proto());
-        if !keys.insert(key) {
-            let span = line_span(c.text, v.line);
+    for v in raw.iter().map(Spanned::get_ref) {
+        let (Ok(address), Ok(port)) = (v.address.get_ref().parse::<IpAddr>(), u16::try_from(*v.port.get_ref())) else {
+            continue;
+        };
+        let protocol = v.protocol.as_ref().map_or(Protocol::Tcp, |p| *p.get_ref());
+        if !keys.insert((address, port, protocol.ip_proto())) {
+            let written = || format!("{}/{}", SocketAddr::new(address, port), protocol.as_str());
+            let label = v.name.as_ref().map_or_else(written, |n| n.get_ref().clone());
             c.error(
-                span,
-                format!(
-                    "vip {:?}: duplicate VIP {}/{}",
-                    v.label(),
-                    SocketAddr::new(v.address, v.port),
-                    wire(v.protocol)
-                ),
+                v.address.span(),
+                format!("vip {label:?}: duplicate VIP {}/{}", SocketAddr::new(address, port), wire(protocol)),
             );
         }
     }

@@ -31,7 +31,7 @@ pub(super) type YamlError = (usize, String);
 /// Rewrites `text` as TOML (see the module's documentation).
 pub(super) fn translate(text: &str) -> Result<Translated, YamlError> {
     let mut tree = TreeBuilder::default();
-    Parser::new_from_str(text).load(&mut tree, false).map_err(|e| (e.marker().line(), e.info().to_string()))?;
+    Parser::new_from_str(text).load(&mut tree, false).map_err(|e| scan_error(text, e.marker().line(), e.info()))?;
     if let Some(error) = tree.error {
         return Err(error);
     }
@@ -44,6 +44,18 @@ pub(super) fn translate(text: &str) -> Result<Translated, YamlError> {
         }
         Some(other) => Err((other.line(), "the document must be a mapping (daemon:, defaults:, vip:)".into())),
     }
+}
+
+/// A mistake the YAML scanner found, in the file's words. A tab in an indentation is reported
+/// by the scanner at the scalar before it (a line early): name the line the tab is on.
+fn scan_error(text: &str, line: usize, info: &str) -> YamlError {
+    if !info.contains("found a tab") {
+        return (line, info.to_string());
+    }
+    let indented_by_tab = |l: &&str| l.chars().take_while(|c| c.is_whitespace()).any(|c| c == '\t');
+    let tab_line = text.lines().enumerate().skip(line.saturating_sub(1)).find(|(_, l)| indented_by_tab(l));
+    let at = tab_line.map_or(line, |(i, _)| i + 1);
+    (at, "a tab indents this line: YAML indents with spaces only".into())
 }
 
 /// A YAML node with the line where it starts.
