@@ -73,7 +73,11 @@ pub fn bind_unix(path: &Path) -> io::Result<ControlSocket> {
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Err(io::Error::new(
             io::ErrorKind::AddrInUse,
-            format!("{} is served by a running daemon", path.display()),
+            format!(
+                "{} is served by a running daemon: stop it, or give this one another control socket \
+                 (`lb-ctl --socket PATH proxy ...`, or `api_socket` in the file's [daemon])",
+                path.display()
+            ),
         ));
     }
     match std::fs::remove_file(path) {

@@ -7,6 +7,7 @@ use anyhow::{Context as _, bail};
 use super::args::{BackendSetupArgs, DecapCommand, ExportFormat};
 use super::export;
 use crate::config::Config;
+use crate::config::words::counted;
 use crate::dataplane::attach::{self, attach_decap, detach_decap};
 use crate::paths::{self, AttachPaths};
 
@@ -17,7 +18,9 @@ pub fn validate(path: &Path) -> anyhow::Result<ExitCode> {
                 eprintln!("{w}");
             }
             let backends: usize = c.vips.iter().map(|v| v.backends.len()).sum();
-            println!("{}: ok ({} VIPs, {backends} backends)", path.display(), c.vips.len());
+            let (vips, backends) =
+                (counted(c.vips.len() as u64, "VIP", "VIPs"), counted(backends as u64, "backend", "backends"));
+            println!("{}: ok ({vips}, {backends})", path.display());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

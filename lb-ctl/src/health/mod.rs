@@ -17,6 +17,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::task::AbortHandle;
 
+use crate::config::words::counted;
 use crate::config::{CheckKind, HealthSpec};
 use crate::state::{Health, State};
 
@@ -143,8 +144,10 @@ pub async fn run_checker(target: Target, token: u64, initial: Health, sink: Sink
         let before = machine.health;
         if let Some(health) = machine.observe(&outcome) {
             let reason = match &outcome {
-                Outcome::Success => format!("{} successful checks in a row", spec.rise),
-                Outcome::Failure(e) => format!("{} failed checks in a row, last: {e}", spec.fall),
+                Outcome::Success => format!("{} in a row", counted(spec.rise, "successful check", "successful checks")),
+                Outcome::Failure(e) => {
+                    format!("{} in a row, last: {e}", counted(spec.fall, "failed check", "failed checks"))
+                }
                 Outcome::Refused(e) => format!("connection refused ({e})"),
             };
             match health {
