@@ -4,7 +4,7 @@
 //! encapsulation source (the control plane keeps the two of one family). The backend removes
 //! them (kernel ipip device, or lb_decap for both) and answers the client directly from the VIP
 //! it holds on a local interface.
-use aya_ebpf::bindings::xdp_action::XDP_DROP;
+use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::helpers::generated::bpf_xdp_adjust_head;
 use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
@@ -49,6 +49,11 @@ pub struct Inner {
 
 #[inline(always)]
 pub fn balance_encap<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: &Flow) -> Verdict {
+    // The balancer is a hop on the packet's way, in every forwarding mode: a TTL that expires
+    // here is not forwarded, the stack answers it with ICMP "time exceeded" (as for NAT).
+    if pkt.ttl() <= 1 {
+        return (XDP_PASS, Counter::PassTtlExpired);
+    }
     let choice = match select::choose(vip, flow, &pkt.tcp()) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,

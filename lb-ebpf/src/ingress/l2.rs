@@ -2,7 +2,7 @@
 //! from its IP header on to the backend's MAC address. The backend, on this segment, holds the
 //! VIP on `lo` and answers the client directly. No encapsulation: no overhead and no MTU
 //! change, but the backend must be a neighbour of the balancer.
-use aya_ebpf::bindings::xdp_action::XDP_DROP;
+use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
 use lb_common::stats::Counter;
@@ -18,6 +18,11 @@ use crate::verdict::Verdict;
 
 #[inline(always)]
 pub fn balance_l2<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: &Flow) -> Verdict {
+    // The balancer is a hop on the packet's way, in every forwarding mode: a TTL that expires
+    // here is not forwarded, the stack answers it with ICMP "time exceeded" (as for NAT).
+    if pkt.ttl() <= 1 {
+        return (XDP_PASS, Counter::PassTtlExpired);
+    }
     let choice = match select::choose(vip, flow, &pkt.tcp()) {
         Ok(choice) => choice,
         Err(verdict) => return verdict,
