@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser as _;
+use clap::FromArgMatches as _;
 use lb_ctl::cli::args::{Cli, Command};
 use lb_ctl::cli::{client, docs, local, start};
 
@@ -16,7 +16,8 @@ use lb_ctl::cli::{client, docs, local, start};
 static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The command line as its help shows it (`docs::command`).
+    let cli = Cli::from_arg_matches(&docs::command().get_matches()).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Attach(args) => start::attach(args).map(|()| ExitCode::SUCCESS),
         Command::Proxy(args) => start::proxy(args, cli.socket).map(|()| ExitCode::SUCCESS),

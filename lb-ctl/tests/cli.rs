@@ -378,6 +378,7 @@ const SUBCOMMANDS: &[&str] = &[
     "decap",
     "proxy",
     "completions",
+    "man",
 ];
 
 #[test]
@@ -421,7 +422,38 @@ fn man_pages_are_written_for_every_subcommand() {
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}.1 is not a man page");
     }
-    assert!(!dir.path().join("man1/lb-ctl-man.1").exists(), "the hidden man command has no page");
+}
+
+/// `--socket` and `--iface` are documented on the commands that talk to a running daemon and
+/// on no other (`proxy` and `detach` take `--socket` alone); `man` is a documented subcommand.
+#[test]
+fn man_pages_offer_socket_and_iface_only_where_they_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN).arg("man").arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let options = |name: &str| {
+        let page = std::fs::read_to_string(dir.path().join(format!("lb-ctl-{name}.1"))).unwrap();
+        (page.contains("\\-\\-socket"), page.contains("\\-\\-iface"))
+    };
+    let mut wrong = Vec::new();
+    for (names, want) in [
+        (
+            &["status", "stats", "reload", "top", "explain", "backends-list", "backends-add", "vips-list"][..],
+            (true, true),
+        ),
+        (&["proxy", "detach"][..], (true, false)),
+        (&["attach", "validate", "export", "completions", "man", "backend-setup", "decap-attach"][..], (false, false)),
+    ] {
+        for name in names {
+            if options(name) != want {
+                wrong.push(format!("lb-ctl-{name}.1: (--socket, --iface) shown {:?}, want {want:?}", options(name)));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let help = |args: &[&str]| String::from_utf8(Command::new(BIN).args(args).output().unwrap().stdout).unwrap();
+    assert!(help(&["--help"]).contains("\n  man "), "lb-ctl --help does not list man:\n{}", help(&["--help"]));
+    assert!(!help(&["attach", "--help"]).contains("--socket"), "{}", help(&["attach", "--help"]));
 }
 
 #[test]

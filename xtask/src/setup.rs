@@ -27,6 +27,9 @@ pub(crate) const DEBIAN_PACKAGES: &[&str] = &[
     "fonts-liberation",
     "bird2",
     "nftables",
+    // The completion tests drive each shell's own completion machinery.
+    "zsh",
+    "fish",
 ];
 
 pub fn run() -> anyhow::Result<()> {

@@ -126,8 +126,8 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Write the manual pages (lb-ctl.1 and lb-ctl-SUBCOMMAND.1) into DIR.
-    #[command(hide = true)]
+    /// Write the manual pages (lb-ctl.1, and lb-ctl-SUBCOMMAND.1 for each subcommand) into DIR,
+    /// e.g. `lb-ctl man /usr/local/share/man/man1` (`cargo xtask install` installs them).
     Man {
         /// Directory to write the pages into (created if missing).
         dir: PathBuf,

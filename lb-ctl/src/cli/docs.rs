@@ -1,5 +1,6 @@
 //! `lb-ctl completions SHELL` and `lb-ctl man DIR`: generated from the clap definition in
-//! `args`, so they always match the command line.
+//! `args`, so they always match the command line. [`command`] is that definition as people
+//! see it (help, man pages, completions): `--socket` and `--iface` only where they matter.
 use std::path::Path;
 
 use anyhow::Context as _;
@@ -7,9 +8,49 @@ use clap::CommandFactory as _;
 
 use super::args::Cli;
 
+/// The subcommands that talk to a running daemon over its control socket: they take
+/// `--socket` and `--iface` (see `client::client_command`).
+const DAEMON_COMMANDS: &[&str] = &["reload", "backends", "vips", "node", "status", "stats", "top", "explain"];
+/// The subcommands that take `--socket` alone: `proxy` (where its control socket goes) and
+/// `detach` (the daemon that must have stopped).
+const SOCKET_COMMANDS: &[&str] = &["proxy", "detach"];
+
+/// The command line as help, man pages and completions show it: the global `--socket` and
+/// `--iface` are hidden on the subcommands that do not use them (they are still accepted
+/// there, as before, and ignored).
+pub fn command() -> clap::Command {
+    let mut command = Cli::command();
+    // Built first: the global options are copied into every subcommand by the build.
+    command.build();
+    let names: Vec<String> = command.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for name in names {
+        let hidden: &[&str] = match name.as_str() {
+            n if DAEMON_COMMANDS.contains(&n) => &[],
+            n if SOCKET_COMMANDS.contains(&n) => &["daemon_iface"],
+            _ => &["socket", "daemon_iface"],
+        };
+        command = command.mut_subcommand(name, |s| hide(s, hidden));
+    }
+    command
+}
+
+/// `c` and its subcommands with the options `ids` hidden.
+fn hide(mut c: clap::Command, ids: &[&str]) -> clap::Command {
+    for id in ids {
+        if c.get_arguments().any(|a| a.get_id() == id) {
+            c = c.mut_arg(id, |a| a.hide(true));
+        }
+    }
+    let names: Vec<String> = c.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for name in names {
+        c = c.mut_subcommand(name, |s| hide(s, ids));
+    }
+    c
+}
+
 pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
     let mut script = Vec::new();
-    let mut command = Cli::command();
+    let mut command = command();
     clap_complete::generate(shell, &mut command, "lb-ctl", &mut script);
     let mut script = String::from_utf8(script).context("the completion script is not UTF-8")?;
     // clap_complete offers hidden options too (test-only switches): take them out.
@@ -23,20 +64,38 @@ pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
             .join("\n")
             + "\n";
     }
+    if shell == clap_complete::Shell::Bash {
+        script = bash_states_spelt_alike(&script, "lb-ctl");
+    }
     print!("{script}");
     Ok(())
 }
 
-/// The long names of hidden options anywhere in the command tree.
+/// clap_complete's bash script (clap-rs/clap#6421) tracks the words typed so far as a state
+/// it spells `lb__ctl__subcmd__backends`, but names the case arm of that state
+/// `lb__subcmd__ctl__subcmd__backends` (the binary name's hyphen escaped twice): no arm after
+/// the first word ever matches, so nothing completes after a subcommand. The arms are spelt
+/// here as the state is.
+fn bash_states_spelt_alike(script: &str, bin: &str) -> String {
+    let state = bin.replace('-', "__");
+    let arm = bin.replace('-', "__subcmd__");
+    if state == arm { script.to_string() } else { script.replace(&arm, &state) }
+}
+
+/// The long names of options hidden on a subcommand, or anywhere in the command tree (not
+/// the global ones hidden only where they do not apply: those are offered where they do).
 fn hidden_longs(command: &clap::Command) -> Vec<String> {
-    let own = command.get_arguments().filter(|a| a.is_hide_set()).filter_map(|a| a.get_long().map(String::from));
+    let own = command
+        .get_arguments()
+        .filter(|a| a.is_hide_set() && !a.is_global_set())
+        .filter_map(|a| a.get_long().map(String::from));
     own.chain(command.get_subcommands().flat_map(hidden_longs)).collect()
 }
 
 /// lb-ctl.1 and one page per visible subcommand, nested ones included (lb-ctl-backends-add.1).
 pub fn man_pages(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    clap_mangen::generate_to(Cli::command(), dir)
+    clap_mangen::generate_to(command(), dir)
         .with_context(|| format!("writing the man pages into {}", dir.display()))?;
     Ok(())
 }
