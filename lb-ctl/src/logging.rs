@@ -32,6 +32,8 @@ pub fn init(json: bool, level: Level<'_>) -> anyhow::Result<()> {
     let registry = tracing_subscriber::registry().with(filter);
     if json { registry.with(fmt.json()).try_init() } else { registry.with(fmt).try_init() }
         .context("starting the log")?;
+    // A JSON log gets the proxy's access lines as fields of their own, not as a string.
+    lb_proxy::log_access_as_fields(json);
     if from_file {
         let _ = FILE_LEVEL.set(handle);
     }

@@ -45,7 +45,7 @@ impl RouteChecks {
             Arc::new(move |event: health::Event| {
                 let addr = addrs[event.backend_id as usize];
                 let up = event.health == Health::Up;
-                tracing::info!(vip = %vip_name, backend = %addr, health = ?event.health, reason = %event.reason, "route backend health");
+                tracing::info!(vip = %vip_name, backend = %addr, health = event.health.as_str(), reason = %event.reason, "route backend health");
                 if let Err(e) = handle.set_backend_health(&vip_name, addr, up) {
                     tracing::warn!(vip = %vip_name, backend = %addr, error = %e, "route backend health not applied");
                 }

@@ -48,6 +48,7 @@ pub use config::{
     Mode, Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,
 };
 pub use error::ProxyError;
+pub use http::log_access_as_fields;
 pub use proxy::{Proxy, ProxyBuilder, ProxyHandle, serve};
 pub use stats::{BackendStats, VipStats};
 pub use tls::check_files as check_tls_files;

@@ -181,7 +181,11 @@ impl ProxyHandle {
                 }
             });
         }
-        tracing::info!(vip = %name, addr = %local, ?mode, "proxy VIP serving");
+        let mode = match mode {
+            Mode::Http => "http",
+            Mode::Tcp => "tcp",
+        };
+        tracing::info!(vip = %name, addr = %local, mode, "proxy VIP serving");
         vips.insert(name, Running { vip, stopper: Arc::new(stopper) });
         Ok(local)
     }

@@ -33,7 +33,7 @@ async fn handle(client_stream: TcpStream, client: SocketAddr, vip: &Vip) {
         match read_server_name(&client_stream, opts.timeouts.handshake).await {
             Ok(name) => name,
             Err(e) => {
-                tracing::debug!(client = %client, error = ?e, "no usable ClientHello");
+                tracing::debug!(client = %client, error = e.as_str(), "no usable ClientHello");
                 vip.counters.tls_failures.fetch_add(1, Relaxed);
                 if e == ClientHelloError::NotTls {
                     vip.counters.client_errors.fetch_add(1, Relaxed);

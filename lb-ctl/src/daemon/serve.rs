@@ -42,7 +42,7 @@ pub async fn serve(
         interface = %interface,
         xdp_mode = options.xdp_mode.as_deref().unwrap_or("none"),
         config = %config.source.display(),
-        socket = ?listeners.unix.listener.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())),
+        socket = %listeners.unix.listener.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())).unwrap_or_default(),
         "started"
     );
     let mut daemon = Daemon::start(config, dataplane, options)?;

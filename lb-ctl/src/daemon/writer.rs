@@ -172,7 +172,7 @@ impl Writer {
         // and the pinned program keeps serving them).
         match self.routes.apply(&Default::default()) {
             Ok(change) if !change.withdrawn.is_empty() => {
-                tracing::info!(withdrawn = ?change.withdrawn, "stopping: VIP routes withdrawn")
+                tracing::info!(withdrawn = %addresses(&change.withdrawn), "stopping: VIP routes withdrawn")
             }
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "stopping: VIP routes not withdrawn"),
@@ -227,8 +227,8 @@ impl Writer {
         match self.routes.apply(&want) {
             Ok(change) if change.is_empty() => {}
             Ok(change) => tracing::info!(
-                announced = ?change.announced,
-                withdrawn = ?change.withdrawn,
+                announced = %addresses(&change.announced),
+                withdrawn = %addresses(&change.withdrawn),
                 table = self.config.daemon.announce_table,
                 "VIP routes changed"
             ),
@@ -288,7 +288,7 @@ impl Writer {
             true => "node drained: no VIP announced; established flows are still forwarded".to_string(),
             false => format!("node undrained: {} VIP address(es) announced", announced.len()),
         };
-        tracing::info!(?announced, "{message}");
+        tracing::info!(announced = %addresses(&announced), "{message}");
         Ok(NodeView { drained: drain, announced, message })
     }
 
@@ -488,10 +488,14 @@ impl Writer {
         let fixed = [
             ("ring_size", old.ring_size.to_string(), new.ring_size.to_string()),
             ("flow_table_size", old.flow_table_size.to_string(), new.flow_table_size.to_string()),
-            ("api_socket", format!("{:?}", old.api_socket), format!("{:?}", new.api_socket)),
-            ("api_tcp", format!("{:?}", old.api_tcp), format!("{:?}", new.api_tcp)),
-            ("metrics", format!("{:?}", old.metrics), format!("{:?}", new.metrics)),
-            ("proxy_workers", format!("{:?}", old.proxy_workers), format!("{:?}", new.proxy_workers)),
+            (
+                "api_socket",
+                unset_or(old.api_socket.as_ref().map(|p| p.display())),
+                unset_or(new.api_socket.as_ref().map(|p| p.display())),
+            ),
+            ("api_tcp", unset_or(old.api_tcp), unset_or(new.api_tcp)),
+            ("metrics", unset_or(old.metrics), unset_or(new.metrics)),
+            ("proxy_workers", unset_or(old.proxy_workers), unset_or(new.proxy_workers)),
             ("announce_table", old.announce_table.to_string(), new.announce_table.to_string()),
         ];
         if self.config.cluster != config.cluster {
@@ -591,4 +595,14 @@ impl Writer {
             }
         }
     }
+}
+
+/// Addresses as a log field: `203.0.113.10, 2001:db8::10`.
+fn addresses(list: &[std::net::IpAddr]) -> String {
+    list.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// A setting as the reload's message says it: its value, or `unset`.
+fn unset_or(value: Option<impl std::fmt::Display>) -> String {
+    value.map_or_else(|| "unset".to_string(), |v| v.to_string())
 }

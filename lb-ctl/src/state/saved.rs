@@ -168,7 +168,7 @@ impl State {
             | ApiChange::Drained { vip, address }
             | ApiChange::Removed { vip, address }) = change;
             let Some(i) = self.vips.iter().position(|v| v.identity() == *vip) else {
-                tracing::warn!(vip = ?vip, backend = %address, "a saved API change names a VIP the file no longer has; dropped");
+                tracing::warn!(vip = %std::net::SocketAddr::new(vip.address, vip.port), backend = %address, "a saved API change names a VIP the file no longer has; dropped");
                 continue;
             };
             let present = self.vips[i].backends.iter().position(|b| b.address == *address);

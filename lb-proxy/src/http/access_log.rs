@@ -1,13 +1,26 @@
 //! Access log lines (`access_log = true`), one per HTTP request once its response head is
 //! known: HAProxy httplog-like text, or JSON (`access_log_format = "json"`). Written with
-//! `tracing` at info under the target `access`, so they go where the daemon's log goes.
+//! `tracing` at info under the target `access`, so they go where the daemon's log goes. When
+//! the process logs JSON itself (`--log-format json`, see [`crate::log_access_as_fields`]),
+//! each line is a record of tracing fields, so every field is a JSON field of the log record
+//! instead of an escaped string inside its `message`.
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
 
 use http::{Method, Response, StatusCode, Uri, Version};
 
 use super::forward::ConnCtx;
 use crate::config::AccessLogFormat;
+
+/// Set when the process's log is JSON: access lines are then written as fields.
+static AS_FIELDS: AtomicBool = AtomicBool::new(false);
+
+/// Writes every access line from now on as tracing fields (`true`: the process's log is JSON,
+/// and `access_log_format` no longer matters) or as one formatted message (`false`, the default).
+pub fn log_access_as_fields(on: bool) {
+    AS_FIELDS.store(on, Relaxed);
+}
 
 /// The backend that answered, put in the response's extensions by the forwarder.
 #[derive(Clone, Copy, Debug)]
@@ -66,6 +79,9 @@ pub(crate) fn write<B>(request: &Request, resp: &Response<B>, elapsed: Duration,
         bytes: resp.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()),
         request,
     };
+    if AS_FIELDS.load(Relaxed) {
+        return fields(&line);
+    }
     let text = match ctx.vip.spec.options.access_log_format {
         AccessLogFormat::Text => text(&line),
         AccessLogFormat::Json => json(&line),
@@ -73,12 +89,42 @@ pub(crate) fn write<B>(request: &Request, resp: &Response<B>, elapsed: Duration,
     tracing::info!(target: "access", "{text}");
 }
 
+/// The line as tracing fields, of the same names and values as the JSON line; an absent value
+/// (no backend, unknown length, no request id) is left out.
+fn fields(l: &Line) {
+    tracing::info!(
+        target: "access",
+        client = %l.client,
+        time = %humantime::format_rfc3339_millis(l.at),
+        vip = l.vip,
+        backend = l.backend.map(tracing::field::display),
+        duration_ms = l.elapsed.as_millis() as u64,
+        status = l.status.as_u16(),
+        bytes = l.bytes,
+        method = l.request.method.as_str(),
+        uri = %l.request.uri,
+        version = version(l.request.version),
+        request_id = l.request.id(),
+    );
+}
+
+/// `HTTP/1.1`, `HTTP/2`: as the request line and the text log say it.
+fn version(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
+    }
+}
+
 /// `192.0.2.7:40000 [2026-01-02T03:04:05.678Z] web 198.51.100.1:8080 12ms 200 512 "GET / HTTP/1.1"`
 /// (`-` for no backend, unknown length), then ` id=...` with `request_id`.
 fn text(l: &Line) -> String {
     let id = l.request.id().map(|id| format!(" id={id}")).unwrap_or_default();
     format!(
-        "{} [{}] {} {} {}ms {} {} \"{} {} {:?}\"{id}",
+        "{} [{}] {} {} {}ms {} {} \"{} {} {}\"{id}",
         l.client,
         humantime::format_rfc3339_millis(l.at),
         l.vip,
@@ -88,7 +134,7 @@ fn text(l: &Line) -> String {
         l.bytes.map_or_else(|| "-".to_string(), |b| b.to_string()),
         l.request.method,
         l.request.uri,
-        l.request.version,
+        version(l.request.version),
     )
 }
 
@@ -103,7 +149,7 @@ fn json(l: &Line) -> String {
         "bytes": l.bytes,
         "method": l.request.method.as_str(),
         "uri": l.request.uri.to_string(),
-        "version": format!("{:?}", l.request.version),
+        "version": version(l.request.version),
         "request_id": l.request.id(),
     })
     .to_string()

@@ -18,6 +18,7 @@ mod upload;
 pub(crate) mod upstream;
 mod validate;
 
+pub use access_log::log_access_as_fields;
 pub(crate) use respond::{BUSY_RESPONSE, TOO_MANY_RESPONSE};
 pub(crate) use server::{refuse_connection, serve_connection};
 pub(crate) use upload::ClientFault;

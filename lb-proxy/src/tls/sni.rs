@@ -15,6 +15,16 @@ pub(crate) enum ClientHelloError {
     Timeout,
 }
 
+impl ClientHelloError {
+    /// What the log says.
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            ClientHelloError::NotTls => "not a TLS ClientHello",
+            ClientHelloError::Timeout => "no complete ClientHello in time",
+        }
+    }
+}
+
 /// Waits for the ClientHello (at most `timeout`) and returns its server name, if it has one.
 pub(crate) async fn read_server_name(
     stream: &TcpStream,
