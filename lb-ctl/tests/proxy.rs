@@ -454,3 +454,80 @@ fn access_log_writes_a_line_per_request() {
     }
     drop(d);
 }
+
+/// `--log-format json`: every line of the daemon's log is a JSON object, the access log's
+/// fields are fields of the record (not an escaped string in its message), and no field holds
+/// Rust debug text (`Some(...)`).
+#[test]
+fn json_logs_hold_every_field_as_json() {
+    let one = Backend::start("one");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = api_config(&socket, vip.port(), &[one.addr.port()], "access_log = true");
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let d = start_with(&config, dir, socket.clone(), vip, &["--log-format", "json", "--log-level", "info"], log.into());
+    assert_eq!(answers(vip, 1), ["one"]);
+    let records = |text: &str| -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a log line that is not JSON ({e}): {l}")))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (text, access) = loop {
+        let text = std::fs::read_to_string(&log_path).unwrap();
+        if let Some(r) = records(&text).into_iter().find(|r| r["target"] == "access") {
+            break (text, r);
+        }
+        assert!(Instant::now() < deadline, "no access record in:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let fields = &access["fields"];
+    assert_eq!(fields["status"], 200, "{access}");
+    assert_eq!(fields["vip"], "api", "{access}");
+    assert_eq!(fields["backend"], one.addr.to_string(), "{access}");
+    assert_eq!(fields["method"], "GET", "{access}");
+    assert_eq!(fields["uri"], "/", "{access}");
+    assert_eq!(fields["version"], "HTTP/1.1", "{access}");
+    assert!(fields["client"].as_str().is_some_and(|c| c.starts_with("127.0.0.1:")), "{access}");
+    assert!(fields["duration_ms"].is_u64(), "{access}");
+    let started = records(&text).into_iter().find(|r| r["fields"]["message"] == "started").expect("a started record");
+    assert_eq!(started["fields"]["socket"], socket.display().to_string(), "{started}");
+    for r in records(&text) {
+        for (key, value) in r["fields"].as_object().unwrap() {
+            let shown = value.to_string();
+            assert!(!shown.contains("Some(") && !shown.contains("None"), "field {key} holds Rust debug text: {r}");
+        }
+    }
+    drop(d);
+}
+
+/// `backends list` shows the backends only a route names (`[vip.proxy.sni] routes`), with the
+/// VIP's own.
+#[test]
+fn backends_list_shows_sni_route_backends() {
+    let own = Backend::start("own");
+    let route = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = format!(
+        "[daemon]\napi_socket = \"{}\"\n\n[[vip]]\nname = \"tls\"\naddress = \"127.0.0.1\"\nport = {}\n\
+         forwarding = \"proxy\"\nbackends = [ {{ address = \"127.0.0.1\", port = {} }} ]\n\
+         [vip.proxy.sni]\nroutes = [ {{ names = [\"a.test\"], backends = [\"{route}\"] }} ]\n",
+        socket.display(),
+        vip.port(),
+        own.addr.port()
+    );
+    let d = start(&config, dir, socket, vip);
+    let json = d.cli(&["backends", "list", "--json"]);
+    assert!(json.status.success(), "{}", String::from_utf8_lossy(&json.stderr));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    let row = |addr: SocketAddr| rows.iter().find(|r| r["address"] == addr.to_string()).cloned();
+    assert_eq!(row(own.addr).map(|r| r["state"].clone()), Some("active".into()), "{rows:?}");
+    let routed = row(route).unwrap_or_else(|| panic!("the route's backend {route} is not listed: {rows:?}"));
+    assert_eq!((routed["vip"].clone(), routed["state"].clone()), ("tls".into(), "route".into()), "{routed}");
+    let text = String::from_utf8(d.cli(&["backends", "list"]).stdout).unwrap();
+    assert!(text.lines().any(|l| l.contains(&route.to_string()) && l.contains("route")), "{text}");
+}

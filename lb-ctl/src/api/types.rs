@@ -84,6 +84,8 @@ pub struct VipView {
 pub struct BackendView {
     /// The VIP's label (name, or `ADDR:PORT/PROTOCOL`).
     pub vip: String,
+    /// Unique over the daemon's VIPs; a route's backend has none (absent).
+    #[serde(default = "no_id", skip_serializing_if = "is_no_id")]
     pub id: u32,
     pub address: SocketAddr,
     /// The host name it was resolved from, when lb.toml names it so.
@@ -92,8 +94,8 @@ pub struct BackendView {
     pub weight: u32,
     pub health: Health,
     /// `active`, `draining`, `unresolved` (its host name no longer gives this address:
-    /// drained until `resolve_hold` has passed), or `ejected` (proxy VIPs: taken out by
-    /// outlier detection).
+    /// drained until `resolve_hold` has passed), `ejected` (proxy VIPs: taken out by
+    /// outlier detection), or `route` (proxy VIPs: a backend only a route names).
     pub state: String,
     pub origin: Origin,
     /// Whether the backend holds ring slots (it may while down, when the VIP fails open).
@@ -119,6 +121,17 @@ pub struct BackendView {
     /// Health transitions since the daemon started.
     #[serde(default)]
     pub health_transitions: u64,
+}
+
+/// The id of a backend that has none (a proxy route's).
+pub const NO_ID: u32 = u32::MAX;
+
+fn no_id() -> u32 {
+    NO_ID
+}
+
+fn is_no_id(id: &u32) -> bool {
+    *id == NO_ID
 }
 
 /// One named counter.

@@ -2,8 +2,8 @@
 use super::writer::Writer;
 use crate::api::ApiError;
 use crate::api::types::{BackendView, CounterView, CpuView, StatsView, StatusView, TrafficView, VipView};
-use crate::state::VipState;
 use crate::state::plan::{ring_digest, ring_input};
+use crate::state::{Health, Origin, VipState};
 
 impl Writer {
     pub(super) fn status(&self) -> StatusView {
@@ -118,6 +118,7 @@ impl Writer {
                     health_transitions: transition.map_or(0, |t| t.count),
                 });
             }
+            out.extend(proxied.map(|p| route_backends(v, p)).unwrap_or_default());
         }
         Ok(out)
     }
@@ -186,6 +187,41 @@ impl Writer {
         }
         Ok(cpus)
     }
+}
+
+/// The backends only a proxy VIP's routes name (`[vip.proxy] routes`, `[vip.proxy.sni]
+/// routes`): the proxy's alone, with no id and no ring slot; their health is what the route
+/// checks last told the proxy.
+fn route_backends(v: &VipState, p: &lb_proxy::stats::VipStats) -> Vec<BackendView> {
+    let own = |addr: &std::net::SocketAddr| v.backends.iter().any(|b| b.address == *addr);
+    let mut seen = std::collections::BTreeSet::new();
+    p.backends
+        .iter()
+        .filter(|pb| !own(&pb.addr) && seen.insert(pb.addr))
+        .map(|pb| BackendView {
+            vip: v.label(),
+            id: crate::api::types::NO_ID,
+            address: pb.addr,
+            host: None,
+            weight: pb.weight,
+            health: match (v.health.is_some(), pb.healthy) {
+                (false, _) => Health::Unchecked,
+                (true, true) => Health::Up,
+                (true, false) => Health::Down,
+            },
+            state: if pb.ejected { "ejected".into() } else { "route".into() },
+            origin: Origin::Config,
+            in_ring: false,
+            packets: 0,
+            bytes: 0,
+            active_flows: pb.active,
+            requests: Some(pb.requests),
+            errors: Some(pb.errors),
+            health_since_unix: None,
+            health_reason: None,
+            health_transitions: 0,
+        })
+        .collect()
 }
 
 /// A proxy VIP's requests and errors: its backends' plus the client connections it refused
