@@ -23,6 +23,37 @@ pub const FLOW_WAYS: usize = 4;
 /// flood of first packets (spoofed SYNs) cannot evict established flows.
 pub const PROVEN: u32 = 1;
 
+/// Bit 1 of a way's `used`: the direction this table keys has ended (a TCP FIN or RST sent
+/// that way; an RST ends both). The way stays findable (the closing handshake and its
+/// retransmissions still use it) but no longer protects its flow: its proven bit is cleared
+/// and never set again until a new connection takes the key, so the ways of closed
+/// connections are the first a new flow takes, before any live one.
+pub const CLOSED: u32 = 2;
+
+/// Bit 2 of a REVERSE_FLOWS way's `used`: the backend has answered (a reply used the entry).
+/// Among the ways a first packet may take, answered ones go first: a new connection's reply
+/// entry is then kept from its SYN to its SYN-ACK even while a SYN flood churns its set
+/// (the flood's entries are answered at once by the backend, the newcomer's not yet), and
+/// from the client's ACK on it is proven. FLOWS ways never carry it.
+pub const ANSWERED: u32 = 4;
+
+/// The flag bits of a way's `used`; the other bits are the kernel tick of its last packet.
+pub const STAMP_FLAGS: u32 = PROVEN | CLOSED | ANSWERED;
+
+/// Kernel ticks after which an idle proven flow stops protecting its way: 2^16 ticks (262 s at
+/// HZ=250, 65 s at HZ=1000, 655 s at HZ=100). A connection that ended unseen (a backend that
+/// died, a client that vanished, a FIN that took another path) then gives its way to new
+/// flows like any unproven one; if it was alive after all, its next packet is recorded again
+/// as proven (a packet without SYN proves itself).
+pub const PROTECT_IDLE_TICKS: u32 = 1 << 16;
+
+/// Whether a way stamped `used` still protects its flow from a first packet at kernel tick
+/// `now`: proven, not closed, and not idle for [`PROTECT_IDLE_TICKS`] or more.
+#[inline(always)]
+pub fn protects(used: u32, now: u32) -> bool {
+    used & (PROVEN | CLOSED) == PROVEN && now.wrapping_sub(used & !STAMP_FLAGS) < PROTECT_IDLE_TICKS
+}
+
 /// A flow's 5-tuple as it appears on the wire (ports in network byte order).
 /// FLOWS keys use the client → VIP direction; REVERSE_FLOWS keys the backend → client one.
 #[repr(C, align(8))]
@@ -112,8 +143,9 @@ impl FlowValue for ReverseEntry {
 pub struct FlowSlot<V> {
     pub key: FlowKey,
     pub value: V,
-    /// Kernel tick (`jiffies`, low 32 bits, bit 0 cleared) of the flow's last packet, and
-    /// [`PROVEN`] in bit 0. Eviction takes the oldest way a new flow may take.
+    /// Kernel tick (`jiffies`, low 32 bits, [`STAMP_FLAGS`] cleared) of the flow's last packet,
+    /// with [`PROVEN`] in bit 0, [`CLOSED`] in bit 1 and [`ANSWERED`] in bit 2. Eviction takes
+    /// the oldest way a new flow may take.
     pub used: u32,
     /// `slot_check(hash of key, value)`; 0 marks a free way.
     pub check: u32,
@@ -242,5 +274,21 @@ mod tests {
         assert_eq!(set.flows(seed).count(), 1);
         assert_eq!(set.flows(seed + 1).count(), 0, "the check binds the table's seed");
         assert_ne!(slot_check(h(1000), &FlowEntry::default()), 0, "0 marks a free way");
+    }
+
+    #[test]
+    fn only_live_proven_ways_protect_their_flow() {
+        let now = 0x1234_5678 & !STAMP_FLAGS;
+        assert!(protects(now | PROVEN, now), "proven, just used");
+        assert!(!protects(now, now), "unproven");
+        assert!(!protects(now | CLOSED, now), "closed");
+        assert!(!protects(now | PROVEN | CLOSED, now), "closed wins over proven");
+        assert!(protects(now | PROVEN | ANSWERED, now), "answered and proven");
+        assert!(!protects(now | ANSWERED, now), "answered only");
+        let idle = now.wrapping_sub(PROTECT_IDLE_TICKS);
+        assert!(protects((idle + 4) | PROVEN, now), "idle for less than the limit");
+        assert!(!protects(idle | PROVEN, now), "idle for the limit");
+        // The tick wraps at 2^32: a stamp from just before the wrap is young.
+        assert!(protects(u32::MAX & !STAMP_FLAGS | PROVEN, 8), "across the wrap");
     }
 }

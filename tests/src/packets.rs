@@ -25,6 +25,10 @@ pub struct Frame {
 pub enum L4 {
     TcpSyn,
     TcpAck,
+    /// FIN with ACK: its sender is done sending.
+    TcpFin,
+    /// RST with ACK: the connection is over.
+    TcpRst,
     Udp,
     /// UDP sent without a checksum (zero).
     UdpNoChecksum,
@@ -77,13 +81,15 @@ impl Frame {
 }
 
 /// The frame behind `ip` (an IPv4 or IPv6 step of a builder): the L4 header `l4` with `ports`
-/// (source, destination), then `payload`. TCP SYNs and ACKs carry fixed sequence numbers.
+/// (source, destination), then `payload`. TCP segments carry fixed sequence numbers.
 pub fn write_l4(ip: PacketBuilderStep<IpHeaders>, l4: L4, ports: (u16, u16), payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let (src, dst) = ports;
     match l4 {
         L4::TcpSyn => ip.tcp(src, dst, 1000, 64240).syn().write(&mut out, payload),
         L4::TcpAck => ip.tcp(src, dst, 1001, 64240).ack(5000).write(&mut out, payload),
+        L4::TcpFin => ip.tcp(src, dst, 1001, 64240).fin().ack(5000).write(&mut out, payload),
+        L4::TcpRst => ip.tcp(src, dst, 1001, 0).rst().ack(5000).write(&mut out, payload),
         L4::Udp | L4::UdpNoChecksum => ip.udp(src, dst).write(&mut out, payload),
     }
     .unwrap();

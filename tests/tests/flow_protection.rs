@@ -1,12 +1,14 @@
 //! Golden packets for what keeps established flows alive under churn, floods and id reuse:
 //! a NAT flow's reply entry kept in step with its forward entry, first packets that cannot
-//! evict proven flows, the per-CPU new-flow budget, and backend ids bound to their
-//! generation. Each test runs on a balancer of its own (its random table seed must not put
+//! evict proven flows while they live (closed or idle ones give way), the per-CPU new-flow
+//! budget, and backend ids bound to their generation. Each test runs on a balancer of its own (its random table seed must not put
 //! other cases' flows in the set under test). Needs root, like the golden suite.
 use aya::maps::{Array, MapData};
 use lb_common::backend::{BACKEND_ACTIVE, Backend};
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FLOW_WAYS, FlowKey, ReverseSet};
+use lb_common::flow::{
+    CLOSED, FLOW_WAYS, FlowKey, FlowSet, FlowValue, PROTECT_IDLE_TICKS, PROVEN, ReverseSet, STAMP_FLAGS,
+};
 use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::Counter;
 use lb_common::{family, ip_proto, ipv4_bytes, map_names};
@@ -38,6 +40,35 @@ fn evict_reply_entry(dp: &mut AyaDataplane, reply: &FlowKey) {
     let map = dp.ebpf_mut().map_mut(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS");
     let mut table: Array<&mut MapData, ReverseSet> = Array::try_from(map).unwrap();
     table.set(set, ReverseSet::default(), 0).unwrap();
+}
+
+/// The stamp (`used`) of `key`'s way in table `name`, if the table holds it.
+fn stamp<V: FlowValue>(dp: &mut AyaDataplane, name: &str, key: &FlowKey) -> Option<u32>
+where
+    FlowSet<V>: aya::Pod,
+{
+    let set = dp.flow_set_of(key);
+    let map = dp.ebpf_mut().map_mut(name).expect("table");
+    let table: Array<&mut MapData, FlowSet<V>> = Array::try_from(map).unwrap();
+    table.get(&set, 0).unwrap().ways.iter().find(|w| w.check != 0 && w.key == *key).map(|w| w.used)
+}
+
+/// Makes the ways of `key`'s REVERSE_FLOWS set for which `which` holds look idle for `ticks`
+/// more kernel ticks.
+fn age_reply_ways(dp: &mut AyaDataplane, key: &FlowKey, ticks: u32, which: impl Fn(&FlowKey) -> bool) {
+    let set = dp.flow_set_of(key);
+    let map = dp.ebpf_mut().map_mut(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS");
+    let mut table: Array<&mut MapData, ReverseSet> = Array::try_from(map).unwrap();
+    let mut ways = table.get(&set, 0).unwrap();
+    for way in ways.ways.iter_mut().filter(|w| which(&w.key)) {
+        way.used = (way.used & !STAMP_FLAGS).wrapping_sub(ticks) | (way.used & STAMP_FLAGS);
+    }
+    table.set(set, ways, 0).unwrap();
+}
+
+/// Whether a way's flow is proven or closed, from its stamp (the other flags masked).
+fn life(stamp: Option<u32>) -> Option<u32> {
+    stamp.map(|u| u & (PROVEN | CLOSED))
 }
 
 /// Runs the cases in order, then fails with every case that failed.
@@ -213,6 +244,157 @@ fn first_packets_cannot_evict_proven_flows() {
     assert!(!recorded(&dp, same_set[0]), "the least recently used way gave way");
 }
 
+/// One NAT connection to `web` (the fixture's first VIP, placed by client address; its
+/// backends also serve another VIP, so their replies need their entries) from CLIENT:`port`,
+/// on backend `b`.
+struct Connection {
+    port: u16,
+    b: ([u8; 4], u16),
+}
+
+impl Connection {
+    /// A packet of the client's, sent on to the backend.
+    fn client(&self, name: &'static str, l4: L4, events: &[Counter]) -> Case {
+        let f = Frame::tcp(CLIENT, self.port, WEB, 80).with(|f| f.l4 = l4);
+        let out = nat_out(&f, (CLIENT, self.port), self.b, LB_MAC, mac_of(self.b.0));
+        with_events(case(name, f.bytes(), XDP_TX, Some(out), Counter::ForwardTx), events)
+    }
+
+    /// A packet of the backend's, sent back to the client from the VIP.
+    fn backend(&self, name: &'static str, l4: L4) -> Case {
+        let f = Frame::tcp(self.b.0, self.b.1, CLIENT, self.port).with(|f| {
+            f.l4 = l4;
+            f.src_mac = mac_of(self.b.0)
+        });
+        let out = nat_out(&f, (WEB, 80), (CLIENT, self.port), LB_MAC, CLIENT_MAC);
+        with_events(case(name, f.bytes(), XDP_TX, Some(out), Counter::ForwardTx), &[Counter::NatReply])
+    }
+
+    /// The backend's answer when no reply entry names it: dropped, never leaked.
+    fn backend_dropped(&self, name: &'static str) -> Case {
+        let f = Frame::tcp(self.b.0, self.b.1, CLIENT, self.port).with(|f| {
+            f.l4 = L4::TcpAck;
+            f.src_mac = mac_of(self.b.0)
+        });
+        case(name, f.bytes(), XDP_DROP, None, Counter::DropReplyNoFlow)
+    }
+
+    fn opens(&self) -> Vec<Case> {
+        vec![
+            self.client("SYN", L4::TcpSyn, &[Counter::FlowNew]),
+            self.backend("SYN-ACK", L4::TcpAck),
+            self.client("ACK: proven", L4::TcpAck, &[Counter::FlowHit]),
+        ]
+    }
+
+    fn forward_key(&self) -> FlowKey {
+        flow_key(CLIENT, WEB, self.port, 80)
+    }
+
+    fn reply_key(&self) -> FlowKey {
+        flow_key(self.b.0, CLIENT, self.b.1, self.port)
+    }
+}
+
+/// `count` connections of `web` whose reply keys share one REVERSE_FLOWS set.
+fn connections_in_one_reply_set(dp: &AyaDataplane, vips: &[Vip], count: usize) -> Vec<Connection> {
+    let b = by_hash(&vips[0], client_hash(&ipv4_bytes(CLIENT), SEED));
+    let conn = |port| Connection { port, b };
+    let set = dp.flow_set_of(&conn(40000).reply_key());
+    (40000..=u16::MAX).map(conn).filter(|c| dp.flow_set_of(&c.reply_key()) == set).take(count).collect()
+}
+
+#[test]
+fn closed_connections_give_their_ways_to_new_ones() {
+    if !require_root("closed_connections_give_their_ways_to_new_ones") {
+        return;
+    }
+    let (ns, mut dp, vips) = setup();
+    let _inside = ns.enter();
+    let conns = connections_in_one_reply_set(&dp, &vips, FLOW_WAYS + 1);
+    let mut cases = Vec::new();
+    // Every way of the reply set taken by a connection that then ends: three by FINs both
+    // ways, the fourth by the backend's RST.
+    for c in &conns[..FLOW_WAYS - 1] {
+        cases.extend(c.opens());
+        cases.push(c.client("client FIN", L4::TcpFin, &[Counter::FlowHit]));
+        cases.push(c.backend("backend FIN", L4::TcpFin));
+        cases.push(c.client("last ACK: still forwarded", L4::TcpAck, &[Counter::FlowHit]));
+    }
+    let reset = &conns[FLOW_WAYS - 1];
+    cases.extend(reset.opens());
+    cases.push(reset.backend("backend RST", L4::TcpRst));
+    run_all(&mut dp, cases);
+    for c in &conns[..FLOW_WAYS] {
+        let forward = stamp::<lb_common::flow::FlowEntry>(&mut dp, map_names::FLOWS, &c.forward_key());
+        let reply = stamp::<lb_common::flow::ReverseEntry>(&mut dp, map_names::REVERSE_FLOWS, &c.reply_key());
+        assert_eq!(life(forward), Some(CLOSED), "forward entry of port {}", c.port);
+        assert_eq!(life(reply), Some(CLOSED), "reply entry of port {}", c.port);
+    }
+    // A new connection whose reply falls in that set: its reply entry takes a closed way.
+    let new = &conns[FLOW_WAYS];
+    run_all(
+        &mut dp,
+        vec![
+            new.client("a new connection's SYN, its reply set full of closed ones", L4::TcpSyn, &[Counter::FlowNew]),
+            new.backend("its SYN-ACK finds its entry", L4::TcpAck),
+        ],
+    );
+}
+
+#[test]
+fn live_proven_reply_entries_are_kept_until_idle() {
+    if !require_root("live_proven_reply_entries_are_kept_until_idle") {
+        return;
+    }
+    let (ns, mut dp, vips) = setup();
+    let _inside = ns.enter();
+    let conns = connections_in_one_reply_set(&dp, &vips, FLOW_WAYS + 1);
+    let mut cases: Vec<Case> = conns[..FLOW_WAYS].iter().flat_map(|c| c.opens()).collect();
+    let new = &conns[FLOW_WAYS];
+    cases.push(new.client("a 5th SYN, its reply set full of live proven entries", L4::TcpSyn, &[Counter::FlowNew]));
+    cases.push(new.backend_dropped("its SYN-ACK: no entry (the live ones keep theirs), backend of two VIPs"));
+    run_all(&mut dp, cases);
+    for c in &conns[..FLOW_WAYS] {
+        let reply = stamp::<lb_common::flow::ReverseEntry>(&mut dp, map_names::REVERSE_FLOWS, &c.reply_key());
+        assert_eq!(life(reply), Some(PROVEN), "live reply entry of port {}", c.port);
+    }
+    // The four fall silent for the idle limit: the client's SYN, sent again, finds a way.
+    age_reply_ways(&mut dp, &new.reply_key(), PROTECT_IDLE_TICKS, |_| true);
+    run_all(
+        &mut dp,
+        vec![
+            new.client("the SYN again, the other four idle past the limit", L4::TcpSyn, &[Counter::FlowNew]),
+            new.backend("its SYN-ACK finds its entry", L4::TcpAck),
+        ],
+    );
+}
+
+/// Under a SYN flood a new connection's reply entry waits for its SYN-ACK among entries of
+/// flood SYNs the backend has already answered: those give way first, even when the
+/// newcomer's is the oldest.
+#[test]
+fn answered_reply_entries_give_way_before_waiting_ones() {
+    if !require_root("answered_reply_entries_give_way_before_waiting_ones") {
+        return;
+    }
+    let (ns, mut dp, vips) = setup();
+    let _inside = ns.enter();
+    let conns = connections_in_one_reply_set(&dp, &vips, FLOW_WAYS + 1);
+    let (waiting, flood) = (&conns[0], &conns[1..]);
+    run_all(&mut dp, vec![waiting.client("a client's SYN", L4::TcpSyn, &[Counter::FlowNew])]);
+    let waiting_key = waiting.reply_key();
+    age_reply_ways(&mut dp, &waiting_key, 64, |k| *k == waiting_key);
+    let mut cases = Vec::new();
+    for c in &flood[..FLOW_WAYS - 1] {
+        cases.push(c.client("a flood SYN", L4::TcpSyn, &[Counter::FlowNew]));
+        cases.push(c.backend("answered by the backend", L4::TcpAck));
+    }
+    cases.push(flood[FLOW_WAYS - 1].client("one more flood SYN in the full set", L4::TcpSyn, &[Counter::FlowNew]));
+    cases.push(waiting.backend("the client's SYN-ACK still finds its entry", L4::TcpAck));
+    run_all(&mut dp, cases);
+}
+
 /// CLOCK_MONOTONIC, the clock the program's budget windows (2^30 ns) are cut from.
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -253,9 +435,17 @@ fn past_the_new_flow_budget_flows_are_placed_unrecorded() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let third = with_events(syn(44002), &[Counter::FlowUnrecorded]);
+    // Past the budget the reply entry is written all the same: the backend serves two VIPs,
+    // so without it the SYN-ACK would have no VIP to come from.
+    let third_reply = Connection { port: 44002, b }.backend("its SYN-ACK, back from the VIP", L4::TcpAck);
     run_all(
         &mut dp,
-        vec![with_events(syn(44000), &[Counter::FlowNew]), with_events(syn(44001), &[Counter::FlowNew]), third],
+        vec![
+            with_events(syn(44000), &[Counter::FlowNew]),
+            with_events(syn(44001), &[Counter::FlowNew]),
+            third,
+            third_reply,
+        ],
     );
     let recorded = |port: u16| dp.lookup_flow(&flow_key(CLIENT, WEB, port, 80)).unwrap().is_some();
     assert_eq!([recorded(44000), recorded(44001), recorded(44002)], [true, true, false]);

@@ -4,7 +4,9 @@
 //! the same moment reads as empty, never as a wrong backend.
 use std::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 
-use lb_common::flow::{FLOW_WAYS, FlowEntry, FlowSlot, ForwardSet, PROVEN, SharedFlow, slot_check, table_hash};
+use lb_common::flow::{
+    FLOW_WAYS, FlowEntry, FlowSlot, ForwardSet, PROVEN, STAMP_FLAGS, SharedFlow, slot_check, table_hash,
+};
 
 use super::Result;
 use super::aya::AyaDataplane;
@@ -32,8 +34,8 @@ impl AyaDataplane {
             }
             // A free way, else the least recently used (the stamps are ticks; the largest in
             // the set stands in for "now" when the clock cannot be read).
-            let latest = now.unwrap_or_else(|| current.ways.iter().map(|w| w.used & !PROVEN).max().unwrap_or(0));
-            let age = |w: &FlowSlot<FlowEntry>| latest.wrapping_sub(w.used & !PROVEN);
+            let latest = now.unwrap_or_else(|| current.ways.iter().map(|w| w.used & !STAMP_FLAGS).max().unwrap_or(0));
+            let age = |w: &FlowSlot<FlowEntry>| latest.wrapping_sub(w.used & !STAMP_FLAGS);
             let victim = current
                 .ways
                 .iter()
@@ -43,7 +45,7 @@ impl AyaDataplane {
                 FlowEntry { backend_id: f.backend_id, vip_id: f.vip_id, generation: backend.generation, reply_hash: 0 };
             // Proven: the flow is established on the balancer that placed it.
             let way =
-                FlowSlot { key: f.key, value, used: (latest & !PROVEN) | PROVEN, check: slot_check(hash, &value) };
+                FlowSlot { key: f.key, value, used: (latest & !STAMP_FLAGS) | PROVEN, check: slot_check(hash, &value) };
             // SAFETY: `set` points into the mapping; `victim < FLOW_WAYS`; a way is eight
             // 8-byte aligned words, the last holding `used` and `check`.
             unsafe {

@@ -13,7 +13,7 @@ use crate::flow::Flow;
 use crate::ip::IpPacket;
 use crate::parse::Parsed;
 use crate::verdict::Verdict;
-use crate::{encap, icmp_error, l2, maps, nat, parse, parse6};
+use crate::{encap, icmp_error, l2, maps, nat, parse, parse6, select};
 
 /// `lb_ingress`: IPv4 is balanced here; IPv6 frames and ICMP errors go on to their programs.
 #[inline(always)]
@@ -132,10 +132,13 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
         && let Some(t) = maps::tables()
     {
         let key = flow_key();
-        if let Some(reverse) = maps::reverse_flow(&key, t.hash(&key), &t) {
+        if let Some(way) = maps::reverse_way(&key, t.hash(&key), &t) {
+            // SAFETY: a valid map value pointer; the check has vouched for the value.
+            let reverse = unsafe { (*way).value };
             if reverse.vip_id == REVERSE_DIRECT {
                 return (XDP_PASS, Counter::PassNotVip);
             }
+            select::reply_seen(&key, way, &pkt.tcp(), &t);
             return nat::reply_to_client(ctx, pkt, &reverse);
         }
         return nat::reply_without_entry(ctx, pkt, &key);

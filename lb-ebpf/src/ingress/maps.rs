@@ -201,15 +201,9 @@ pub fn reverse_way(key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot
     table::find(&REVERSE_FLOWS, key, hash, t)
 }
 
-/// The VIP a NAT reply (keyed backend → client) must come from, if it belongs to a NAT flow.
-#[inline(always)]
-pub fn reverse_flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<ReverseEntry> {
-    // SAFETY: a valid map value pointer; the check has vouched for the value.
-    reverse_way(key, hash, t).map(|slot| unsafe { (*slot).value })
-}
-
-/// Records a NAT reply's entry. Not recorded (a full set of proven flows, for a first
-/// packet), replies still find their VIP through NAT_BACKENDS when the backend serves one.
+/// Records a NAT reply's entry. Not recorded (for a first packet, a set whose every way
+/// protects a live proven flow), replies still find their VIP through NAT_BACKENDS when the
+/// backend serves one VIP.
 #[inline(always)]
 pub fn record_reverse_flow(key: &FlowKey, hash: u32, entry: &ReverseEntry, proven: bool, t: &Tables) {
     let _ = table::record(&REVERSE_FLOWS, key, hash, entry, proven, t);

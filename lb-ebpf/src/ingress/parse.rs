@@ -27,6 +27,21 @@ impl TcpFlags {
         // SAFETY: inside the TCP header the parser checked.
         !self.0.is_null() && unsafe { *self.0 } & 0x02 == 0
     }
+
+    /// A TCP FIN or RST: its sender is done with the connection in this direction (an RST in
+    /// both). False for UDP.
+    #[inline(always)]
+    pub fn ends_connection(&self) -> bool {
+        // SAFETY: inside the TCP header the parser checked.
+        !self.0.is_null() && unsafe { *self.0 } & 0x05 != 0
+    }
+
+    /// A TCP RST: the connection is over in both directions. False for UDP.
+    #[inline(always)]
+    pub fn resets_connection(&self) -> bool {
+        // SAFETY: inside the TCP header the parser checked.
+        !self.0.is_null() && unsafe { *self.0 } & 0x04 != 0
+    }
 }
 
 /// A parsed IPv4 TCP/UDP packet: pointers into the packet, all bounds-checked.

@@ -3,13 +3,18 @@
 //!
 //! Protection of established flows: a way remembers whether its flow proved itself (sent more
 //! than its first packet). A first packet (a TCP SYN, any UDP datagram the table does not know)
-//! may only take a free or unproven way, and each CPU records at most
+//! may only take a free way or one that protects nothing, and each CPU records at most
 //! `DataplaneConfig::new_flow_budget` new flows a second; past either limit the flow is placed
 //! by the ring without being recorded. A flood of first packets therefore cannot evict a flow
-//! that has proven itself.
+//! that has proven itself while it lives. A connection's ways stop protecting it when it ends:
+//! a FIN closes the way of its sender's direction, an RST both (here for the client's
+//! packets, in `reply_seen` for the backend's), and a flow idle for
+//! `lb_common::flow::PROTECT_IDLE_TICKS` protects nothing either. So closed connections never
+//! fill a set, and a new connection finds a way for its reply (which a backend several VIPs
+//! share cannot do without: see `nat::reply_without_entry`).
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use lb_common::backend::{BACKEND_NONE, Backend};
-use lb_common::flow::{FlowEntry, FlowKey, ReverseEntry};
+use lb_common::flow::{FlowEntry, FlowKey, FlowSlot, ReverseEntry};
 use lb_common::hash::ring_slot;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, forwarding};
@@ -47,13 +52,22 @@ pub fn choose(vip: &VipInfo, flow: &Flow, tcp: &TcpFlags) -> Result<Choice, Verd
             && backend.is_active()
             && backend.generation == entry.generation
         {
+            if tcp.ends_connection() {
+                // The client is done sending (FIN), or with the whole connection (RST).
+                table::close(slot);
+                if nat && tcp.resets_connection() {
+                    close_reply_entry(flow.key, &entry, backend, &t);
+                }
+                maps::count(Counter::FlowHit);
+                return Ok(Choice { backend_id: entry.backend_id, backend });
+            }
             let newly_proven = table::prove(slot);
             // When the flow proves itself (so its reply entry is proven with it), then once per
             // reply-check period: a flow pays for the check on its first packet of each period
             // (a reply entry evicted meanwhile is written again within a period; its replies
             // find their VIP through NAT_BACKENDS until then, or are dropped, never leaked).
             if nat && (newly_proven || flow.new_period) {
-                keep_reply_entry(vip, flow.key, &entry, backend, &t);
+                keep_reply_entry(vip, flow.key, &entry, backend, table::is_proven(slot), &t);
             }
             maps::count(Counter::FlowHit);
             return Ok(Choice { backend_id: entry.backend_id, backend });
@@ -71,14 +85,22 @@ pub fn choose(vip: &VipInfo, flow: &Flow, tcp: &TcpFlags) -> Result<Choice, Verd
         return Ok(Choice { backend_id, backend });
     }
     let (backend_id, backend) = from_ring(vip, flow, &t)?;
-    if !maps::take_new_flow(t.new_flow_budget) {
-        maps::count(Counter::FlowUnrecorded);
-        return Ok(Choice { backend_id, backend });
-    }
     // A TCP packet without SYN belongs to a connection already open (whose entry the table
     // lost, or that another balancer placed): it has proven itself. SYNs and UDP have not.
     let proven = tcp.continues_connection();
     let entry = flow_entry(vip, flow.key, backend_id, backend, nat, &t);
+    if !maps::take_new_flow(t.new_flow_budget) {
+        maps::count(Counter::FlowUnrecorded);
+        // The reply entry is written all the same: without it the answer of a backend that
+        // several VIPs share has no VIP to come from (the forward entry is not needed: the
+        // ring places the flow's next packets alike). Unproven whatever the packet, so that a
+        // flood past the budget (of SYNs, or of ACKs that would claim to be proven) takes only
+        // ways that protect nothing.
+        if nat {
+            record_reply_entry(vip, flow.key, &entry, backend, false, &t);
+        }
+        return Ok(Choice { backend_id, backend });
+    }
     maps::count(match maps::record_flow(flow.key, flow.hash, &entry, proven, &t) {
         Recorded::Free | Recorded::Failed => Counter::FlowNew,
         Recorded::Evicted => Counter::FlowTableFull,
@@ -119,19 +141,61 @@ fn record_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: 
 }
 
 /// An established NAT flow keeps its reply entry: found (and marked proven, and stamped, so
-/// both directions age together), or written again if churn evicted it. The forward entry
-/// holds the reply key's hash, so this costs no hashing; it runs on the flow's first packet of
-/// each kernel tick.
+/// both directions age together), or written again if churn evicted it (proven as the forward
+/// entry is: not once the client has closed). The forward entry holds the reply key's hash,
+/// so this costs no hashing; it runs on the flow's first packet of each reply-check period.
 #[inline(always)]
-fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, t: &Tables) {
-    match maps::reverse_way(&reply_key(key, backend), entry.reply_hash, t) {
+fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, proven: bool, t: &Tables) {
+    match reply_way(key, entry, backend, t) {
         // SAFETY: a valid map value pointer; the check has vouched for the value.
         Some(way) if unsafe { (*way).value.vip_id } == vip.id => {
             table::prove(way);
         }
         _ => {
-            record_reply_entry(vip, key, entry, backend, true, t);
+            record_reply_entry(vip, key, entry, backend, proven, t);
             maps::count(Counter::ReverseRestored);
+        }
+    }
+}
+
+/// The reply entry of an established NAT flow, if the table holds it.
+#[inline(always)]
+fn reply_way(key: &FlowKey, entry: &FlowEntry, backend: &Backend, t: &Tables) -> Option<*mut FlowSlot<ReverseEntry>> {
+    maps::reverse_way(&reply_key(key, backend), entry.reply_hash, t)
+}
+
+/// The client reset a NAT flow: its reply entry protects nothing any more either.
+#[inline(always)]
+fn close_reply_entry(key: &FlowKey, entry: &FlowEntry, backend: &Backend, t: &Tables) {
+    if let Some(way) = reply_way(key, entry, backend, t) {
+        table::close(way);
+    }
+}
+
+/// A NAT backend's reply found its entry (`way`, keyed `reply`): the entry is answered, a FIN
+/// from the backend closes it (the backend is done sending), an RST the forward entry too (the client will send
+/// nothing more that could).
+#[inline(always)]
+pub fn reply_seen(reply: &FlowKey, way: *mut FlowSlot<ReverseEntry>, tcp: &TcpFlags, t: &Tables) {
+    table::answered(way);
+    if !tcp.ends_connection() {
+        return;
+    }
+    table::close(way);
+    if tcp.resets_connection() {
+        // SAFETY: a valid map value pointer; the check has vouched for the value.
+        let reverse = unsafe { (*way).value };
+        let forward = FlowKey {
+            src: reply.dst,
+            dst: reverse.vip_addr,
+            src_port: reply.dst_port,
+            dst_port: reverse.vip_port,
+            protocol: reply.protocol,
+            family: reply.family,
+            _pad: [0; 2],
+        };
+        if let Some((slot, _)) = maps::flow(&forward, t.hash(&forward), t) {
+            table::close(slot);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The connection tables' packet-side operations: find a flow in its set, record one (a free
-//! way, else the least recently used way it may take: a first packet only an unproven one).
-//! Layout, the check word and the proven bit: `lb_common::flow`.
+//! way, else the least recently used way it may take: a first packet only one that does not
+//! protect its flow), mark a flow proven or closed. Layout, the check word and the stamp's
+//! flags: `lb_common::flow`.
 //!
 //! Ways are written without a lock. A writer clears the check word first and sets it last;
 //! a reader accepts a way only if its check word matches the key's hash and the value it read
@@ -11,7 +12,10 @@ use core::ptr::{addr_of, addr_of_mut, write_volatile};
 use aya_ebpf::helpers::generated::bpf_jiffies64;
 use aya_ebpf::maps::Array;
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, PROVEN, slot_check, table_hash};
+use lb_common::flow::{
+    ANSWERED, CLOSED, FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, PROVEN, STAMP_FLAGS, protects, slot_check,
+    table_hash,
+};
 
 /// What the tables need from CONFIG, and this packet's clock stamp.
 #[derive(Clone, Copy)]
@@ -22,7 +26,7 @@ pub struct Tables {
     table_seed: u32,
     /// `flow_sets - 1`: the set is the hash's low bits.
     set_mask: u32,
-    /// The kernel tick, bit 0 cleared (it holds `PROVEN` in a way's stamp).
+    /// The kernel tick, `STAMP_FLAGS` cleared (they hold a way's flags in its stamp).
     now: u32,
     /// `DataplaneConfig::new_flow_budget`.
     pub new_flow_budget: u32,
@@ -39,7 +43,7 @@ impl Tables {
             return None;
         }
         // SAFETY: plain helper call, which the kernel inlines as one load of `jiffies`.
-        let now = unsafe { bpf_jiffies64() } as u32 & !PROVEN;
+        let now = unsafe { bpf_jiffies64() } as u32 & !STAMP_FLAGS;
         Some(Tables {
             ring_size: config.ring_size,
             ring_seed: config.hash_seed,
@@ -64,7 +68,7 @@ pub enum Recorded {
     Free,
     /// In place of the least recently used flow it was allowed to take.
     Evicted,
-    /// Not recorded: a first packet, and every way of its set holds a proven flow.
+    /// Not recorded: a first packet, and every way of its set protects a live proven flow.
     Protected,
     /// No such set (a table smaller than CONFIG says): not recorded.
     Failed,
@@ -76,7 +80,7 @@ fn way<V>(set: *mut FlowSet<V>, index: usize) -> *mut FlowSlot<V> {
     unsafe { addr_of_mut!((*set).ways[index]) }
 }
 
-/// The way holding `key` (hash `hash`), its last-used stamp refreshed (proven bit kept).
+/// The way holding `key` (hash `hash`), its last-used stamp refreshed (flags kept).
 #[inline(always)]
 pub fn find<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<V>> {
     find_stamped(table, key, hash, t).map(|(slot, _)| slot)
@@ -103,8 +107,8 @@ pub fn find_stamped<V: FlowValue>(
             if (*slot).holds(key, hash) {
                 let used = (*slot).used;
                 // Only when it changed: most packets then leave the line clean.
-                if used & !PROVEN != t.now {
-                    (*slot).used = t.now | (used & PROVEN);
+                if used & !STAMP_FLAGS != t.now {
+                    (*slot).used = t.now | (used & STAMP_FLAGS);
                 }
                 return Some((slot, used >> REPLY_CHECK_SHIFT != t.now >> REPLY_CHECK_SHIFT));
             }
@@ -114,13 +118,14 @@ pub fn find_stamped<V: FlowValue>(
 }
 
 /// Marks a found way's flow as proven (it sent more than its first packet); true when it was
-/// not yet.
+/// not yet. A closed flow is not proven again: its packets after the FIN or RST are the
+/// closing handshake, not a sign of life.
 #[inline(always)]
 pub fn prove<V>(slot: *mut FlowSlot<V>) -> bool {
     // SAFETY: `slot` points into a map value.
     unsafe {
         let used = (*slot).used;
-        if used & PROVEN == 0 {
+        if used & (PROVEN | CLOSED) == 0 {
             (*slot).used = used | PROVEN;
             return true;
         }
@@ -128,10 +133,44 @@ pub fn prove<V>(slot: *mut FlowSlot<V>) -> bool {
     false
 }
 
+/// Whether a found way's flow is proven (and not closed since).
+#[inline(always)]
+pub fn is_proven<V>(slot: *mut FlowSlot<V>) -> bool {
+    // SAFETY: `slot` points into a map value.
+    unsafe { (*slot).used & (PROVEN | CLOSED) == PROVEN }
+}
+
+/// Marks a found reply entry as answered (see `lb_common::flow::ANSWERED`).
+#[inline(always)]
+pub fn answered<V>(slot: *mut FlowSlot<V>) {
+    // SAFETY: `slot` points into a map value.
+    unsafe {
+        let used = (*slot).used;
+        // Only the first reply writes: the rest leave the line clean.
+        if used & ANSWERED == 0 {
+            (*slot).used = used | ANSWERED;
+        }
+    }
+}
+
+/// Marks a found way's flow as closed (a TCP FIN or RST in its direction): it stays findable
+/// but no longer protects its way (see `lb_common::flow::CLOSED`).
+#[inline(always)]
+pub fn close<V>(slot: *mut FlowSlot<V>) {
+    // SAFETY: `slot` points into a map value.
+    unsafe {
+        let used = (*slot).used;
+        // Only when it changes: a retransmitted FIN leaves the line clean.
+        if used & (PROVEN | CLOSED) != CLOSED {
+            (*slot).used = (used & !(PROVEN | CLOSED)) | CLOSED;
+        }
+    }
+}
+
 /// Records `key → value` in a free way of its set, else in place of the least recently used
-/// way it may take. An unproven flow (a first packet) may take only an unproven way; a proven
-/// one (say, an established connection the table lost) prefers unproven ways, else the least
-/// recently used.
+/// way it may take. An unproven flow (a first packet) may take only a way that does not
+/// protect its flow (unproven, closed, or idle past `PROTECT_IDLE_TICKS`); a proven one (say,
+/// an established connection the table lost) prefers those, else the least recently used.
 #[inline(always)]
 pub fn record<V: FlowValue>(
     table: &Array<FlowSet<V>>,
@@ -144,7 +183,9 @@ pub fn record<V: FlowValue>(
     let Some(set) = table.get_ptr_mut(hash & t.set_mask) else {
         return Recorded::Failed;
     };
-    // Unproven ways sort before proven ones: their age gets the top bit.
+    // Ways that protect nothing sort before live proven ones (their age gets the top bit), and
+    // among them answered ones before those still waiting for their backend's first answer
+    // (the next bit): a new connection's reply entry outlives a flood's until its SYN-ACK.
     let proven_bit = if proven { PROVEN } else { 0 };
     let mut victim = FLOW_WAYS;
     let mut best = 0u32;
@@ -158,8 +199,17 @@ pub fn record<V: FlowValue>(
             evicts = false;
             break;
         }
-        let age = (t.now.wrapping_sub(used & !PROVEN) >> 1) | if used & PROVEN == 0 { 1 << 31 } else { 0 };
-        let allowed = proven || used & PROVEN == 0;
+        let protected = protects(used, t.now);
+        let waiting = used & ANSWERED == 0;
+        let rank = if protected {
+            0
+        } else if waiting {
+            1 << 31
+        } else {
+            3 << 30
+        };
+        let age = (t.now.wrapping_sub(used & !STAMP_FLAGS) >> 2) | rank;
+        let allowed = proven || !protected;
         if allowed && (victim == FLOW_WAYS || age > best) {
             victim = index;
             best = age;
