@@ -8,6 +8,7 @@
 //! Errors answer `{"error": "..."}` with 400 (malformed request, invalid value, config with
 //! mistakes), 404 (unknown VIP or backend, unknown path), 405, 409 (duplicate backend, no free
 //! id) or 500 (data plane failure).
+mod admission;
 pub mod client;
 pub mod request;
 pub mod server;

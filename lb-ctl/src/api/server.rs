@@ -4,7 +4,8 @@
 //! The accept loop is ours rather than `axum::serve`'s: it checks the peer's credentials,
 //! bounds how long a client may take to send its header, and caps the connections held at
 //! once, so a client that opens many connections and sends nothing cannot exhaust the
-//! daemon's file descriptors.
+//! daemon's file descriptors; at the cap a new connection takes the place of the oldest idle
+//! one ([`super::admission`]), so such a client cannot lock the operator's CLI out either.
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,8 +22,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::Semaphore;
 
+use super::admission::{Admission, Admitted, BusyMarker};
 use super::status_page;
 use super::types::{BackendsQuery, PREFIX};
 use super::{ApiError, Request, Response, Service};
@@ -36,7 +37,8 @@ const MAX_BODY: usize = 64 * 1024;
 pub struct Limits {
     /// A client must send a whole request header within this (also bounds idle keep-alive).
     pub header_timeout: Duration,
-    /// Most connections served at once; more are closed as they arrive.
+    /// Most connections held at once; past it a new one closes the oldest idle one (or is
+    /// closed itself when every connection is busy with a request).
     pub max_connections: usize,
 }
 
@@ -205,7 +207,7 @@ pub async fn serve<S: Service>(
 ) {
     let graceful = GracefulShutdown::new();
     let router = router(service).layer(axum::extract::DefaultBodyLimit::max(MAX_BODY));
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let admission = Admission::new(limits.max_connections);
     let unix_path = unix.local_addr().ok().and_then(|a| a.as_pathname().map(Path::to_path_buf));
     tokio::pin!(shutdown);
     loop {
@@ -224,12 +226,12 @@ pub async fn serve<S: Service>(
                             continue;
                         }
                     }
-                    connection(&graceful, &router, &slots, limits, stream);
+                    connection(&graceful, &router, &admission, limits, stream);
                 }
                 Err(e) => tracing::warn!(error = %e, "control socket: accept failed"),
             },
             accepted = accept_tcp(tcp.as_ref()) => match accepted {
-                Ok((stream, _)) => connection(&graceful, &router, &slots, limits, stream),
+                Ok((stream, _)) => connection(&graceful, &router, &admission, limits, stream),
                 Err(e) => tracing::warn!(error = %e, "admin TCP port: accept failed"),
             },
         }
@@ -249,24 +251,55 @@ async fn accept_tcp(tcp: Option<&TcpListener>) -> io::Result<(tokio::net::TcpStr
     }
 }
 
-fn connection<St>(graceful: &GracefulShutdown, router: &Router, slots: &Arc<Semaphore>, limits: Limits, stream: St)
+fn connection<St>(graceful: &GracefulShutdown, router: &Router, admission: &Arc<Admission>, limits: Limits, stream: St)
 where
     St: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let Ok(slot) = slots.clone().try_acquire_owned() else {
-        tracing::warn!(limit = limits.max_connections, "control API: too many connections; closed a new one");
+    let Some((ticket, admitted)) = admission.admit() else {
+        tracing::warn!(limit = limits.max_connections, "control API: every connection busy; closed a new one");
         return;
     };
-    let service = TowerToHyperService::new(router.clone());
+    if admitted == Admitted::ClosedOldestIdle {
+        tracing::warn!(
+            limit = limits.max_connections,
+            "control API: too many connections; closed the oldest idle one for a new one"
+        );
+    }
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(TokioIo::new(stream), marking_requests(router.clone(), ticket.busy_marker()));
     let conn = graceful.watch(conn);
-    tokio::spawn(async move {
+    let id = ticket.id();
+    let task = tokio::spawn(async move {
+        // The task owns the ticket: it is given back when the task ends or is aborted.
+        let _ticket = ticket;
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "control API connection ended with an error");
         }
-        drop(slot);
     });
+    admission.serving(id, task.abort_handle());
+}
+
+/// The router as one connection's service, its requests marked in progress while they run
+/// (a connection with none is idle, and may give way to a new one).
+fn marking_requests(
+    router: Router,
+    marker: BusyMarker,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future: Send,
+> + Clone {
+    let inner = TowerToHyperService::new(router);
+    hyper::service::service_fn(move |request| {
+        let busy = marker.request();
+        let answer = hyper::service::Service::call(&inner, request);
+        async move {
+            let answer = answer.await;
+            drop(busy);
+            answer
+        }
+    })
 }

@@ -244,8 +244,8 @@ impl super::Service for Empty {
 }
 
 /// Clients that send half a request and wait (slowloris) cannot hold the daemon's file
-/// descriptors: a header must arrive within the timeout, and connections past the cap are
-/// closed at once. The API still answers afterwards.
+/// descriptors: a header must arrive within the timeout, and at the cap a new connection
+/// closes the oldest idle one at once. The API still answers afterwards.
 #[tokio::test]
 async fn half_sent_requests_time_out_and_connections_are_capped() {
     use std::io::{Read as _, Write as _};
@@ -270,11 +270,11 @@ async fn half_sent_requests_time_out_and_connections_are_capped() {
         let mut held: Vec<UnixStream> = (0..4).map(|_| half(&socket2)).collect();
         std::thread::sleep(Duration::from_millis(50));
         let started = std::time::Instant::now();
-        let mut over = half(&socket2);
+        held.push(half(&socket2));
         let mut buf = [0u8; 64];
-        assert_eq!(over.read(&mut buf).unwrap_or(0), 0, "the fifth connection is closed");
+        assert_eq!(held[0].read(&mut buf).unwrap_or(0), 0, "the oldest idle connection is closed for the fifth");
         assert!(started.elapsed() < Duration::from_millis(1500), "closed at once, not by the header timeout");
-        for s in &mut held {
+        for s in &mut held[1..] {
             let n = s.read(&mut buf).unwrap_or(0);
             assert!(!String::from_utf8_lossy(&buf[..n]).contains("200 OK"), "a half request is not served");
         }
@@ -283,6 +283,60 @@ async fn half_sent_requests_time_out_and_connections_are_capped() {
     checked.await.unwrap();
     let client = super::client::Client::new(&socket);
     assert_eq!(client.vips().await.unwrap(), Vec::new(), "the API still answers");
+    stop.send(()).unwrap();
+    server.await.unwrap();
+}
+
+/// A client that holds every connection the API allows, idle, and reopens each one the daemon
+/// closes (a leaking script) cannot lock anyone out: every other client's connection takes
+/// the place of the hog's oldest one, and is answered.
+#[tokio::test]
+async fn a_connection_hog_cannot_lock_the_operator_out() {
+    use std::io::Read as _;
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const CAP: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = socket_path(dir.path());
+    let control = bind_unix(&socket).unwrap();
+    let limits = super::server::Limits { header_timeout: Duration::from_secs(30), max_connections: CAP };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(super::server::serve(Empty, control.listener, None, limits, async {
+        let _ = stopped.await;
+    }));
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let (hog_done, hog_socket) = (done.clone(), socket.clone());
+    let hog = tokio::task::spawn_blocking(move || {
+        let open = || {
+            let s = UnixStream::connect(&hog_socket).unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        };
+        let mut held: Vec<UnixStream> = (0..CAP).map(|_| open()).collect();
+        let mut reopened = 0;
+        let started = std::time::Instant::now();
+        while !hog_done.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(20) {
+            for s in held.iter_mut() {
+                if matches!(s.read(&mut [0u8; 16]), Ok(0)) {
+                    *s = open();
+                    reopened += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        reopened
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let client = super::client::Client::new(&socket);
+    for probe in 0..20 {
+        let answer = tokio::time::timeout(Duration::from_secs(5), client.vips()).await;
+        assert!(matches!(answer, Ok(Ok(_))), "probe {probe} got {answer:?}");
+    }
+    done.store(true, Ordering::Relaxed);
+    let reopened = hog.await.unwrap();
+    // A probe that found the cap free (the hog had not yet reopened) closed nothing; the
+    // others each closed one of the hog's.
+    assert!(reopened >= 1, "probes took the place of the hog's connections: {reopened} reopened");
     stop.send(()).unwrap();
     server.await.unwrap();
 }
