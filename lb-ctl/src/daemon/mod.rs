@@ -191,6 +191,7 @@ impl Daemon {
             None => None,
         };
         let mut writer = Writer::new(dataplane, state, applier, checkers, config, options, plan);
+        writer.restore_health_changes(previous.as_ref());
         writer.sharing = sharing;
         let (started_tx, started_rx) = oneshot::channel();
         let writer = tokio::task::spawn_blocking(move || writer.run(rx, started_tx));

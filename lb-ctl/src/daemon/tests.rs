@@ -170,12 +170,18 @@ async fn a_restart_starts_from_the_last_known_health() {
     }
     let (web, dead_id) = (d.client.vips().await.unwrap()[0].id, d.list().await[1].id);
     assert_eq!(d.list().await[1].health, Health::Down);
+    let changes = |list: Vec<crate::api::types::BackendView>| {
+        list.into_iter().map(|b| (b.health_since_unix, b.health_reason)).collect::<Vec<_>>()
+    };
+    let before = changes(d.list().await);
+    assert!(before.iter().all(|(since, reason)| since.is_some() && reason.is_some()), "{before:?}");
     let dir = d.stop().await;
     // Checks far apart now: what the restarted daemon shows first is what it restored.
     std::fs::write(dir.path().join("lb.toml"), text("1h")).unwrap();
     let d = Daemon::start_on(dir, fake.clone(), &text("1h")).await;
     let healths: Vec<Health> = d.list().await.iter().map(|b| b.health).collect();
     assert_eq!(healths, [Health::Up, Health::Down]);
+    assert_eq!(changes(d.list().await), before, "since when and why, as before the restart");
     assert!(!fake.lock().fake.rings[&web].contains(&dead_id), "the dead backend stays out of the ring");
     d.stop().await;
     accept.abort();

@@ -19,7 +19,7 @@ use crate::dataplane::Dataplane;
 use crate::health::{self, Checkers};
 use crate::proxy::ProxyRuntime;
 use crate::state::plan::{Applier, ApplyReport, MapContents};
-use crate::state::{SavedState, State, StateError};
+use crate::state::{HealthChange, SavedState, State, StateError};
 use lb_common::flow::{FlowKey, SharedFlow};
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -402,6 +402,7 @@ impl Writer {
                 let count = self.transitions.get(&event.backend_id).map_or(0, |t| t.count) + 1;
                 let last = health::Transition { at_unix: unix_now(), reason: event.reason, count };
                 self.transitions.insert(event.backend_id, last);
+                self.save_ids();
             }
             Err(e) => {
                 tracing::error!(backend_id = event.backend_id, error = %e, "health transition not applied")
@@ -577,9 +578,29 @@ impl Writer {
         }
     }
 
+    /// Takes back the health changes a previous run saved (when and why, not how many: the
+    /// count is of this run's transitions), for the backends that are still there.
+    pub(super) fn restore_health_changes(&mut self, saved: Option<&SavedState>) {
+        let Some(saved) = saved else { return };
+        for (id, change) in &saved.health_changes {
+            if self.state.backend_by_id(*id).is_some() {
+                let at_unix = change.at_unix;
+                let restored = health::Transition { at_unix, reason: change.reason.clone(), count: 0 };
+                self.transitions.entry(*id).or_insert(restored);
+            }
+        }
+        self.save_ids();
+    }
+
     fn save_ids(&mut self) {
         let Some(path) = &self.options.ids_file else { return };
-        let ids = self.state.saved();
+        let mut ids = self.state.saved();
+        ids.health_changes = self
+            .transitions
+            .iter()
+            .filter(|(id, _)| self.state.backend_by_id(**id).is_some())
+            .map(|(id, t)| (*id, HealthChange { at_unix: t.at_unix, reason: t.reason.clone() }))
+            .collect();
         if self.saved.as_ref() == Some(&ids) {
             return;
         }

@@ -10,7 +10,7 @@ mod resolved;
 mod saved;
 
 pub use resolved::Resolved;
-pub use saved::{ApiChange, SavedState, SavedVip};
+pub use saved::{ApiChange, HealthChange, SavedState, SavedVip};
 
 use std::net::{IpAddr, SocketAddr};
 

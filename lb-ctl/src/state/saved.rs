@@ -33,6 +33,19 @@ pub struct SavedState {
     /// The node was drained (`lb-ctl node drain`): it announces nothing, also after a restart.
     #[serde(default)]
     pub node_drained: bool,
+    /// When and why each checked backend's health last changed, by backend id: a restart
+    /// shows them again (`backends list`'s HEALTH SINCE and LAST CHANGE) rather than "-".
+    /// Filled in by the daemon's writer, which keeps them.
+    #[serde(default)]
+    pub health_changes: BTreeMap<u32, HealthChange>,
+}
+
+/// A backend's last health change, as saved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthChange {
+    /// Seconds since the Unix epoch.
+    pub at_unix: u64,
+    pub reason: String,
 }
 
 /// One VIP's ids in a [`SavedState`].
@@ -89,6 +102,7 @@ impl State {
             health: backends().filter(|(_, b)| b.check.is_some()).map(|(_, b)| (b.id, b.health)).collect(),
             api_changes: self.api_changes(),
             node_drained: self.node_drained,
+            health_changes: BTreeMap::new(),
         }
     }
 
