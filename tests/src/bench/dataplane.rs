@@ -7,6 +7,13 @@
 //! the packet and a rewriting path would time its own output. For the new-flow path the flow
 //! is deleted between calls, outside the timed region.
 //!
+//! With `--katran DIR` Katran's balancer (built in that checkout by Katran's own build) runs too,
+//! configured for the same IPv4 VIPs and backends, on the same frames, called after lb_ingress
+//! in the same loop: its extra over the same bare calls, and Katran / ours paired by round.
+//! Katran forwards every VIP by IPIP: its one SYN path stands beside both our NAT and DSR SYNs,
+//! its established path beside our NAT and IPIP rows. Its new-flow rows forget the flow from
+//! this CPU's connection table between calls, as ours do. The process is pinned to one CPU.
+//!
 //! Flow protection is on for every row: the new-flow budget is checked on every table miss
 //! (set to u32::MAX so it is never spent, except in the row that measures a spent budget), and
 //! the first-packet rows run into a set with free ways unless the row says otherwise.
@@ -24,6 +31,8 @@ use lb_ctl::dataplane::Dataplane as _;
 use lb_ctl::dataplane::load::{load_decap, program};
 
 const ROUNDS: usize = 31;
+/// Katran's connection table on the benchmark's CPU: the fixture balancer's size.
+const KATRAN_TABLE: u32 = crate::fixture::FLOW_TABLE;
 const CALLS_PER_ROUND: usize = 2000;
 
 pub(super) struct Path {
@@ -34,7 +43,8 @@ pub(super) struct Path {
     /// NAT, the REVERSE_FLOWS set of its reply's key. Those sets are emptied.
     pub(super) forget: Option<(u32, Option<u32>)>,
     pub(super) target: Option<f64>,
-    pub(super) katran: Option<f64>,
+    /// Katran runs this row's frame too (when it is loaded).
+    pub(super) katran: bool,
     /// `DataplaneConfig::new_flow_budget` while this row runs.
     pub(super) budget: u32,
     /// `DataplaneConfig::share_flows` while this row runs (recorded flows are reported).
@@ -66,8 +76,8 @@ where
     Ok(())
 }
 
-/// One path's figure: extra ns per packet over the bare program (median), and Katran's
-/// reference figure for the same path (a separate measurement, see docs/benchmarks.md).
+/// One path's figure: extra ns per packet over the bare program (median), and Katran's for the
+/// same frames in the same run (when it ran).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PathCost {
     pub path: String,
@@ -82,11 +92,13 @@ pub struct Options {
     /// Only the rows whose name contains one of these comma-separated strings (either
     /// family's rows), to profile a few paths.
     pub only: Option<String>,
+    /// A Katran checkout with its BPF programs built (or its balancer.bpf.o): Katran runs too.
+    pub katran: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { rounds: ROUNDS, only: None }
+        Options { rounds: ROUNDS, only: None, katran: None }
     }
 }
 
@@ -100,8 +112,10 @@ pub fn run() -> anyhow::Result<Vec<PathCost>> {
 pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
     anyhow::ensure!(unsafe { libc::geteuid() } == 0, "the data-plane benchmark needs root");
     // lab6 is the IPv4 lab with IPv6 addresses, neighbours and routes added.
+    let katran_object = options.katran.as_deref().map(super::katran::object_in).transpose()?;
     let ns = crate::fixture6::lab6();
     let _inside = ns.enter();
+    let cpu = super::katran::pin_to_this_cpu()?;
     let g0 = ifindex("g0");
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;
@@ -119,7 +133,15 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
         rows.paths.retain(keep);
         Group { rows, ours }
     });
-    let results = measure(&mut groups, bare, g0, options.rounds.max(1))?;
+    let mut katran = match &katran_object {
+        Some(object) => {
+            println!("Katran: {}, on CPU {cpu}", object.display());
+            Some(super::katran::Katran::load(object, cpu, KATRAN_TABLE)?)
+        }
+        None => None,
+    };
+    let katran = katran.as_mut().map(|k| k.parts()).transpose()?;
+    let results = measure(&mut groups, bare, katran, g0, options.rounds.max(1))?;
     report_ratios(&results);
     Ok(results.into_iter().map(|r| r.cost).collect())
 }
@@ -225,7 +247,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 2,
             forget: None,
             target: Some(20.0),
-            katran: Some(60.0),
+            katran: true,
             budget: UNSPENT,
             share: false,
         },
@@ -235,7 +257,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: None,
             target: Some(100.0),
-            katran: Some(153.0),
+            katran: true,
             budget: UNSPENT,
             share: false,
         },
@@ -245,7 +267,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))),
             target: Some(250.0),
-            katran: Some(387.0),
+            katran: true,
             budget: UNSPENT,
             share: false,
         },
@@ -255,7 +277,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: Some((dp.flow_set_of(&dsr_flow_key), None)),
             target: Some(250.0),
-            katran: Some(387.0),
+            katran: true,
             budget: UNSPENT,
             share: false,
         },
@@ -265,7 +287,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: Some((dp.flow_set_of(&dsr_flow_key), None)),
             target: None,
-            katran: None,
+            katran: false,
             budget: UNSPENT,
             share: true,
         },
@@ -275,7 +297,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: Some((dp.flow_set_of(&new_flow_key), Some(dp.flow_set_of(&reply_key)))),
             target: None,
-            katran: None,
+            katran: false,
             budget: 1,
             share: false,
         },
@@ -285,7 +307,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: None,
             target: None,
-            katran: None,
+            katran: false,
             budget: UNSPENT,
             share: false,
         },
@@ -295,7 +317,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: None,
             target: None,
-            katran: Some(199.0),
+            katran: true,
             budget: UNSPENT,
             share: false,
         },
@@ -305,7 +327,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: None,
             target: None,
-            katran: None,
+            katran: true,
             budget: UNSPENT,
             share: false,
         },
@@ -315,7 +337,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: None,
             target: None,
-            katran: None,
+            katran: false,
             budget: UNSPENT,
             share: false,
         },
@@ -325,7 +347,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: Some((dp.flow_set_of(&gue_flow_key), None)),
             target: Some(250.0),
-            katran: None,
+            katran: false,
             budget: UNSPENT,
             share: false,
         },
@@ -335,7 +357,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: None,
             target: None,
-            katran: None,
+            katran: false,
             budget: UNSPENT,
             share: false,
         },
@@ -345,7 +367,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             action: 3,
             forget: Some((dp.flow_set_of(&l2_flow_key), None)),
             target: Some(250.0),
-            katran: None,
+            katran: false,
             budget: UNSPENT,
             share: false,
         },
@@ -421,26 +443,46 @@ pub(super) struct RowResult {
     pub(super) extra_by_round: Vec<f64>,
 }
 
+/// Katran's program and the maps a run changes, when it runs beside ours.
+pub(super) type KatranRun<'a> = Option<(&'a Xdp, &'a mut super::katran::Maps)>;
+
 /// Checks every path takes its branch, then times them all: in each round every row of every
-/// group in turn (the groups' rows alternated), each row `ours` and `bare` alternately, call by
-/// call; medians over rounds. The rounds interleave the rows, so a slow phase of the host
-/// (seconds long on a shared VM) hits every row alike rather than the rows it happens to
-/// fall on.
-pub(super) fn measure(groups: &mut [Group], bare: &Xdp, ingress: u32, rounds: usize) -> anyhow::Result<Vec<RowResult>> {
+/// group in turn (the groups' rows alternated), each row `bare`, `ours` and Katran (its rows)
+/// in turn, call by call; medians over rounds. The rounds interleave the rows, so a slow phase
+/// of the host (seconds long on a shared VM) hits every row alike rather than the rows it
+/// happens to fall on.
+pub(super) fn measure(
+    groups: &mut [Group],
+    bare: &Xdp,
+    mut katran: KatranRun,
+    ingress: u32,
+    rounds: usize,
+) -> anyhow::Result<Vec<RowResult>> {
+    // Katran's key of each row's frame, for the rows it runs (new-flow rows forget it).
+    let katran_keys: Vec<Vec<Option<super::katran::FlowKey>>> = groups
+        .iter()
+        .map(|g| {
+            g.rows
+                .paths
+                .iter()
+                .map(|p| (katran.is_some() && p.katran).then(|| super::katran::flow_key(&p.frame)))
+                .collect()
+        })
+        .collect();
     // Warm up: establish the flows, and check each path takes the branch it is named after.
-    for group in groups.iter_mut() {
-        for path in &group.rows.paths {
+    for (g, group) in groups.iter_mut().enumerate() {
+        for (i, path) in group.rows.paths.iter().enumerate() {
             group.rows.tables.set_row(path)?;
             for _ in 0..2 {
                 group.rows.tables.forget(path)?;
                 let r = run_xdp(group.ours, &path.frame, ingress);
-                anyhow::ensure!(
-                    r.action == path.action,
-                    "{}: verdict {} (expected {})",
-                    path.name,
-                    action_name(r.action),
-                    action_name(path.action)
-                );
+                check_verdict(path, r.action, "")?;
+                if let (Some((program, maps)), Some(key)) = (katran.as_mut(), &katran_keys[g][i]) {
+                    if path.forget.is_some() {
+                        maps.forget(key)?;
+                    }
+                    check_verdict(path, run_xdp(program, &path.frame, ingress).action, "Katran, ")?;
+                }
             }
         }
     }
@@ -453,23 +495,37 @@ pub(super) fn measure(groups: &mut [Group], bare: &Xdp, ingress: u32, rounds: us
     let mut extra: Vec<Vec<Vec<f64>>> = groups.iter().map(|g| vec![Vec::new(); g.rows.paths.len()]).collect();
     let mut ours_ns = extra.clone();
     let mut bare_ns = extra.clone();
+    let mut katran_extra = extra.clone();
 
     let _stats = enable_stats(Stats::RunTime)?;
     for _ in 0..rounds {
         for &(g, i) in &order {
             let group = &mut groups[g];
             let path = &group.rows.paths[i];
+            let katran_key = &katran_keys[g][i];
             group.rows.tables.set_row(path)?;
-            let (mut b_state, mut o_state) = ((0, 0), (0, 0));
+            let (mut b_state, mut o_state, mut k_state) = ((0, 0), (0, 0), (0, 0));
             ns_per_run(bare, &mut b_state);
             ns_per_run(group.ours, &mut o_state);
+            if let Some((program, _)) = &katran {
+                ns_per_run(program, &mut k_state);
+            }
             for _ in 0..CALLS_PER_ROUND {
                 run_xdp(bare, &path.frame, ingress);
                 group.rows.tables.forget(path)?;
                 run_xdp(group.ours, &path.frame, ingress);
+                if let (Some((program, maps)), Some(key)) = (katran.as_mut(), katran_key) {
+                    if path.forget.is_some() {
+                        maps.forget(key)?;
+                    }
+                    run_xdp(program, &path.frame, ingress);
+                }
             }
             let b = ns_per_run(bare, &mut b_state);
             let o = ns_per_run(group.ours, &mut o_state);
+            if let (Some((program, _)), Some(_)) = (&katran, katran_key) {
+                katran_extra[g][i].push(ns_per_run(program, &mut k_state) - b);
+            }
             while group.rows.events.as_mut().and_then(|e| e.next()).is_some() {}
             bare_ns[g][i].push(b);
             ours_ns[g][i].push(o);
@@ -483,29 +539,62 @@ pub(super) fn measure(groups: &mut [Group], bare: &Xdp, ingress: u32, rounds: us
             "lb_ingress per-path cost, BPF_PROG_TEST_RUN single runs, {rounds} rounds x {CALLS_PER_ROUND} calls, \
              every row of both families in each round, medians"
         );
-        println!(
-            "{:<38} {:>9} {:>9} {:>9} {:>15} {:>9} {:>13}",
-            "path", "ours ns", "bare ns", "extra ns", "extra 25..75%", "target", "Katran extra"
+        print!(
+            "{:<38} {:>9} {:>9} {:>9} {:>15} {:>9}",
+            "path", "ours ns", "bare ns", "extra ns", "extra 25..75%", "target"
         );
+        if katran.is_some() {
+            print!(" {:>13} {:>15} {:>21}", "Katran extra", "Katran 25..75%", "Katran / ours [IQR]");
+        }
+        println!();
         for (i, path) in group.rows.paths.iter().enumerate() {
             let (m, lo, hi) = quartiles(extra[g][i].clone());
-            println!(
-                "{:<38} {:>9.1} {:>9.1} {:>9.1} {:>15} {:>9} {:>13}",
+            print!(
+                "{:<38} {:>9.1} {:>9.1} {:>9.1} {:>15} {:>9}",
                 path.name,
                 median(ours_ns[g][i].clone()),
                 median(bare_ns[g][i].clone()),
                 m,
                 format!("{lo:.0}..{hi:.0}"),
                 path.target.map_or("-".to_string(), |t| format!("<= {t:.0}")),
-                path.katran.map_or("-".to_string(), |k| format!("{k:.0}"))
             );
+            let katran_ns = (!katran_extra[g][i].is_empty()).then(|| {
+                let (km, klo, khi) = quartiles(katran_extra[g][i].clone());
+                let ratios = katran_extra[g][i].iter().zip(&extra[g][i]).map(|(k, o)| k / o).collect();
+                let (r, rlo, rhi) = quartiles(ratios);
+                print!(
+                    " {km:>13.1} {:>15} {:>21}",
+                    format!("{klo:.0}..{khi:.0}"),
+                    format!("{r:.2}x [{rlo:.2}..{rhi:.2}]")
+                );
+                km
+            });
+            println!();
             results.push(RowResult {
-                cost: PathCost { path: path.name.to_string(), extra_ns: m, katran_ns: path.katran },
+                cost: PathCost { path: path.name.to_string(), extra_ns: m, katran_ns },
                 extra_by_round: extra[g][i].clone(),
             });
         }
         println!();
     }
-    println!("(Katran: figures of a separate measurement, the same method on the same machine kind; not run here)");
+    if katran.is_some() {
+        println!(
+            "(Katran: the same frames, called after ours in the same loop; one SYN path (ring, then IPIP) for both \
+             our NAT and DSR SYN rows, one established path for our NAT and IPIP rows; Katran / ours is paired by \
+             round, the target is <= 0.5x)"
+        );
+    }
     Ok(results)
+}
+
+/// A row's verdict is the one its path is named after.
+fn check_verdict(path: &Path, action: u32, who: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        action == path.action,
+        "{who}{}: verdict {} (expected {})",
+        path.name,
+        action_name(action),
+        action_name(path.action)
+    );
+    Ok(())
 }

@@ -55,7 +55,7 @@ pub(super) fn ipv6_rows(dp: &mut AyaDataplane) -> anyhow::Result<Rows> {
         action: 3,
         forget,
         target: None,
-        katran: None,
+        katran: false,
         budget: UNSPENT,
         share: false,
     };

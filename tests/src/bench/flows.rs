@@ -4,6 +4,10 @@
 //! does. Same method as `lb-bench dataplane` (single BPF_PROG_TEST_RUN calls alternating with
 //! a bare XDP_PASS, extra ns over bare, medians over rounds). Prints figures, asserts nothing.
 //!
+//! With `--katran DIR` Katran runs the same packets in the same loop (bare, ours, Katran, call by
+//! call), its connection table (this CPU's LRU) of the same capacity as ours in each series.
+//! The process is pinned to one CPU.
+//!
 //! Two series: the table sized for a million flows throughout (as a balancer runs), and a
 //! table sized to each count (four ways per flow). Their difference is the cost of the table's
 //! memory footprint alone: the flows and the work per packet are the same.
@@ -16,11 +20,13 @@ use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
 
 use super::dataplane::ns_per_run;
+use super::katran;
 use super::stats::median;
 use crate::fixture::{RING, configure, lab, vips};
 use crate::netns::ifindex;
 use crate::packets::Frame;
 use crate::testrun::{action_name, run_xdp};
+use std::path::Path;
 
 pub const FLOW_COUNTS: [u32; 5] = [1, 1_000, 10_000, 100_000, 1_000_000];
 /// Four ways per set: room for 1M flows with few sets overflowing.
@@ -38,6 +44,8 @@ pub struct FlowsCost {
     /// Connection-table ways the program was loaded with.
     pub table_ways: u32,
     pub extra_ns: f64,
+    /// Katran's, with a connection table of as many flows as our table has ways (when it ran).
+    pub katran_ns: Option<f64>,
 }
 
 /// Flow `i`'s packet: its own client address and port towards the fixture's UDP VIP.
@@ -54,9 +62,17 @@ fn balancer(table_ways: u32) -> anyhow::Result<AyaDataplane> {
     Ok(dp)
 }
 
-/// Records flows `from..count` (each flow's first packet), then measures the extra ns per
-/// packet of an established flow, the packets visiting the `count` flows in scattered order.
-fn measure(dp: &mut AyaDataplane, bare: &Xdp, from: u32, count: u32, ingress: u32) -> anyhow::Result<f64> {
+/// Records flows `from..count` (each flow's first packet; Katran records all `count` in a table
+/// of `table` flows: UDP entries age out after 30 s there), then measures the extra ns per
+/// packet of an established flow, the packets visiting the `count` flows in scattered order:
+/// (ours, Katran's).
+fn measure(
+    dp: &mut AyaDataplane,
+    bare: &Xdp,
+    mut katran: Option<(&Xdp, &mut katran::Maps)>,
+    (from, count, table): (u32, u32, u32),
+    ingress: u32,
+) -> anyhow::Result<(f64, Option<f64>)> {
     let vip = vips()[0].addr;
     let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
     for i in from..count {
@@ -64,59 +80,95 @@ fn measure(dp: &mut AyaDataplane, bare: &Xdp, from: u32, count: u32, ingress: u3
     }
     let check = run_xdp(ours, &frame(count - 1, vip), ingress);
     anyhow::ensure!(check.action == XDP_TX, "flow {count}: verdict {}", action_name(check.action));
-    let (mut b_state, mut o_state) = ((0, 0), (0, 0));
+    if let Some((program, maps)) = katran.as_mut() {
+        maps.new_table(table)?;
+        for i in 0..count {
+            run_xdp(program, &frame(i, vip), ingress);
+        }
+        let check = run_xdp(program, &frame(count - 1, vip), ingress);
+        anyhow::ensure!(check.action == XDP_TX, "Katran, flow {count}: verdict {}", action_name(check.action));
+    }
+    let (mut b_state, mut o_state, mut k_state) = ((0, 0), (0, 0), (0, 0));
     ns_per_run(bare, &mut b_state);
     ns_per_run(ours, &mut o_state);
+    if let Some((program, _)) = &katran {
+        ns_per_run(program, &mut k_state);
+    }
     // A large step coprime with every count visits all the flows, in a scattered order.
     let mut at: u64 = 0;
-    let mut extra = Vec::new();
+    let (mut extra, mut katran_extra) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         for _ in 0..CALLS_PER_ROUND {
             at = (at + 2_654_435_761) % u64::from(count);
             let packet = frame(at as u32, vip);
             run_xdp(bare, &packet, ingress);
             run_xdp(ours, &packet, ingress);
+            if let Some((program, _)) = &katran {
+                run_xdp(program, &packet, ingress);
+            }
         }
         let b = ns_per_run(bare, &mut b_state);
         extra.push(ns_per_run(ours, &mut o_state) - b);
+        if let Some((program, _)) = &katran {
+            katran_extra.push(ns_per_run(program, &mut k_state) - b);
+        }
     }
-    Ok(median(extra.into_iter()))
+    let katran_ns = (!katran_extra.is_empty()).then(|| median(katran_extra.into_iter()));
+    Ok((median(extra.into_iter()), katran_ns))
+}
+
+/// The same Katran, lent to one measurement.
+fn reborrow<'a>(katran: &'a mut Option<(&Xdp, &mut katran::Maps)>) -> Option<(&'a Xdp, &'a mut katran::Maps)> {
+    katran.as_mut().map(|(program, maps)| (*program, &mut **maps))
 }
 
 fn evicted(dp: &AyaDataplane) -> anyhow::Result<u64> {
     Ok(dp.counters()?.into_iter().find(|(c, _)| *c == Counter::FlowTableFull).map_or(0, |(_, v)| v))
 }
 
-pub fn run() -> anyhow::Result<Vec<FlowsCost>> {
+pub fn run(katran_checkout: Option<&Path>) -> anyhow::Result<Vec<FlowsCost>> {
     anyhow::ensure!(crate::privileges::require_root("lb-bench flows"), "the flows benchmark needs root");
+    let katran_object = katran_checkout.map(katran::object_in).transpose()?;
     let ns = lab();
     let _inside = ns.enter();
+    let cpu = katran::pin_to_this_cpu()?;
     let g0 = ifindex("g0");
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;
+    let mut katran = katran_object.as_deref().map(|o| katran::Katran::load(o, cpu, MIN_TABLE)).transpose()?;
+    let mut katran = katran.as_mut().map(|k| k.parts()).transpose()?;
     let _stats = enable_stats(Stats::RunTime)?;
     println!(
         "lb_ingress established UDP (NAT) against the number of flows, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, \
-         flows in scattered order, medians"
+         flows in scattered order, medians, on CPU {cpu}"
     );
-    println!("{:>10} {:>16} {:>14} {:>16}", "flows", "table ways", "extra ns", "sized table ns");
+    let shown = |ns: Option<f64>| ns.map_or("-".to_string(), |k| format!("{k:.1}"));
+    print!("{:>10} {:>16} {:>14} {:>16}", "flows", "table ways", "extra ns", "sized table ns");
+    if katran.is_some() {
+        print!(" {:>14} {:>20}", "Katran ns", "Katran sized ns");
+    }
+    println!();
     let mut costs = Vec::new();
     let mut full = balancer(FLOW_TABLE)?;
     let mut recorded = 0;
     for count in FLOW_COUNTS {
-        let extra_ns = measure(&mut full, bare, recorded, count, g0)?;
+        let (extra_ns, katran_ns) = measure(&mut full, bare, reborrow(&mut katran), (recorded, count, FLOW_TABLE), g0)?;
         recorded = count;
-        costs.push(FlowsCost { flows: count, table_ways: FLOW_TABLE, extra_ns });
+        costs.push(FlowsCost { flows: count, table_ways: FLOW_TABLE, extra_ns, katran_ns });
         let sized_ways = (4 * count).next_power_of_two().max(MIN_TABLE);
-        let sized = if sized_ways < FLOW_TABLE {
+        let (sized, katran_sized) = if sized_ways < FLOW_TABLE {
             let mut dp = balancer(sized_ways)?;
-            let ns = measure(&mut dp, bare, 0, count, g0)?;
-            costs.push(FlowsCost { flows: count, table_ways: sized_ways, extra_ns: ns });
-            format!("{ns:>7.1} ({sized_ways} ways)")
+            let (ns, katran_ns) = measure(&mut dp, bare, reborrow(&mut katran), (0, count, sized_ways), g0)?;
+            costs.push(FlowsCost { flows: count, table_ways: sized_ways, extra_ns: ns, katran_ns });
+            (format!("{ns:>7.1} ({sized_ways} ways)"), shown(katran_ns))
         } else {
-            "-".into()
+            ("-".into(), "-".into())
         };
-        println!("{count:>10} {FLOW_TABLE:>16} {extra_ns:>14.1} {sized:>16}");
+        print!("{count:>10} {FLOW_TABLE:>16} {extra_ns:>14.1} {sized:>16}");
+        if katran.is_some() {
+            print!(" {:>14} {katran_sized:>20}", shown(katran_ns));
+        }
+        println!();
     }
     println!(
         "(flows evicted from full sets while recording in the {FLOW_TABLE}-way table: {}; an evicted flow's packets \
@@ -131,6 +183,15 @@ pub fn run() -> anyhow::Result<Vec<FlowsCost>> {
             most.flows,
             most.extra_ns / one.extra_ns.max(f64::MIN_POSITIVE)
         );
+        if let Some(katran_ns) = most.katran_ns {
+            println!(
+                "{} flows: ours / Katran {:.2}x (target <= 0.5x), Katran's {} flows cost {:.2}x its one flow",
+                most.flows,
+                most.extra_ns / katran_ns,
+                most.flows,
+                katran_ns / one.katran_ns.unwrap_or(f64::NAN)
+            );
+        }
     }
     Ok(costs)
 }

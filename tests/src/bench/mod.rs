@@ -7,6 +7,7 @@ pub mod dataplane;
 mod dataplane6;
 pub mod flood;
 pub mod flows;
+pub mod katran;
 pub mod lab;
 pub mod proxy;
 pub mod report;

@@ -20,9 +20,18 @@ enum Bench {
         /// families): to profile a few paths.
         #[arg(long)]
         only: Option<String>,
+        /// A Katran checkout with its BPF programs built by Katran's own build (or its
+        /// balancer.bpf.o): Katran runs beside lb_ingress on the same frames.
+        #[arg(long)]
+        katran: Option<std::path::PathBuf>,
     },
     /// ns per packet of an established flow as the flows grow from 1 to 1,000,000 (root).
-    Flows,
+    Flows {
+        /// A Katran checkout with its BPF programs built (or its balancer.bpf.o): Katran runs
+        /// the same flows with a connection table of the same capacity.
+        #[arg(long)]
+        katran: Option<std::path::PathBuf>,
+    },
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
     Proxy,
     /// Established connections kept and broken under a spoofed-SYN flood with a backend added
@@ -86,10 +95,10 @@ static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
-        Bench::Dataplane { rounds, only } => {
-            bench::dataplane::run_with(&bench::dataplane::Options { rounds, only }).map(drop)
+        Bench::Dataplane { rounds, only, katran } => {
+            bench::dataplane::run_with(&bench::dataplane::Options { rounds, only, katran }).map(drop)
         }
-        Bench::Flows => bench::flows::run().map(drop),
+        Bench::Flows { katran } => bench::flows::run(katran.as_deref()).map(drop),
         Bench::Proxy => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
         Bench::Cluster { repetitions } => bench::cluster::run(repetitions.max(1)),

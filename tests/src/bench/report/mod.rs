@@ -49,7 +49,7 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
     println!("==> bench dataplane");
     let dataplane = super::dataplane::run()?;
     println!("==> bench flows");
-    let flows = super::flows::run()?;
+    let flows = super::flows::run(None)?;
     println!("==> bench control");
     let control = control_text()?;
     println!("==> bench proxy");
@@ -181,9 +181,8 @@ fn html(all: &Everything) -> Page {
         "lb_ingress per path (BPF_PROG_TEST_RUN, medians)",
         "ns / packet",
         &dp,
-        Some("Katran (separate measurement)"),
+        all.dataplane.iter().any(|p| p.katran_ns.is_some()).then_some("Katran (same run)"),
     );
-    body.push_str("<p>Katran's markers are figures from a separate measurement (the same method on the same machine kind), not run by this benchmark.</p>\n");
 
     if !all.flows.is_empty() {
         body.push_str("<h2>Data plane: ns per packet against the number of flows</h2>\n");
