@@ -581,7 +581,7 @@ pub(super) fn measure(
         println!(
             "(Katran: the same frames, called after ours in the same loop; one SYN path (ring, then IPIP) for both \
              our NAT and DSR SYN rows, one established path for our NAT and IPIP rows; Katran / ours is paired by \
-             round, the target is <= 0.5x)"
+             round, the target is >= 2x)"
         );
     }
     Ok(results)
