@@ -286,7 +286,7 @@ mod tests {
         assert!(protects(now | PROVEN | ANSWERED, now), "answered and proven");
         assert!(!protects(now | ANSWERED, now), "answered only");
         let idle = now.wrapping_sub(PROTECT_IDLE_TICKS);
-        assert!(protects((idle + 4) | PROVEN, now), "idle for less than the limit");
+        assert!(protects((idle + 8) | PROVEN, now), "idle for less than the limit");
         assert!(!protects(idle | PROVEN, now), "idle for the limit");
         // The tick wraps at 2^32: a stamp from just before the wrap is young.
         assert!(protects(!STAMP_FLAGS | PROVEN, 8), "across the wrap");
