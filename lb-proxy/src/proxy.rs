@@ -238,13 +238,17 @@ impl ProxyHandle {
         out
     }
 
-    /// Graceful shutdown of every VIP: stop accepting, let in-flight requests finish within
-    /// `grace`, then close what is left.
+    /// Graceful shutdown of every VIP: every listener stops accepting at once, then in-flight
+    /// requests of all VIPs finish within one `grace`, then what is left is closed.
     pub async fn shutdown(&self, grace: Duration) {
         let stoppers: Vec<Arc<Stopper>> = self.lock().drain().map(|(_, r)| r.stopper).collect();
-        let all = stoppers.iter().map(|s| s.shutdown(grace));
-        for f in all {
-            f.await;
+        for s in &stoppers {
+            s.stop_accepting();
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        // One deadline for all: waiting for them in turn takes no longer than the grace.
+        for s in &stoppers {
+            s.finish(deadline).await;
         }
     }
 

@@ -33,10 +33,21 @@ impl Stopper {
 
     /// Stops accepting, lets in-flight work finish for up to `grace`, then cuts the rest.
     pub(crate) async fn shutdown(&self, grace: std::time::Duration) {
-        let Tasks { stop, force, tracker } = &self.tasks;
-        stop.raise();
-        tracker.close();
-        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        self.stop_accepting();
+        self.finish(tokio::time::Instant::now() + grace).await;
+    }
+
+    /// Stops accepting new connections; in-flight ones carry on until [`Stopper::finish`].
+    pub(crate) fn stop_accepting(&self) {
+        self.tasks.stop.raise();
+        self.tasks.tracker.close();
+    }
+
+    /// Lets in-flight work finish until `deadline`, then cuts the rest. Several VIPs stopping
+    /// together share one deadline: the grace runs once for all of them.
+    pub(crate) async fn finish(&self, deadline: tokio::time::Instant) {
+        let Tasks { force, tracker, .. } = &self.tasks;
+        if tokio::time::timeout_at(deadline, tracker.wait()).await.is_err() {
             force.raise();
             tracker.wait().await;
         }
