@@ -26,6 +26,38 @@ pub fn netns_suffix() -> String {
     if own == init || own == PROC_NET_INIT_INO { String::new() } else { format!("@netns{own}") }
 }
 
+/// The /proc directory of a process whose mount namespace outlives this process: pid 1 (the
+/// host's, or a container's for its whole life), else the parent (where pid 1 cannot be read,
+/// as in some sandboxes; `ip netns exec` gives its command a mount namespace its parent does
+/// not share).
+fn lasting_process() -> Option<String> {
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    [1, parent].into_iter().map(|pid| format!("/proc/{pid}")).find(|p| std::fs::metadata(format!("{p}/ns/mnt")).is_ok())
+}
+
+/// Whether this process shares the mount namespace of a lasting process (see
+/// [`lasting_process`]): mounts made in another one vanish with it. True when none can be read.
+pub fn in_lasting_mount_namespace() -> bool {
+    let inode = |path: &str| std::fs::metadata(path).map(|m| m.ino()).ok();
+    let Some(lasting) = lasting_process() else { return true };
+    match (inode("/proc/thread-self/ns/mnt"), inode(&format!("{lasting}/ns/mnt"))) {
+        (Some(own), Some(other)) => own == other,
+        _ => true,
+    }
+}
+
+/// Whether `path` is the same filesystem here as for a lasting process (true when that
+/// cannot be read).
+pub fn same_filesystem_as_lasting(path: &str) -> bool {
+    let dev = |p: &str| std::fs::metadata(p).map(|m| m.dev()).ok();
+    let Some(lasting) = lasting_process() else { return true };
+    match (dev(path), dev(&format!("{lasting}/root{path}"))) {
+        (Some(own), Some(other)) => own == other,
+        _ => true,
+    }
+}
+
 /// `iface` as named in host-wide paths: with the namespace suffix.
 fn host_name(iface: &str) -> String {
     format!("{iface}{}", netns_suffix())
@@ -101,6 +133,11 @@ impl AttachPaths {
     /// The VIP and backend ids, kept across restarts.
     pub fn ids_file(&self) -> PathBuf {
         self.state_dir.join(format!("{}.ids.json", self.stem))
+    }
+
+    /// The lock a running daemon holds for its life (see `cli::instance`).
+    pub fn lock_file(&self) -> PathBuf {
+        self.state_dir.join(format!("{}.lock", self.stem))
     }
 
     /// The attach mode of the pinned link, which the link itself does not tell (bpffs holds

@@ -37,7 +37,7 @@ pub enum Request {
 /// The daemon's answer to a [`Request`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Response {
-    Status(StatusView),
+    Status(Box<StatusView>),
     Vips(Vec<VipView>),
     Backends(Vec<BackendView>),
     Changed(Changed),

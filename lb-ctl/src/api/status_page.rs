@@ -32,7 +32,7 @@ async fn snapshot<S: Service>(service: &S) -> Result<Snapshot, ApiError> {
     };
     let Response::Stats(stats) = service.call(Request::Stats).await? else { return Err(unexpected()) };
     let Response::Events(events) = service.call(Request::Events).await? else { return Err(unexpected()) };
-    Ok(Snapshot { status, vips, backends, stats, events })
+    Ok(Snapshot { status: *status, vips, backends, stats, events })
 }
 
 pub async fn json<S: Service>(State(service): State<S>) -> Result<Json<Snapshot>, ApiError> {

@@ -215,6 +215,17 @@ pub struct StatusView {
     /// Flow sharing counters (`[cluster]`), by name; absent without a cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow_sharing: Option<std::collections::BTreeMap<String, u64>>,
+    /// The bpffs directory of the balancer's pinned link and maps (an attached balancer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_dir: Option<String>,
+    /// Times the pins were found removed and pinned again, and the last time (unix seconds).
+    #[serde(default)]
+    pub pins_restored: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pins_restored_at_unix: Option<u64>,
+    /// The program was found off the interface (its link detached under the daemon).
+    #[serde(default)]
+    pub xdp_detached: bool,
 }
 
 /// `POST /v1/node/drain` and `/v1/node/undrain`.

@@ -64,8 +64,16 @@ pub fn detach(
         bail!("the daemon on {iface} is running ({}); stop it first (systemctl stop lb-ctl@{iface})", socket.display());
     }
     let paths = AttachPaths::balancer(iface, pin_dir, state_dir);
-    attach::detach(&paths).with_context(|| format!("detaching from {iface} ({})", paths.pin_dir.display()))?;
-    println!("{iface}: pinned maps and saved ids removed");
+    // A daemon on a control socket of its own (`api_socket`) is found by the lock it holds.
+    if let Some(pid) = super::instance::running(&paths) {
+        bail!(
+            "the daemon on {iface} is running (pid {pid}, holding {}); stop it first (systemctl stop lb-ctl@{iface}), nothing was removed",
+            paths.lock_file().display()
+        );
+    }
+    let removed =
+        attach::detach(&paths).with_context(|| format!("detaching from {iface} ({})", paths.pin_dir.display()))?;
+    println!("{iface}: {removed} ({})", paths.pin_dir.display());
     // A daemon that did not stop cleanly (killed, crashed) left its VIP routes announced.
     // A worker thread drives the netlink connection while `KernelRoutes` blocks on its
     // requests through the handle (a current-thread runtime's handle cannot drive it).

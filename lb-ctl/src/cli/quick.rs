@@ -204,8 +204,7 @@ pub fn follow_backends_file(q: QuickStart, socket: PathBuf) {
                 continue;
             }
             tracing::info!(file = %file.display(), "backends file changed: reloading");
-            // SAFETY: kill(2) on our own pid; SIGHUP makes the daemon reload its file.
-            unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
+            crate::daemon::reload_self();
         }
     });
 }

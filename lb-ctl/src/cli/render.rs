@@ -130,6 +130,19 @@ pub fn status(s: &StatusView) -> String {
         s.health_checkers,
         s.ring_size,
     );
+    if let Some(dir) = &s.pin_dir {
+        out.push_str(&format!("pins        {dir}\n"));
+    }
+    if s.xdp_detached {
+        out.push_str("XDP         DETACHED: the program is off the interface; restart the daemon to attach it again\n");
+    }
+    if s.pins_restored > 0 {
+        let at = s.pins_restored_at_unix.map(|t| format!(", last {}", ago(t))).unwrap_or_default();
+        out.push_str(&format!(
+            "pins        RESTORED {} times{at}: they were removed under the running daemon and pinned again\n",
+            s.pins_restored
+        ));
+    }
     if s.api_changes > 0 {
         out.push_str(&format!(
             "api changes {} (the running backends differ from the file; kept across restarts, undone by reload)\n",
@@ -174,8 +187,12 @@ pub fn status(s: &StatusView) -> String {
 /// `lb-ctl stats`.
 pub fn stats(s: &StatsView) -> String {
     let counters: Vec<Vec<String>> = s.counters.iter().map(|c| vec![c.name.clone(), c.value.to_string()]).collect();
-    let mut out = table(&["COUNTER", "VALUE"], &counters);
-    out.push('\n');
+    let mut out = String::new();
+    // A proxy-only daemon has no XDP counters.
+    if !counters.is_empty() {
+        out.push_str(&table(&["COUNTER", "VALUE"], &counters));
+        out.push('\n');
+    }
     out.push_str(&traffic_table("VIP", &s.vips));
     out.push('\n');
     out.push_str(&traffic_table("BACKEND", &s.backends));

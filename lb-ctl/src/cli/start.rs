@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 
 use super::args::{AttachArgs, LogFormat, ProxyArgs};
-use super::{preconditions, quick};
+use super::{instance, preconditions, quick};
 use crate::config::Config;
 use crate::daemon::{self, Listeners};
 use crate::dataplane::Dataplane;
@@ -43,25 +43,35 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
         interface: iface.clone(),
         ids_file: Some(paths.ids_file()),
         kernel_routes: !args.fake_dataplane,
+        pin_dir: (!args.fake_dataplane).then(|| paths.pin_dir.clone()),
         ..Default::default()
     };
+    paths::create_private_dir(&paths.state_dir).with_context(|| format!("creating {}", paths.state_dir.display()))?;
+    // Held until the daemon is done: `detach` and a second `attach` see it running.
+    let _lock = instance::acquire(&paths).map_err(|e| {
+        anyhow::anyhow!("{iface}: {e}; stop it first (systemctl stop lb-ctl@{iface}), nothing was changed")
+    })?;
     let memory = args.fake_dataplane;
     run(config, socket, options, move |config| {
-        paths::create_private_dir(&paths.state_dir)
-            .with_context(|| format!("creating {}", paths.state_dir.display()))?;
         if memory {
             tracing::warn!("test mode: in-memory maps, no XDP program");
             return Ok(DaemonDataplane::memory());
         }
         let options = OpenOptions {
             mode: args.xdp_mode.into(),
-            paths,
+            paths: paths.clone(),
             ring_size: config.daemon.ring_size,
             flow_table_size: config.daemon.flow_table_size,
         };
         let opened = attach::open(&iface, &options).with_context(|| format!("attaching the balancer to {iface}"))?;
         let xdp_mode = Some(opened.mode_name().to_string());
-        Ok(DaemonDataplane { maps_reused: opened.reused_maps, xdp_mode, dataplane: Box::new(opened.dataplane) })
+        Ok(DaemonDataplane {
+            maps_reused: opened.reused_maps,
+            xdp_mode,
+            dataplane: Box::new(opened.dataplane),
+            // Pins this start made go if it fails; pins found here are a running balancer's.
+            made_pins: (!opened.reused_maps).then_some(paths),
+        })
     })
 }
 
@@ -111,12 +121,28 @@ struct DaemonDataplane {
     /// The attach mode, for XDP.
     xdp_mode: Option<String>,
     maps_reused: bool,
+    /// The pins this start made (none were there): removed again if the start fails.
+    made_pins: Option<AttachPaths>,
 }
 
 impl DaemonDataplane {
     fn memory() -> DaemonDataplane {
-        DaemonDataplane { dataplane: Box::new(MemoryDataplane::default()), xdp_mode: None, maps_reused: false }
+        DaemonDataplane {
+            dataplane: Box::new(MemoryDataplane::default()),
+            xdp_mode: None,
+            maps_reused: false,
+            made_pins: None,
+        }
     }
+}
+
+/// A start that failed after the control socket was bound: the socket and its lock go. The
+/// data plane was given back (and closed) by then.
+fn remove_socket(socket: &std::path::Path) {
+    let _ = std::fs::remove_file(socket);
+    let mut lock = socket.as_os_str().to_owned();
+    lock.push(".lock");
+    let _ = std::fs::remove_file(lock);
 }
 
 /// Runs the daemon until SIGTERM/SIGINT: binds the control socket (and admin TCP port), then
@@ -150,16 +176,31 @@ fn run(
             Err(e) => {
                 // Nothing is served: leave no socket behind.
                 drop(listeners);
-                let _ = std::fs::remove_file(&socket);
+                remove_socket(&socket);
                 return Err(e);
             }
         };
         options.xdp_mode = opened.xdp_mode;
         options.maps_reused = opened.maps_reused;
         if let Err(e) = daemon::serve(config, listeners, opened.dataplane, options, daemon::termination()).await {
-            // It never served: leave no socket behind.
-            let _ = std::fs::remove_file(&socket);
-            return Err(anyhow::Error::new(e).context("starting the daemon"));
+            // It never served: the host is left as it was found. Pins this start made go
+            // (the program with them); a running balancer's pins found here stay, with its
+            // saved ids (the writer saves them only once started).
+            remove_socket(&socket);
+            let e = anyhow::Error::new(e).context("starting the daemon");
+            if let Some(paths) = opened.made_pins {
+                match attach::detach(&paths) {
+                    Ok(removed) => {
+                        tracing::info!(pin_dir = %paths.pin_dir.display(), "the failed start was undone: {removed}")
+                    }
+                    Err(undo) => {
+                        return Err(e.context(format!(
+                            "and undoing it failed ({undo}): run `lb-ctl detach` to take the balancer off"
+                        )));
+                    }
+                }
+            }
+            return Err(e);
         }
         Ok(())
     })

@@ -41,6 +41,13 @@ impl Writer {
         let reloads = family::<Counter>(&mut registry, "daemon_reloads", "Reloads, by result (ok, refused)");
         reloads.get_or_create(&vec![("result", "ok".into())]).inc_by(self.reloads.0);
         reloads.get_or_create(&vec![("result", "refused".into())]).inc_by(self.reloads.1);
+        let pins: Counter = Counter::default();
+        registry.register(
+            "pins_restored",
+            "Times the balancer's pins were found removed under the running daemon and pinned again",
+            pins.clone(),
+        );
+        pins.inc_by(self.pins_restored.0);
 
         let verdicts =
             family::<Counter>(&mut registry, "dataplane_packets", "Packets the XDP program handled, by verdict");

@@ -20,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-pub use serve::{Listeners, serve, termination};
+pub use serve::{Listeners, reload_self, serve, termination};
 
 use crate::api::{ApiError, Request, Response, Service};
 use crate::config::Config;
@@ -40,10 +40,15 @@ enum Command {
     CheckRoutes,
     /// A backend host name resolved again.
     Resolved(resolver::Answer),
+    /// Time to check the balancer's pins and attachment (every [`PIN_CHECK_PERIOD`]).
+    CheckPins,
     /// Flows a peer balancer placed (`[cluster]` flow sharing), to record.
     SharedFlows(Vec<crate::cluster::wire::WireFlow>),
     Stop,
 }
+
+/// How often the daemon checks that its pins are there and its program on the interface.
+const PIN_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Sends `command()` to the writer every `period` (the first after one period) until it stops.
 fn spawn_ticks(tx: mpsc::UnboundedSender<Command>, period: std::time::Duration, command: fn() -> Command) {
@@ -113,6 +118,8 @@ pub struct Options {
     pub kernel_routes: bool,
     /// The data plane's maps were found pinned, with a previous run's contents.
     pub maps_reused: bool,
+    /// The bpffs directory of the pins (shown in the status).
+    pub pin_dir: Option<PathBuf>,
 }
 
 /// A started daemon: its writer is running.
@@ -168,6 +175,7 @@ impl Daemon {
             spawn_ticks(tx.clone(), period, || Command::RefreshNextHops);
         }
         spawn_ticks(tx.clone(), crate::announce::CHECK_PERIOD, || Command::CheckRoutes);
+        spawn_ticks(tx.clone(), PIN_CHECK_PERIOD, || Command::CheckPins);
         let mut checkers = Checkers::new(tokio::runtime::Handle::current(), sink);
         checkers.sync(&state);
         let (plan, plan_rx) = watch::channel(resolver::Plan::of(&config));

@@ -1,6 +1,8 @@
 //! The daemon's run loop: the writer, the health checkers, the control API and SIGHUP reloads,
 //! until a shutdown future resolves. `lb-ctl attach` and `lb-ctl proxy` call [`serve`] with
 //! the sockets they bound and the data plane they opened; the tests call the same function.
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -38,6 +40,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Box<dyn Dataplane>, DaemonError> {
     let interface = options.interface.clone();
+    let xdp = options.xdp_mode.is_some();
     tracing::info!(
         interface = %interface,
         xdp_mode = options.xdp_mode.as_deref().unwrap_or("none"),
@@ -54,7 +57,10 @@ pub async fn serve(
     let reloads = tokio::spawn(async move {
         let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
         while hup.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading");
+            // A reload the daemon asked for itself was logged with its reason by the asker.
+            if !RELOAD_FROM_INSIDE.swap(false, Ordering::AcqRel) {
+                tracing::info!("SIGHUP: reloading");
+            }
             // The writer logs the outcome.
             let _ = handle.call(Request::Reload).await;
         }
@@ -74,8 +80,25 @@ pub async fn serve(
         task.abort();
     }
     let dataplane = daemon.stop().await;
-    tracing::info!(interface = %interface, "stopped; an attached balancer keeps forwarding (`lb-ctl detach` removes it)");
+    match xdp {
+        true => tracing::info!(
+            interface = %interface,
+            "stopped; the attached balancer keeps forwarding (`lb-ctl detach {interface}` removes it)"
+        ),
+        false => tracing::info!("stopped; no XDP program was attached: nothing forwards for this daemon any more"),
+    }
     Ok(dataplane)
+}
+
+/// Set by [`reload_self`]: the next SIGHUP was raised by the daemon itself.
+static RELOAD_FROM_INSIDE: AtomicBool = AtomicBool::new(false);
+
+/// Makes the running daemon reload its file, as SIGHUP does; the caller logs why (a quick
+/// start's backends file changed), so the reload is not reported as a signal from outside.
+pub fn reload_self() {
+    RELOAD_FROM_INSIDE.store(true, Ordering::Release);
+    // SAFETY: kill(2) on our own pid; SIGHUP makes the daemon reload its file.
+    unsafe { libc::kill(libc::getpid(), libc::SIGHUP) };
 }
 
 /// Resolves on SIGTERM or SIGINT.

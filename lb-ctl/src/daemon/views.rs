@@ -42,6 +42,10 @@ impl Writer {
                 .sharing
                 .as_ref()
                 .map(|(_, counters)| counters.values().into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+            pin_dir: self.options.pin_dir.as_ref().map(|d| d.display().to_string()),
+            pins_restored: self.pins_restored.0,
+            pins_restored_at_unix: self.pins_restored.1,
+            xdp_detached: self.detached,
         }
     }
 
@@ -60,7 +64,10 @@ impl Writer {
                     protocol: v.protocol.as_str().into(),
                     forwarding: v.forwarding.as_str().into(),
                     encap_source: v.encap_source,
-                    hash: v.hash.as_str().into(),
+                    hash: match (&v.proxy, v.forwarding.is_xdp()) {
+                        (_, true) => v.hash.as_str().into(),
+                        (options, false) => proxy_balance(&options.clone().unwrap_or_default().balance),
+                    },
                     all_down_policy: v.all_down.as_str().into(),
                     all_down: crate::state::plan::all_down(v),
                     backends: v.backends.len(),
@@ -124,8 +131,14 @@ impl Writer {
     }
 
     pub(super) fn stats(&self) -> Result<StatsView, ApiError> {
-        let counters =
-            self.dp.counters()?.into_iter().map(|(c, value)| CounterView { name: c.name().into(), value }).collect();
+        // A daemon without an XDP program (`lb-ctl proxy`) has no XDP counters to show, only
+        // the in-memory map writer's zeros.
+        let counters = match self.options.xdp_mode.is_some() || self.state.vips.iter().any(|v| v.forwarding.is_xdp()) {
+            true => {
+                self.dp.counters()?.into_iter().map(|(c, value)| CounterView { name: c.name().into(), value }).collect()
+            }
+            false => Vec::new(),
+        };
         let proxy_stats = self.proxy.as_ref().map(|p| p.handle().stats()).unwrap_or_default();
         let mut vips = Vec::new();
         let mut backends = Vec::new();
@@ -233,5 +246,20 @@ fn proxy_vip_traffic(p: &lb_proxy::stats::VipStats) -> TrafficView {
         requests: Some(p.backends.iter().map(|b| b.requests).sum()),
         errors: Some(backend_errors + p.rejected + p.client_errors + p.client_timeouts + p.tls_failures),
         ..Default::default()
+    }
+}
+
+/// How a proxy VIP picks backends, in the words of its `[vip.proxy] balance` key (the XDP
+/// `hash` key does not apply to it).
+fn proxy_balance(balance: &lb_proxy::Balance) -> String {
+    use lb_proxy::{Balance, HashKey};
+    match balance {
+        Balance::RoundRobin => "round_robin".into(),
+        Balance::WeightedRoundRobin => "weighted_round_robin".into(),
+        Balance::LeastConnections => "least_connections".into(),
+        Balance::PowerOfTwo => "power_of_two".into(),
+        Balance::ConsistentHash { key: HashKey::ClientIp } => "consistent_hash client_ip".into(),
+        Balance::ConsistentHash { key: HashKey::Header(h) } => format!("consistent_hash header {h}"),
+        Balance::ConsistentHash { key: HashKey::Cookie(c) } => format!("consistent_hash cookie {c}"),
     }
 }

@@ -72,6 +72,10 @@ pub(super) struct Writer {
     /// Outlier ejections of each proxy backend (VIP label, address) seen so far, to record the
     /// new ones as events.
     ejections_seen: HashMap<(String, SocketAddr), u64>,
+    /// Pins found removed and pinned again since the start, and the last time (unix).
+    pub(super) pins_restored: (u64, Option<u64>),
+    /// The program was found off the interface (its link detached) at the last check.
+    pub(super) detached: bool,
 }
 
 impl Writer {
@@ -84,7 +88,7 @@ impl Writer {
         options: Options,
         resolve_plan: watch::Sender<Plan>,
     ) -> Writer {
-        let mut writer = Writer {
+        Writer {
             dp,
             state,
             applier,
@@ -107,9 +111,9 @@ impl Writer {
             ),
             events: Default::default(),
             ejections_seen: HashMap::new(),
-        };
-        writer.save_ids();
-        writer
+            pins_restored: (0, None),
+            detached: false,
+        }
     }
 
     /// Brings the in-process proxy in line with `state` (starting it with the first proxy VIP).
@@ -136,13 +140,15 @@ impl Writer {
         let state = self.state.clone();
         let opened = self.open_routes();
         if let Err(e) = opened.and_then(|()| self.sync_proxy(&state).map_err(|e| e.to_string())) {
-            let _ = started.send(Err(e.to_string()));
             self.checkers.stop();
             if let Some(proxy) = &mut self.proxy {
                 proxy.shutdown(std::time::Duration::ZERO);
             }
+            let _ = started.send(Err(e.to_string()));
             return self.dp;
         }
+        // Saved only now: a start that fails leaves the previous run's ids as they were.
+        self.save_ids();
         let _ = started.send(Ok(()));
         self.sync_routes();
         while let Some(command) = rx.blocking_recv() {
@@ -159,6 +165,7 @@ impl Writer {
                 }
                 Command::Resolved(answer) => self.on_resolved(answer),
                 Command::SharedFlows(flows) => self.on_shared_flows(&flows),
+                Command::CheckPins => self.check_pins(),
                 Command::RefreshNextHops => {
                     if let Err(e) = self.dp.refresh_next_hops() {
                         tracing::warn!(error = %e, "could not start a new next-hop cache generation");
@@ -181,6 +188,41 @@ impl Writer {
             proxy.shutdown(self.config.daemon.shutdown_grace);
         }
         self.dp
+    }
+
+    /// Puts back pins removed under the running daemon (its own link reference kept the
+    /// program on the interface meanwhile), and says so loudly: the log, an event, `status`
+    /// and `lb_pins_restored_total`.
+    fn check_pins(&mut self) {
+        let check = match self.dp.check_pins() {
+            Ok(check) => check,
+            Err(e) => {
+                tracing::error!(error = %e, "the balancer's pins were removed and cannot be pinned again; a restart of the daemon would lose the connection table");
+                return;
+            }
+        };
+        if !check.restored.is_empty() {
+            self.pins_restored = (self.pins_restored.0 + 1, Some(unix_now()));
+            let message = format!(
+                "pins removed while the daemon runs (the daemon's own link kept the balancer on {}); pinned again: {}",
+                self.options.interface,
+                check.restored.join(", ")
+            );
+            tracing::error!("{message}");
+            self.events.record("pins", None, None, message);
+        }
+        if check.detached != self.detached {
+            self.detached = check.detached;
+            let message = match check.detached {
+                true => format!(
+                    "the XDP program is no longer on {}: its link was detached; restart the daemon to attach it again",
+                    self.options.interface
+                ),
+                false => format!("the XDP program is on {} again", self.options.interface),
+            };
+            tracing::error!("{message}");
+            self.events.record("pins", None, None, message);
+        }
     }
 
     /// Opens the kernel routing table of the announced VIPs (when the data plane is real).
@@ -294,7 +336,7 @@ impl Writer {
 
     fn handle(&mut self, request: Request) -> Result<Response, ApiError> {
         match request {
-            Request::Status => Ok(Response::Status(self.status())),
+            Request::Status => Ok(Response::Status(Box::new(self.status()))),
             Request::Vips => self.vips().map(Response::Vips),
             Request::Backends { vip } => self.backends(vip.as_deref()).map(Response::Backends),
             Request::Add(r) => {

@@ -21,6 +21,7 @@ use lb_common::{map_names, program_names};
 
 use super::aya::AyaDataplane;
 use super::load::{self, AttachMode, LoadOptions};
+use super::pins::PinKeeper;
 use super::{DataplaneError, Result};
 use crate::paths::{self, AttachPaths};
 
@@ -65,14 +66,29 @@ fn err(what: impl std::fmt::Display) -> DataplaneError {
     DataplaneError::Load(what.to_string())
 }
 
-/// Mounts bpffs on /sys/fs/bpf if it is not there (a fresh namespace or a minimal host).
+/// How to start a command that pins from inside a named network namespace.
+const NSENTER_HINT: &str = "pins made here would vanish when this process ends (the balancer with them, \
+     and its connection table). `ip netns exec` gives the command a mount namespace of its own \
+     with a private /sys; enter only the network namespace instead: \
+     `nsenter --net=/run/netns/NAME lb-ctl ...`, which pins into the host's /sys/fs/bpf";
+
+/// Mounts bpffs on /sys/fs/bpf if it is not there (a fresh host or a minimal one), and refuses
+/// a bpffs that will not outlive this process: one private to a mount namespace of its own
+/// (`ip netns exec`), where the pins vanish with the namespace.
 pub fn ensure_bpffs() -> Result<()> {
     const BPF_FS_MAGIC: i64 = 0xcafe4a11;
     let path = c"/sys/fs/bpf";
+    let private_mounts = !paths::in_lasting_mount_namespace();
     // SAFETY: statfs with a valid path and a zeroed out-buffer.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statfs(path.as_ptr(), &mut st) } == 0 && st.f_type as i64 == BPF_FS_MAGIC {
+        if private_mounts && !paths::same_filesystem_as_lasting("/sys/fs/bpf") {
+            return Err(err(format!("/sys/fs/bpf is not the host's bpffs: {NSENTER_HINT}")));
+        }
         return Ok(());
+    }
+    if private_mounts {
+        return Err(err(format!("/sys/fs/bpf is not mounted in this mount namespace: {NSENTER_HINT}")));
     }
     // SAFETY: mount(2) with valid C strings.
     let rc = unsafe { libc::mount(c"bpf".as_ptr(), path.as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null()) };
@@ -160,13 +176,13 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
             return Err(e);
         }
     };
-    let opened = Opened {
-        dataplane: AyaDataplane::new(ebpf, options.ring_size),
-        mode,
-        native_refused,
-        reused_maps,
-        replaced_program,
-    };
+    let mut dataplane = AyaDataplane::new(ebpf, options.ring_size);
+    // The daemon's own reference on the link: removed pins no longer take the program off.
+    let link_path = pin_dir.join(LINK);
+    if link_path.exists() {
+        dataplane.keep_pins(PinKeeper::open(pin_dir, &link_path)?);
+    }
+    let opened = Opened { dataplane, mode, native_refused, reused_maps, replaced_program };
     if let Some(why) = &opened.native_refused {
         tracing::warn!(
             interface = iface,
@@ -220,18 +236,51 @@ fn put_on(
     Ok((attached.mode, attached.native_refused, false))
 }
 
-/// Takes the balancer off: unpins the link (the program stops) and the maps (the connection
-/// table goes), and removes its run-time files (attach mode, saved ids).
-pub fn detach(paths: &AttachPaths) -> Result<()> {
-    unpin_link(paths)?;
-    load::remove_pins(&paths.pin_dir).map_err(|e| err(format!("{}: {e}", paths.pin_dir.display())))?;
-    remove_if_present(&paths.ids_file())
+/// What [`detach`] found and removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Detached {
+    /// The pinned XDP link (the program came off the interface with it).
+    pub program: bool,
+    /// Pinned maps.
+    pub maps: usize,
+    /// The saved ids.
+    pub saved_ids: bool,
 }
 
-fn remove_if_present(file: &Path) -> Result<()> {
+impl std::fmt::Display for Detached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.program {
+            parts.push("XDP program detached".to_string());
+        }
+        if self.maps > 0 {
+            parts.push(format!("{} pinned maps removed", self.maps));
+        }
+        if self.saved_ids {
+            parts.push("saved ids removed".to_string());
+        }
+        match parts.is_empty() {
+            true => write!(f, "nothing to remove (no pinned program or maps, no saved ids)"),
+            false => write!(f, "{}", parts.join(", ")),
+        }
+    }
+}
+
+/// Takes the balancer off: unpins the link (the program stops) and the maps (the connection
+/// table goes), and removes its run-time files (attach mode, saved ids). Says what was there.
+pub fn detach(paths: &AttachPaths) -> Result<Detached> {
+    let program = unpin_link(paths)?;
+    let maps = load::remove_pins(&paths.pin_dir).map_err(|e| err(format!("{}: {e}", paths.pin_dir.display())))?;
+    let saved_ids = remove_if_present(&paths.ids_file())?;
+    Ok(Detached { program, maps, saved_ids })
+}
+
+/// Removes `file`; whether it was there.
+fn remove_if_present(file: &Path) -> Result<bool> {
     match std::fs::remove_file(file) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(format!("{}: {e}", file.display()))),
-        _ => Ok(()),
+        Err(_) => Ok(false),
+        Ok(()) => Ok(true),
     }
 }
 
@@ -240,14 +289,17 @@ pub fn decap_attached(iface: &str) -> bool {
     AttachPaths::decap(iface).pin_dir.join(LINK).exists()
 }
 
-fn unpin_link(paths: &AttachPaths) -> Result<()> {
+/// Unpins the link; whether there was one.
+fn unpin_link(paths: &AttachPaths) -> Result<bool> {
     let link_path = paths.pin_dir.join(LINK);
-    if link_path.exists() {
+    let pinned = link_path.exists();
+    if pinned {
         let pinned = PinnedLink::from_pin(&link_path).map_err(|e| err(format!("{}: {e}", link_path.display())))?;
         // Dropping the last reference after unpinning detaches the program.
         drop(pinned.unpin().map_err(|e| err(format!("{}: {e}", link_path.display())))?);
     }
-    remove_if_present(&paths.mode_file())
+    remove_if_present(&paths.mode_file())?;
+    Ok(pinned)
 }
 
 /// Puts the DSR decapsulator on `iface` (a backend's interface), pinned so it stays after

@@ -13,7 +13,7 @@ use lb_common::vip::{VipInfo, VipKey};
 
 use super::array_mmap::ArrayMmap;
 use super::rings_mmap::RingsMmap;
-use super::{Dataplane, DataplaneError, Result, keep_generation, next_generation};
+use super::{Dataplane, DataplaneError, PinCheck, Result, keep_generation, next_generation};
 
 /// The loaded balancer: map operations as syscalls (or stores into memory-mapped arrays). It
 /// keeps no record of what the maps hold beyond CONFIG; the planner (`state::plan`) does.
@@ -30,6 +30,8 @@ pub struct AyaDataplane {
     table_seed: u32,
     /// FLOWS in our memory (read-only), when the map allows it.
     flows_mmap: Option<ArrayMmap>,
+    /// The daemon's hold on the balancer's pins (an attached balancer only).
+    pins: Option<super::pins::PinKeeper>,
 }
 
 /// A random, non-zero u32 from the kernel.
@@ -68,7 +70,12 @@ impl AyaDataplane {
             .and_then(|a| a.get(&0, 0).ok())
             .unwrap_or_default();
         let table_seed = if config.table_seed != 0 { config.table_seed } else { random_seed() };
-        Self { ebpf, ring_size, config, rings_mmap, flow_sets, table_seed, flows_mmap }
+        Self { ebpf, ring_size, config, rings_mmap, flow_sets, table_seed, flows_mmap, pins: None }
+    }
+
+    /// Makes the data plane keep the balancer's pins (see [`Dataplane::check_pins`]).
+    pub fn keep_pins(&mut self, keeper: super::pins::PinKeeper) {
+        self.pins = Some(keeper);
     }
 
     /// The connection tables' hash of `key` (which set it lives in; what `dsr-gue` derives
@@ -159,6 +166,11 @@ impl AyaDataplane {
 }
 
 impl Dataplane for AyaDataplane {
+    fn check_pins(&mut self) -> Result<PinCheck> {
+        let Some(keeper) = &self.pins else { return Ok(PinCheck::default()) };
+        Ok(PinCheck { restored: keeper.restore(&self.ebpf)?, detached: !keeper.attached() })
+    }
+
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {
         let generation = keep_generation(config.nexthop_generation, self.config.nexthop_generation);
         let config = DataplaneConfig {

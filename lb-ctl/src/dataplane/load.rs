@@ -220,17 +220,19 @@ pub fn attach(ebpf: &mut Ebpf, name: &str, iface: &str, mode: AttachMode) -> Res
     Ok(Attached { mode, native_refused, link })
 }
 
-/// Removes the pinned maps of a balancer (after `detach`).
-pub fn remove_pins(dir: &Path) -> std::io::Result<()> {
+/// Removes the pinned maps of a balancer (after `detach`); returns how many there were.
+pub fn remove_pins(dir: &Path) -> std::io::Result<usize> {
+    let mut removed = 0;
     for name in PINNED_MAPS {
         match std::fs::remove_file(dir.join(name)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+            Err(_) => {}
+            Ok(()) => removed += 1,
         }
     }
     match std::fs::remove_dir(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+        _ => Ok(removed),
     }
 }
 

@@ -18,6 +18,7 @@ pub mod aya;
 pub mod load;
 pub mod memory;
 pub mod objects;
+pub mod pins;
 mod rings_mmap;
 mod shared_flows;
 
@@ -107,6 +108,21 @@ pub trait Dataplane: Send {
     fn take_flow_events(&mut self) -> Option<::aya::maps::RingBuf<::aya::maps::MapData>> {
         None
     }
+    /// Checks that the balancer's pins are still there, pinning again what was removed, and
+    /// that its program is still on the interface. A data plane without pins has nothing to
+    /// check.
+    fn check_pins(&mut self) -> Result<PinCheck> {
+        Ok(PinCheck::default())
+    }
+}
+
+/// What [`Dataplane::check_pins`] found.
+#[derive(Debug, Default)]
+pub struct PinCheck {
+    /// The pins that were missing and are pinned again (empty: none was missing).
+    pub restored: Vec<String>,
+    /// The program is no longer on the interface (its link was detached).
+    pub detached: bool,
 }
 
 /// The generation after `current`: never 0, which means "cache off".

@@ -74,6 +74,7 @@ impl Daemon {
             ids_file: Some(dir.path().join("ids.json")),
             kernel_routes: false,
             maps_reused,
+            pin_dir: None,
         };
         let dp: Box<dyn Dataplane> = Box::new(fake.clone());
         let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -15,6 +15,15 @@ use crate::netns::{Netns, die_with_parent, run_name};
 /// How long a starting daemon may take to answer (a full 64 x 64 table takes a while).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How `lb-ctl attach` enters the lab namespace.
+#[derive(Clone, Copy, Debug)]
+pub enum Entry {
+    /// `nsenter --net=/run/netns/NAME`: the network namespace only (the documented way).
+    Nsenter,
+    /// `ip netns exec NAME`: a mount namespace of its own too, with a private /sys.
+    IpNetnsExec,
+}
+
 pub struct Daemon {
     netns: String,
     iface: String,
@@ -84,13 +93,22 @@ impl Daemon {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Starts the daemon and waits until its socket answers; returns how long that took.
-    pub fn start(&mut self) -> Duration {
-        assert!(self.child.is_none(), "the daemon is already running");
+    /// `lb-ctl attach IFACE` with this daemon's arguments, entering its namespace as
+    /// [`Entry`] says; output to the log.
+    fn attach_command(&self, entry: Entry) -> Command {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log()).unwrap();
-        let started = Instant::now();
-        let mut command = Command::new("nsenter");
-        command.arg(format!("--net=/run/netns/{}", self.netns));
+        let mut command = match entry {
+            Entry::Nsenter => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{}", self.netns));
+                c
+            }
+            Entry::IpNetnsExec => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &self.netns]);
+                c
+            }
+        };
         if let Some(hosts) = &self.hosts {
             command
                 .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
@@ -111,6 +129,37 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        command
+    }
+
+    /// Runs `lb-ctl attach` (entered as `entry` says) expecting it to fail: waits for its exit
+    /// (up to a minute; one still running then is stopped and its status returned) and
+    /// returns the exit status and what it logged.
+    pub fn attach_expecting_failure(&mut self, entry: Entry) -> (ExitStatus, String) {
+        assert!(self.child.is_none(), "the daemon is already running");
+        let _ = std::fs::remove_file(self.log());
+        let mut child = die_with_parent(&mut self.attach_command(entry)).spawn().expect("starting lb-ctl attach");
+        let deadline = Instant::now() + START_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                // SAFETY: kill(2) on the pid of our own child, not reaped yet.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                break child.wait().unwrap();
+            }
+            super::stop_if_interrupted();
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        (status, self.log_text())
+    }
+
+    /// Starts the daemon and waits until its socket answers; returns how long that took.
+    pub fn start(&mut self) -> Duration {
+        assert!(self.child.is_none(), "the daemon is already running");
+        let started = Instant::now();
+        let mut command = self.attach_command(Entry::Nsenter);
         self.child = Some(die_with_parent(&mut command).spawn().expect("starting lb-ctl attach"));
         loop {
             if self.ctl(&["status"]).status.success() {
@@ -133,16 +182,28 @@ impl Daemon {
     /// `lb-ctl detach IFACE` in the daemon's namespace (its pins, saved ids and announced
     /// routes there), as an operator runs it after a stop.
     pub fn detach(&self) -> std::io::Result<Output> {
-        Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", self.netns))
-            .arg(crate::lb_ctl_bin())
-            .arg("--socket")
-            .arg(self.socket())
-            .args(["detach", &self.iface, "--pin-dir"])
-            .arg(&self.pins)
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
-            .output()
+        self.detach_command(true).output()
+    }
+
+    /// `lb-ctl detach IFACE` as an operator who does not know the daemon's control socket
+    /// runs it (no `--socket`).
+    pub fn detach_without_socket(&self) -> Output {
+        self.detach_command(false).output().expect("running lb-ctl detach")
+    }
+
+    fn detach_command(&self, with_socket: bool) -> Command {
+        let mut command = Command::new("nsenter");
+        command.arg(format!("--net=/run/netns/{}", self.netns)).arg(crate::lb_ctl_bin());
+        if with_socket {
+            command.arg("--socket").arg(self.socket());
+        }
+        command.args(["detach", &self.iface, "--pin-dir"]).arg(&self.pins).arg("--state-dir").arg(self.state_dir());
+        command
+    }
+
+    /// The directory of the saved ids, the attach mode and the daemon's lock.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.join("state")
     }
 
     /// SIGKILL (a crash, as an outsider would cause it), and reaps it.

@@ -20,7 +20,7 @@ mod daemon;
 mod hold;
 mod http;
 
-pub use daemon::Daemon;
+pub use daemon::{Daemon, Entry};
 pub use hold::{Ending, Hold};
 pub use http::{http_get, http_post, pattern_byte, spread, wait_for_listener};
 
