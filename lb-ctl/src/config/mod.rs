@@ -269,6 +269,10 @@ impl Protocol {
             Protocol::Tcp | Protocol::Http => lb_common::ip_proto::TCP,
         }
     }
+    /// What lb-proxy speaks for a proxy VIP of this protocol.
+    pub fn proxy_mode(self) -> lb_proxy::Mode {
+        if self == Protocol::Http { lb_proxy::Mode::Http } else { lb_proxy::Mode::Tcp }
+    }
 }
 
 /// `forwarding`: how packets reach backends.

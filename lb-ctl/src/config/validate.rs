@@ -464,7 +464,7 @@ fn proxy_options(
     if let Err(e) = lb_proxy::check_tls_files(&options) {
         c.error(span.clone(), format!("{at}: {e}"));
     }
-    for mistake in options.mistakes(crate::proxy::mode(protocol)) {
+    for mistake in options.mistakes(protocol.proxy_mode()) {
         c.error(span.clone(), format!("{at}: {mistake}"));
     }
     Some(options)
