@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod dsr_probe;
 pub mod health;
+pub mod host;
 pub mod logging;
 pub mod paths;
 pub mod proxy;

@@ -8,7 +8,6 @@ pub mod client;
 pub mod docs;
 pub mod export;
 pub mod local;
-pub mod preconditions;
 mod quick;
 pub mod rates;
 pub mod render;

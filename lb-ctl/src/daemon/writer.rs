@@ -538,7 +538,7 @@ impl Writer {
         // Forwarding turned off since attach (or a reload's first XDP VIP): the reload goes
         // through, and says what it breaks.
         if self.options.kernel_routes
-            && let Ok(Some(switch)) = crate::cli::preconditions::forwarding_off(&self.config, &self.options.interface)
+            && let Ok(Some(switch)) = crate::host::forwarding_off(&self.config, &self.options.interface)
         {
             let warning = format!(
                 "warning: {switch}=0: new flows of the NAT and DSR VIPs are dropped (no route); turn it on with `sysctl -w {switch}=1`"
