@@ -13,7 +13,6 @@ pub mod host;
 pub mod logging;
 pub mod paths;
 pub mod proxy;
-pub mod route_checks;
 pub mod state;
 
 #[cfg(test)]

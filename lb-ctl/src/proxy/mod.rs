@@ -1,6 +1,8 @@
 //! The userspace proxy's side of the daemon: proxy VIPs of lb.toml become lb-proxy specs, and
 //! the running proxy follows the daemon's state (reloads, API changes, health), so
 //! `backends add/remove/drain` and the health checker work for proxy VIPs as for XDP ones.
+pub mod route_checks;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -57,7 +59,7 @@ pub struct ProxyRuntime {
     /// What the last `sync` changed, in words (empty: nothing).
     last_changes: Vec<String>,
     /// Health checks of the VIPs' route backends (SNI and HTTP routes).
-    route_checks: crate::route_checks::RouteChecks,
+    route_checks: route_checks::RouteChecks,
 }
 
 impl ProxyRuntime {
