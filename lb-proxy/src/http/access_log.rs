@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{Method, Response, StatusCode, Uri, Version};
 
-use super::forward::ConnCtx;
+use super::conn::ConnCtx;
 use crate::config::AccessLogFormat;
 
 /// The backend that answered, put in the response's extensions by the forwarder.

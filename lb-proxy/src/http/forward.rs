@@ -3,14 +3,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body::Body;
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
 use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody};
 use super::budget::{Budget, Late};
+use super::conn::{ConnCtx, IncomingBody};
 use super::headers::{self, cookie, is_upgrade};
 use super::request_id;
 use super::respond::error_response;
@@ -19,41 +18,8 @@ use super::upstream::{self, ResponseBody};
 use super::validate::refuse;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
-use crate::error::{BoxError, UpstreamError};
+use crate::error::UpstreamError;
 use crate::pool::{UpBody, open_http};
-use crate::vip::Vip;
-
-/// What every request of one client connection shares.
-pub(crate) struct ConnCtx {
-    pub(crate) vip: Arc<Vip>,
-    pub(crate) client: SocketAddr,
-    /// `client_hash` of the client address: the consistent-hash key by default.
-    pub(crate) client_hash: u32,
-    /// The PROXY header for this client's backend connections, if the VIP sends one.
-    pub(crate) proxy_header: Option<Vec<u8>>,
-    /// The client spoke TLS to the proxy.
-    pub(crate) https: bool,
-}
-
-impl ConnCtx {
-    pub(crate) fn new(vip: &Arc<Vip>, client: SocketAddr, https: bool) -> Self {
-        let spec = &vip.spec;
-        ConnCtx {
-            vip: vip.clone(),
-            client,
-            client_hash: lb_common::hash::client_hash(&lb_common::ip_bytes(client.ip()).0, spec.hash_seed),
-            proxy_header: crate::proxy_protocol::header(spec.options.proxy_protocol, client, vip.local_addr),
-            https,
-        }
-    }
-}
-
-/// What a request's body may be: hyper's (h2) or the HTTP/1 connection's own.
-pub(crate) trait IncomingBody:
-    Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static
-{
-}
-impl<B: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static> IncomingBody for B {}
 
 pub(crate) async fn handle<B: IncomingBody>(mut req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let id = ctx.vip.spec.options.request_id.then(|| request_id::ensure(req.headers_mut()));

@@ -3,6 +3,7 @@
 mod access_log;
 mod body;
 mod budget;
+mod conn;
 mod decode;
 mod fields;
 mod forward;

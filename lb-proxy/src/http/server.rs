@@ -11,7 +11,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::forward::{ConnCtx, handle};
+use super::conn::ConnCtx;
+use super::forward::handle;
 use super::h2_send::SendWatch;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;

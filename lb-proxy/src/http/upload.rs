@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 
-use super::forward::IncomingBody;
+use super::conn::IncomingBody;
 use super::idle::IdleTimer;
 use crate::error::BoxError;
 use crate::outlier::now_ms;
