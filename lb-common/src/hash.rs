@@ -2,7 +2,7 @@
 //! by userspace (`explain`, the proxy) to tell or repeat that choice. Both must give the same
 //! number, so it lives here once.
 use crate::IpBytes;
-use crate::flow::FlowKey;
+use crate::flow_key::FlowKey;
 use crate::vip::hash_mode;
 
 /// MurmurHash3's 64-bit finalizer: cheap, and every input bit affects every output bit.

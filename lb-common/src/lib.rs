@@ -10,6 +10,7 @@ pub mod backend;
 pub mod config;
 pub mod csum;
 pub mod flow;
+pub mod flow_key;
 pub mod gue;
 pub mod hash;
 pub mod nexthop;
