@@ -21,6 +21,7 @@ mod maps;
 mod nat;
 mod parse;
 mod parse6;
+mod parsed;
 mod select;
 mod table;
 mod verdict;
