@@ -16,9 +16,9 @@ use lb_common::vip::{VipInfo, VipKey, forwarding};
 use lb_common::{IpBytes, family, gue, ip_proto, ipv4_bytes};
 use lb_ebpf::packet::packet_len;
 
+use crate::addr::{Addr, field, ipv6_len, load, store, traffic_class};
 use crate::encap::{self, Encap, Inner, TooBig};
 use crate::forward::{self, ANY_SOURCE, Lookup, Route, decrement_hop_limit, decrement_ttl};
-use crate::ip::{Addr, field, ipv6_len, load, store, traffic_class};
 use crate::l2::{self, Sent};
 use crate::maps::{self, HopCache};
 use crate::parse::IcmpError;

@@ -8,6 +8,7 @@
 // Inline assembly for BPF (`maps::jump`).
 #![feature(asm_experimental_arch)]
 
+mod addr;
 mod balance;
 mod encap;
 mod flow;
