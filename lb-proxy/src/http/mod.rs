@@ -8,6 +8,7 @@ mod decode;
 mod fields;
 mod forward;
 mod h1;
+mod h2;
 mod h2_send;
 mod headers;
 mod idle;

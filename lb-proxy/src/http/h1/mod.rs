@@ -90,7 +90,7 @@ where
             Opening::H2 => {
                 let Some((stream, read)) = reclaim(reader, wr) else { return };
                 let stream = prefixed::Prefixed::new(read, stream);
-                return Box::pin(super::server::serve_h2(stream, client, vip, tasks, false)).await;
+                return Box::pin(super::h2::serve_h2(stream, client, vip, tasks, false)).await;
             }
         }
     }
