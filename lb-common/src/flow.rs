@@ -173,15 +173,7 @@ mod tests {
     use crate::ipv4_bytes;
 
     fn key(port: u16) -> FlowKey {
-        FlowKey {
-            src: ipv4_bytes([192, 0, 2, 7]),
-            dst: ipv4_bytes([203, 0, 113, 10]),
-            src_port: port.to_be(),
-            dst_port: 80u16.to_be(),
-            protocol: 6,
-            family: 4,
-            _pad: [0; 2],
-        }
+        FlowKey::new(ipv4_bytes([192, 0, 2, 7]), ipv4_bytes([203, 0, 113, 10]), port.to_be(), 80u16.to_be(), 6, 4)
     }
 
     fn way(k: FlowKey, seed: u32, value: FlowEntry) -> FlowSlot<FlowEntry> {

@@ -17,6 +17,19 @@ pub struct FlowKey {
 }
 
 impl FlowKey {
+    /// A key from its parts, ports in network byte order as on the wire; the padding is zero,
+    /// so equal flows give equal bytes (the tables compare and hash the key as words).
+    #[inline(always)]
+    pub const fn new(src: IpBytes, dst: IpBytes, src_port: u16, dst_port: u16, protocol: u8, family: u8) -> FlowKey {
+        FlowKey { src, dst, src_port, dst_port, protocol, family, _pad: [0; 2] }
+    }
+
+    /// The same flow seen from its other end: addresses and ports swapped (a reply's key).
+    #[inline(always)]
+    pub const fn reversed(&self) -> FlowKey {
+        FlowKey::new(self.dst, self.src, self.dst_port, self.src_port, self.protocol, self.family)
+    }
+
     /// The key as five words: compared word by word (a derived `==` may become a memcmp call,
     /// which BPF programs cannot make).
     #[inline(always)]

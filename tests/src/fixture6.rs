@@ -328,15 +328,7 @@ pub fn configure6(dp: &mut AyaDataplane, vips: &[Vip6]) {
 
 /// The FLOWS key of a TCP flow from `src:src_port` to `dst:dst_port` (IPv6).
 pub fn flow_key6(src: [u8; 16], dst: [u8; 16], src_port: u16, dst_port: u16) -> FlowKey {
-    FlowKey {
-        src,
-        dst,
-        src_port: src_port.to_be(),
-        dst_port: dst_port.to_be(),
-        protocol: ip_proto::TCP,
-        family: family::IPV6,
-        _pad: [0; 2],
-    }
+    FlowKey::new(src, dst, src_port.to_be(), dst_port.to_be(), ip_proto::TCP, family::IPV6)
 }
 
 /// The backend (address, port) a ring of alternating backends gives a client (hash "ip").

@@ -88,15 +88,14 @@ pub fn check(prog: &Xdp, dp: &AyaDataplane, ingress: u32, c: &Case) -> Result<()
 
 /// The FLOWS key of a TCP flow from `src:src_port` to `dst:dst_port`.
 pub fn flow_key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16) -> FlowKey {
-    FlowKey {
-        src: ipv4_bytes(src),
-        dst: ipv4_bytes(dst),
-        src_port: src_port.to_be(),
-        dst_port: dst_port.to_be(),
-        protocol: ip_proto::TCP,
-        family: lb_common::family::IPV4,
-        _pad: [0; 2],
-    }
+    FlowKey::new(
+        ipv4_bytes(src),
+        ipv4_bytes(dst),
+        src_port.to_be(),
+        dst_port.to_be(),
+        ip_proto::TCP,
+        lb_common::family::IPV4,
+    )
 }
 
 /// Runs one case through the balancer's lb_ingress and prints its outcome.

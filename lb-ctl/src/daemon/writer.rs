@@ -255,15 +255,7 @@ impl Writer {
             match found {
                 Some(v) if family == vip_family => match v.backend(f.backend) {
                     Some(b) => shared.push(SharedFlow {
-                        key: FlowKey {
-                            src,
-                            dst,
-                            src_port: f.client.port().to_be(),
-                            dst_port: f.vip.port().to_be(),
-                            protocol: f.protocol,
-                            family,
-                            _pad: [0; 2],
-                        },
+                        key: FlowKey::new(src, dst, f.client.port().to_be(), f.vip.port().to_be(), f.protocol, family),
                         backend_id: b.id,
                         vip_id: v.id,
                     }),

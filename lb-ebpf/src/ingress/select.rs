@@ -100,15 +100,7 @@ fn flow_entry(vip: &VipInfo, key: &FlowKey, backend_id: u32, backend: &Backend, 
 /// The key of a NAT flow's replies: backend → client.
 #[inline(always)]
 fn reply_key(key: &FlowKey, backend: &Backend) -> FlowKey {
-    FlowKey {
-        src: backend.addr,
-        dst: key.src,
-        src_port: backend.port,
-        dst_port: key.src_port,
-        protocol: key.protocol,
-        family: key.family,
-        _pad: [0; 2],
-    }
+    FlowKey::new(backend.addr, key.src, backend.port, key.src_port, key.protocol, key.family)
 }
 
 #[inline(always)]
