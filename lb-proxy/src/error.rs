@@ -28,7 +28,22 @@ pub enum ProxyError {
     Workers(io::Error),
 }
 
-/// Why a request could not be forwarded; each maps to one client-facing status.
+/// Whose fault a failed request or connection is, as pingora's `ErrorSource` names it: this
+/// decides what is counted, and against whom. Only `Upstream` failures count against a
+/// backend (its error counter, outlier detection) or lead to another backend being tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ErrorSource {
+    /// The backend's: it refused, broke, timed out or answered nonsense.
+    Upstream,
+    /// The client's: a malformed, aborted, stalled or oversized request. Counted as a client
+    /// error, never against a backend.
+    Downstream,
+    /// The proxy's own state or limits: no backend free, or the request's time budget spent.
+    Internal,
+}
+
+/// Why a request could not be forwarded; each maps to one client-facing status, and to the
+/// [`ErrorSource`] it is blamed on.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpstreamError {
     /// No backend is up (all down, drained or ejected).
@@ -62,6 +77,20 @@ pub(crate) enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// Whose fault this is. Every variant names its source here: a new one cannot be added
+    /// without saying whom it blames.
+    pub(crate) fn source(&self) -> ErrorSource {
+        match self {
+            UpstreamError::Connect(..)
+            | UpstreamError::ConnectTimeout(_)
+            | UpstreamError::HeaderTimeout(_)
+            | UpstreamError::Http(..)
+            | UpstreamError::Tls(..) => ErrorSource::Upstream,
+            UpstreamError::Client(_) => ErrorSource::Downstream,
+            UpstreamError::NoBackend | UpstreamError::Full(_) | UpstreamError::RequestTimeout => ErrorSource::Internal,
+        }
+    }
+
     /// The status the client gets.
     pub(crate) fn status(&self) -> http::StatusCode {
         use http::StatusCode as S;
@@ -74,6 +103,34 @@ impl UpstreamError {
             UpstreamError::ConnectTimeout(_) | UpstreamError::HeaderTimeout(_) | UpstreamError::RequestTimeout => {
                 S::GATEWAY_TIMEOUT
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::ClientFault;
+
+    #[test]
+    fn only_backend_failures_are_blamed_on_the_backend() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let io = || io::Error::from(io::ErrorKind::ConnectionRefused);
+        let upstream = [
+            UpstreamError::Connect(addr, io()),
+            UpstreamError::ConnectTimeout(addr),
+            UpstreamError::HeaderTimeout(addr),
+            UpstreamError::Http(addr, crate::http::upstream::BackendFault::Closed),
+            UpstreamError::Tls(addr, io()),
+        ];
+        for e in &upstream {
+            assert_eq!(e.source(), ErrorSource::Upstream, "{e}");
+        }
+        for fault in [ClientFault::Broken, ClientFault::Stalled, ClientFault::TooLarge] {
+            assert_eq!(UpstreamError::Client(fault).source(), ErrorSource::Downstream);
+        }
+        for e in [UpstreamError::NoBackend, UpstreamError::Full(addr), UpstreamError::RequestTimeout] {
+            assert_eq!(e.source(), ErrorSource::Internal, "{e}");
         }
     }
 }

@@ -18,7 +18,7 @@ use super::upstream::{self, ResponseBody};
 use super::validate::refuse;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
-use crate::error::UpstreamError;
+use crate::error::{ErrorSource, UpstreamError};
 use crate::pool::{UpBody, open_http};
 
 pub(crate) async fn handle<B: IncomingBody>(mut req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
@@ -88,17 +88,17 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
         Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, target.sticky, ctx),
         Err(e) => {
             tracing::debug!(vip = %spec.name, client = %ctx.client, error = %e, "request failed");
-            match e {
-                UpstreamError::NoBackend | UpstreamError::Full(_) => {
+            match (e.source(), &e) {
+                (ErrorSource::Internal, UpstreamError::NoBackend | UpstreamError::Full(_)) => {
                     ctx.vip.counters.rejected.fetch_add(1, Relaxed);
                 }
-                UpstreamError::Client(_) => {
+                (ErrorSource::Downstream, _) => {
                     ctx.vip.counters.client_errors.fetch_add(1, Relaxed);
                 }
                 _ => {}
             }
             // After a broken upload the connection's framing is lost: close it.
-            let close = matches!(e, UpstreamError::Client(_));
+            let close = e.source() == ErrorSource::Downstream;
             error_response(e.status(), close)
         }
     }
@@ -247,8 +247,8 @@ async fn attempts(
                 kept = Some((resp, in_flight));
                 continue;
             }
-            // The budget is the request's, not the backend's: no retry, no blame.
-            Err((UpstreamError::RequestTimeout, _)) => return Err(UpstreamError::RequestTimeout),
+            // Not the backend's (the budget is the request's): no retry, no blame.
+            Err((e, _)) if e.source() != ErrorSource::Upstream => return Err(e),
             Err((e, unsent)) => {
                 // A failure the client's upload caused is the client's: no retry, no blame.
                 if let Some(fault) = upload.fault() {
