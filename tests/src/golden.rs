@@ -98,6 +98,21 @@ pub fn flow_key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16) -> Flo
     )
 }
 
+/// The balancer under test and the outcome of every case run on it.
+pub struct Golden {
+    pub dp: AyaDataplane,
+    /// The interface the frames arrive on.
+    pub ingress: u32,
+    pub results: Vec<(&'static str, Result<(), String>)>,
+}
+
+impl Golden {
+    /// Runs one case and keeps its outcome.
+    pub fn run(&mut self, c: Case) {
+        self.results.push((c.name, run_case(&mut self.dp, self.ingress, &c)));
+    }
+}
+
 /// Runs one case through the balancer's lb_ingress and prints its outcome.
 pub fn run_case(dp: &mut AyaDataplane, ingress: u32, c: &Case) -> Result<(), String> {
     let prog: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS).unwrap();
