@@ -11,7 +11,7 @@ use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_ctl::dataplane::load::program;
 
-use crate::packets::{Frame, Mac, verify_checksums};
+use crate::packets::{Family, Frame, Mac, verify_checksums};
 use crate::testrun::{RunResult, action_name, run_xdp};
 
 pub const XDP_DROP: u32 = 1;
@@ -132,8 +132,9 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The expected NAT output: addresses/ports rewritten, TTL one less, MACs of the next hop.
-pub fn nat_out(input: &Frame, src: ([u8; 4], u16), dst: ([u8; 4], u16), smac: Mac, dmac: Mac) -> Vec<u8> {
+/// The expected NAT output (NAT44 or NAT66): addresses/ports rewritten, TTL (hop limit) one
+/// less, MACs of the next hop.
+pub fn nat_out<A: Family>(input: &Frame<A>, src: (A, u16), dst: (A, u16), smac: Mac, dmac: Mac) -> Vec<u8> {
     input
         .with(|f| {
             (f.src, f.src_port) = src;

@@ -20,19 +20,6 @@ pub fn nat66_ack() -> Frame6 {
     })
 }
 
-/// The expected NAT66 output: one end rewritten, hop limit one less, the next hop's MACs.
-pub fn nat6(input: &Frame6, src: ([u8; 16], u16), dst: ([u8; 16], u16), smac: Mac, dmac: Mac) -> Vec<u8> {
-    input
-        .with(|f| {
-            (f.src, f.src_port) = src;
-            (f.dst, f.dst_port) = dst;
-            f.hop_limit -= 1;
-            f.src_mac = smac;
-            f.dst_mac = dmac;
-        })
-        .bytes()
-}
-
 pub const HOP_BY_HOP: u8 = 0;
 pub const ROUTING: u8 = 43;
 pub const FRAGMENT: u8 = 44;

@@ -17,7 +17,7 @@ pub fn nat66(g: &mut Golden, vips: &[Vip6]) {
         "new flow, NAT66: destination becomes the backend, hop limit 63",
         syn.bytes(),
         XDP_TX,
-        Some(nat6(&syn, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
+        Some(nat_out(&syn, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
         Counter::ForwardTx,
     );
     c.events = vec![Counter::FlowNew];
@@ -27,7 +27,7 @@ pub fn nat66(g: &mut Golden, vips: &[Vip6]) {
         "established flow, NAT66: the same backend",
         ack.bytes(),
         XDP_TX,
-        Some(nat6(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
+        Some(nat_out(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
         Counter::ForwardTx,
     );
     c.events = vec![Counter::FlowHit];
@@ -36,7 +36,7 @@ pub fn nat66(g: &mut Golden, vips: &[Vip6]) {
         "established flow, NAT66, a packet no larger than the last: the cached next hop",
         ack.bytes(),
         XDP_TX,
-        Some(nat6(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
+        Some(nat_out(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
         Counter::ForwardTx,
     );
     c.unchanged = vec![Counter::NexthopLookup];
@@ -50,7 +50,7 @@ pub fn nat66(g: &mut Golden, vips: &[Vip6]) {
         "NAT66 reply: source becomes the VIP again",
         reply.bytes(),
         XDP_TX,
-        Some(nat6(&reply, (VIP_NAT, 80), (CLIENT6, 40000), LB_MAC, mac6(CLIENT6))),
+        Some(nat_out(&reply, (VIP_NAT, 80), (CLIENT6, 40000), LB_MAC, mac6(CLIENT6))),
         Counter::ForwardTx,
     );
     c.events = vec![Counter::NatReply];
@@ -60,7 +60,7 @@ pub fn nat66(g: &mut Golden, vips: &[Vip6]) {
         "802.1Q NAT66: tag kept",
         tagged.bytes(),
         XDP_TX,
-        Some(nat6(&tagged, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
+        Some(nat_out(&tagged, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend))),
         Counter::ForwardTx,
     ));
     let udp = Frame6::udp(CLIENT6, 5300, VIP_NAT, 53);
@@ -68,10 +68,10 @@ pub fn nat66(g: &mut Golden, vips: &[Vip6]) {
         "UDP, NAT66: destination and checksum rewritten",
         udp.bytes(),
         XDP_TX,
-        Some(nat6(&udp, (CLIENT6, 5300), (B6_1, 5353), LB_MAC, mac6(B6_1))),
+        Some(nat_out(&udp, (CLIENT6, 5300), (B6_1, 5353), LB_MAC, mac6(B6_1))),
         Counter::ForwardTx,
     ));
-    let expiring = ack.with(|f| f.hop_limit = 1);
+    let expiring = ack.with(|f| f.ttl = 1);
     g.run(case("hop limit 1: pass (the stack answers)", expiring.bytes(), XDP_PASS, None, Counter::PassTtlExpired));
     g.run(case(
         "IPv6 VIP without backends: drop",
@@ -89,7 +89,7 @@ pub fn extension_headers(g: &mut Golden, vips: &[Vip6]) {
     let ack = nat66_ack();
     let ext_in = with_extensions(&ack.bytes(), 14, &[(HOP_BY_HOP, padding(6)), (DESTINATION_OPTIONS, padding(14))]);
     let ext_out = with_extensions(
-        &nat6(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend)),
+        &nat_out(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend)),
         14,
         &[(HOP_BY_HOP, padding(6)), (DESTINATION_OPTIONS, padding(14))],
     );
@@ -102,7 +102,7 @@ pub fn extension_headers(g: &mut Golden, vips: &[Vip6]) {
     ));
     let routing_done = with_extensions(&ack.bytes(), 14, &[(ROUTING, vec![0, 0, 0, 0, 0, 0])]);
     let routing_done_out = with_extensions(
-        &nat6(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend)),
+        &nat_out(&ack, (CLIENT6, 40000), (backend, port), LB_MAC, mac6(backend)),
         14,
         &[(ROUTING, vec![0, 0, 0, 0, 0, 0])],
     );
