@@ -28,6 +28,25 @@ pub enum ProxyError {
     Workers(io::Error),
 }
 
+/// What went wrong on a backend connection: always the backend's fault.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BackendFault {
+    #[error("connection closed before the response ended")]
+    Closed,
+    #[error("{0}")]
+    Io(io::Error),
+    #[error("malformed response: {0}")]
+    Malformed(&'static str),
+}
+
+/// A client-side failure of the upload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClientFault {
+    Broken,
+    Stalled,
+    TooLarge,
+}
+
 /// Whose fault a failed request or connection is, as pingora's `ErrorSource` names it: this
 /// decides what is counted, and against whom. Only `Upstream` failures count against a
 /// backend (its error counter, outlier detection) or lead to another backend being tried.
@@ -66,14 +85,14 @@ pub(crate) enum UpstreamError {
     RequestTimeout,
     /// The backend closed or broke the connection, or sent an invalid response.
     #[error("backend {0} failed: {1}")]
-    Http(SocketAddr, crate::http::upstream::BackendFault),
+    Http(SocketAddr, BackendFault),
     /// TLS to the backend failed (handshake, certificate).
     #[error("TLS to backend {0} failed: {1}")]
     Tls(SocketAddr, io::Error),
     /// The client's fault: a malformed or aborted request body (400), one that stopped
     /// mid-way (408), or one larger than `max_body_bytes` (413). Never counted against a backend.
     #[error("client fault: {0:?}")]
-    Client(crate::http::ClientFault),
+    Client(ClientFault),
 }
 
 impl UpstreamError {
@@ -97,9 +116,9 @@ impl UpstreamError {
         match self {
             UpstreamError::NoBackend | UpstreamError::Full(_) => S::SERVICE_UNAVAILABLE,
             UpstreamError::Connect(..) | UpstreamError::Http(..) | UpstreamError::Tls(..) => S::BAD_GATEWAY,
-            UpstreamError::Client(crate::http::ClientFault::Broken) => S::BAD_REQUEST,
-            UpstreamError::Client(crate::http::ClientFault::Stalled) => S::REQUEST_TIMEOUT,
-            UpstreamError::Client(crate::http::ClientFault::TooLarge) => S::PAYLOAD_TOO_LARGE,
+            UpstreamError::Client(ClientFault::Broken) => S::BAD_REQUEST,
+            UpstreamError::Client(ClientFault::Stalled) => S::REQUEST_TIMEOUT,
+            UpstreamError::Client(ClientFault::TooLarge) => S::PAYLOAD_TOO_LARGE,
             UpstreamError::ConnectTimeout(_) | UpstreamError::HeaderTimeout(_) | UpstreamError::RequestTimeout => {
                 S::GATEWAY_TIMEOUT
             }
@@ -110,7 +129,6 @@ impl UpstreamError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::ClientFault;
 
     #[test]
     fn only_backend_failures_are_blamed_on_the_backend() {
@@ -120,7 +138,7 @@ mod tests {
             UpstreamError::Connect(addr, io()),
             UpstreamError::ConnectTimeout(addr),
             UpstreamError::HeaderTimeout(addr),
-            UpstreamError::Http(addr, crate::http::upstream::BackendFault::Closed),
+            UpstreamError::Http(addr, BackendFault::Closed),
             UpstreamError::Tls(addr, io()),
         ];
         for e in &upstream {

@@ -22,4 +22,3 @@ mod validate;
 
 pub(crate) use respond::{BUSY_RESPONSE, TOO_MANY_RESPONSE};
 pub(crate) use server::{refuse_connection, serve_connection};
-pub(crate) use upload::ClientFault;
