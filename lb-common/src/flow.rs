@@ -13,6 +13,7 @@
 //! (or read half-written) fails the check and reads as empty, which costs at most a ring
 //! lookup for that packet, never a wrong backend.
 use crate::IpBytes;
+pub use crate::flow_key::FlowKey;
 use crate::hash::{flow_hash, mix64};
 
 /// Ways per set. A flow is found by comparing its key with each way of its set.
@@ -52,36 +53,6 @@ pub const PROTECT_IDLE_TICKS: u32 = 1 << 16;
 #[inline(always)]
 pub fn protects(used: u32, now: u32) -> bool {
     used & (PROVEN | CLOSED) == PROVEN && now.wrapping_sub(used & !STAMP_FLAGS) < PROTECT_IDLE_TICKS
-}
-
-/// A flow's 5-tuple as it appears on the wire (ports in network byte order).
-/// FLOWS keys use the client → VIP direction; REVERSE_FLOWS keys the backend → client one.
-#[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct FlowKey {
-    pub src: IpBytes,
-    pub dst: IpBytes,
-    pub src_port: u16,
-    pub dst_port: u16,
-    pub protocol: u8,
-    pub family: u8,
-    pub _pad: [u8; 2],
-}
-
-impl FlowKey {
-    /// The key as five words: compared word by word (a derived `==` may become a memcmp call,
-    /// which BPF programs cannot make).
-    #[inline(always)]
-    pub fn words(&self) -> [u64; 5] {
-        // SAFETY: 40 bytes, 8-byte aligned, no implicit padding; any bits are valid u64s.
-        unsafe { *(self as *const FlowKey as *const [u64; 5]) }
-    }
-
-    #[inline(always)]
-    pub fn same_as(&self, other: &FlowKey) -> bool {
-        let (a, b) = (self.words(), other.words());
-        a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3] && a[4] == b[4]
-    }
 }
 
 /// FLOWS value: the backend this flow is pinned to, bound to its VIP and to the generation of
@@ -218,9 +189,8 @@ pub struct SharedFlow {
 /// Bytes of the FLOW_EVENTS ring buffer: room for about 20,000 flows between two reads.
 pub const FLOW_EVENTS_BYTES: u32 = 1 << 20;
 
-crate::user_pod!(FlowKey, FlowEntry, ReverseEntry, ForwardSet, ReverseSet, SharedFlow);
+crate::user_pod!(FlowEntry, ReverseEntry, ForwardSet, ReverseSet, SharedFlow);
 const _: () = assert!(core::mem::size_of::<SharedFlow>() == 48);
-const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
 const _: () = assert!(core::mem::size_of::<FlowEntry>() == 16);
 const _: () = assert!(core::mem::size_of::<ReverseEntry>() == 24);
 const _: () = assert!(core::mem::size_of::<FlowSlot<FlowEntry>>() == 64);
@@ -235,15 +205,7 @@ mod tests {
     use crate::ipv4_bytes;
 
     fn key(port: u16) -> FlowKey {
-        FlowKey {
-            src: ipv4_bytes([192, 0, 2, 7]),
-            dst: ipv4_bytes([203, 0, 113, 10]),
-            src_port: port.to_be(),
-            dst_port: 80u16.to_be(),
-            protocol: 6,
-            family: 4,
-            _pad: [0; 2],
-        }
+        FlowKey::new(ipv4_bytes([192, 0, 2, 7]), ipv4_bytes([203, 0, 113, 10]), port.to_be(), 80u16.to_be(), 6, 4)
     }
 
     fn way(k: FlowKey, seed: u32, value: FlowEntry) -> FlowSlot<FlowEntry> {

@@ -2,7 +2,7 @@
 //! by userspace (`explain`, the proxy) to tell or repeat that choice. Both must give the same
 //! number, so it lives here once.
 use crate::IpBytes;
-use crate::flow::FlowKey;
+use crate::flow_key::FlowKey;
 use crate::vip::hash_mode;
 
 /// MurmurHash3's 64-bit finalizer: cheap, and every input bit affects every output bit.
@@ -97,15 +97,7 @@ mod tests {
     }
 
     fn client_flow(src_port: u16) -> FlowKey {
-        FlowKey {
-            src: ipv4_bytes([192, 0, 2, 7]),
-            dst: ipv4_bytes([203, 0, 113, 10]),
-            src_port: src_port.to_be(),
-            dst_port: 80u16.to_be(),
-            protocol: 6,
-            family: 4,
-            _pad: [0; 2],
-        }
+        FlowKey::new(ipv4_bytes([192, 0, 2, 7]), ipv4_bytes([203, 0, 113, 10]), src_port.to_be(), 80u16.to_be(), 6, 4)
     }
 
     /// Expected values computed apart from this code (MurmurHash3's fmix64 composed as the

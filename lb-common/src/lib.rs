@@ -20,6 +20,7 @@ pub mod backend;
 pub mod config;
 pub mod csum;
 pub mod flow;
+pub mod flow_key;
 pub mod gue;
 pub mod hash;
 pub mod nexthop;
@@ -227,15 +228,14 @@ mod layout_tests {
         assert_eq!((&b[..4], &b[16..18], b[19]), (&[198, 51, 100, 11][..], &[0x1f, 0x90][..], BACKEND_ACTIVE));
         assert_eq!(back::<Backend>(b), backend);
 
-        let key = FlowKey {
-            src: ipv4_bytes([192, 0, 2, 7]),
-            dst: ipv4_bytes([203, 0, 113, 10]),
-            src_port: 40000u16.to_be(),
-            dst_port: 80u16.to_be(),
-            protocol: 6,
-            family: 4,
-            _pad: [0; 2],
-        };
+        let key = FlowKey::new(
+            ipv4_bytes([192, 0, 2, 7]),
+            ipv4_bytes([203, 0, 113, 10]),
+            40000u16.to_be(),
+            80u16.to_be(),
+            6,
+            4,
+        );
         let b = bytes(&key);
         assert_eq!(
             (&b[..4], &b[16..20], &b[32..34], &b[34..36]),

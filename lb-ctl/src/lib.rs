@@ -31,10 +31,10 @@ pub mod daemon;
 pub mod dataplane;
 pub mod dsr_probe;
 pub mod health;
+pub mod host;
 pub mod logging;
 pub mod paths;
 pub mod proxy;
-pub mod route_checks;
 pub mod state;
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ mod tcp;
 mod tls;
 mod trim;
 mod vip;
+mod vip_backends;
 mod workers;
 
 pub use alloc::Allocator;

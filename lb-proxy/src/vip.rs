@@ -2,13 +2,14 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::backend::{Backend, VipBackends};
-use crate::balance::{Balancer, Tried};
+use crate::backend::{Backend, Tried};
+use crate::balance::Balancer;
 use crate::config::{BackendSpec, HeaderRules, Mode, ProxyVipSpec, header_rules};
 use crate::limits::{ConnLimit, PerClientLimit, PerClientRate};
 use crate::pool::Dial;
 use crate::stats::{VipCounters, VipStats};
 use crate::tls::{TlsServer, name_matches};
+use crate::vip_backends::VipBackends;
 
 #[derive(Debug)]
 pub(crate) struct Vip {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, PacketBuilder, VlanId};
+use etherparse::{EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header};
 use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend, NAT_BACKEND_SHARED, NatBackendKey};
 use lb_common::config::{DataplaneConfig, port_flags};
 use lb_common::flow::FlowKey;
@@ -13,9 +13,10 @@ use lb_common::{family, ip_bytes, ip_proto};
 use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
 
-use crate::fixture::{LB_ADDR, LB_MAC, RING, SEED, lab};
+use crate::fixture::{LB_ADDR, RING, SEED, lab};
 use crate::netns::Netns;
-use crate::packets::{L4, Mac, write_l4};
+use crate::packets::Mac;
+pub use crate::packets::{Frame6, mac6};
 
 /// 2001:db8::N: clients, the balancer and backends on g0's segment.
 pub const fn seg(last: u8) -> [u8; 16] {
@@ -38,11 +39,6 @@ pub const B6_FAR: [u8; 16] = far(0x8c);
 /// Reached through a gateway (B6_1): not on the segment, so `dsr-l2` cannot use it.
 pub const B6_ROUTED: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x8c];
 
-/// The MAC address of a test host, from its address's last byte (as `fixture::mac_of`).
-pub fn mac6(addr: [u8; 16]) -> Mac {
-    [2, 0, 0, 6, if addr[15] >= 128 { 1 } else { 0 }, addr[15] % 128]
-}
-
 fn text(addr: [u8; 16]) -> String {
     Ipv6Addr::from(addr).to_string()
 }
@@ -61,61 +57,6 @@ pub fn lab6() -> Netns {
     }
     ns.exec(&["ip", "-6", "route", "add", "2001:db8:2::/64", "via", &text(B6_1), "dev", "g0"]);
     ns
-}
-
-/// An IPv6 TCP/UDP test frame.
-#[derive(Clone, Debug)]
-pub struct Frame6 {
-    pub src_mac: Mac,
-    pub dst_mac: Mac,
-    pub vlan: Option<u16>,
-    pub src: [u8; 16],
-    pub dst: [u8; 16],
-    pub hop_limit: u8,
-    pub src_port: u16,
-    pub dst_port: u16,
-    pub l4: L4,
-    pub payload: Vec<u8>,
-}
-
-impl Frame6 {
-    pub fn tcp(src: [u8; 16], src_port: u16, dst: [u8; 16], dst_port: u16) -> Frame6 {
-        Frame6 {
-            src_mac: mac6(src),
-            dst_mac: LB_MAC,
-            vlan: None,
-            src,
-            dst,
-            hop_limit: 64,
-            src_port,
-            dst_port,
-            l4: L4::TcpSyn,
-            payload: Vec::new(),
-        }
-    }
-
-    pub fn udp(src: [u8; 16], src_port: u16, dst: [u8; 16], dst_port: u16) -> Frame6 {
-        Frame6 { l4: L4::Udp, payload: b"query".to_vec(), ..Frame6::tcp(src, src_port, dst, dst_port) }
-    }
-
-    pub fn with(&self, change: impl FnOnce(&mut Frame6)) -> Frame6 {
-        let mut f = self.clone();
-        change(&mut f);
-        f
-    }
-
-    pub fn l3_offset(&self) -> usize {
-        if self.vlan.is_some() { 18 } else { 14 }
-    }
-
-    pub fn bytes(&self) -> Vec<u8> {
-        let eth = PacketBuilder::ethernet2(self.src_mac, self.dst_mac);
-        let ip = match self.vlan {
-            Some(id) => eth.single_vlan(VlanId::try_new(id).unwrap()).ipv6(self.src, self.dst, self.hop_limit),
-            None => eth.ipv6(self.src, self.dst, self.hop_limit),
-        };
-        write_l4(ip, self.l4, (self.src_port, self.dst_port), &self.payload)
-    }
 }
 
 /// `frame` (IPv6 at `l3`) with extension headers inserted behind the fixed header: each
@@ -328,15 +269,7 @@ pub fn configure6(dp: &mut AyaDataplane, vips: &[Vip6]) {
 
 /// The FLOWS key of a TCP flow from `src:src_port` to `dst:dst_port` (IPv6).
 pub fn flow_key6(src: [u8; 16], dst: [u8; 16], src_port: u16, dst_port: u16) -> FlowKey {
-    FlowKey {
-        src,
-        dst,
-        src_port: src_port.to_be(),
-        dst_port: dst_port.to_be(),
-        protocol: ip_proto::TCP,
-        family: family::IPV6,
-        _pad: [0; 2],
-    }
+    FlowKey::new(src, dst, src_port.to_be(), dst_port.to_be(), ip_proto::TCP, family::IPV6)
 }
 
 /// The backend (address, port) a ring of alternating backends gives a client (hash "ip").

@@ -250,7 +250,7 @@ fn frame(rng: &mut Rng, targets: &Targets) -> Vec<u8> {
                     } else {
                         (peer, peer_port, addr.octets(), port)
                     };
-                    Frame6 { hop_limit: ttl, l4, vlan, payload, ..Frame6::tcp(src, sport, dst, dport) }.bytes()
+                    Frame6 { ttl, l4, vlan, payload, ..Frame6::tcp(src, sport, dst, dport) }.bytes()
                 }
             };
             if rng.below(4) == 0 { mutate(rng, bytes) } else { bytes }

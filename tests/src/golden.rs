@@ -11,7 +11,7 @@ use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_ctl::dataplane::load::program;
 
-use crate::packets::{Frame, Mac, verify_checksums};
+use crate::packets::{Family, Frame, Mac, verify_checksums};
 use crate::testrun::{RunResult, action_name, run_xdp};
 
 pub const XDP_DROP: u32 = 1;
@@ -88,14 +88,28 @@ pub fn check(prog: &Xdp, dp: &AyaDataplane, ingress: u32, c: &Case) -> Result<()
 
 /// The FLOWS key of a TCP flow from `src:src_port` to `dst:dst_port`.
 pub fn flow_key(src: [u8; 4], dst: [u8; 4], src_port: u16, dst_port: u16) -> FlowKey {
-    FlowKey {
-        src: ipv4_bytes(src),
-        dst: ipv4_bytes(dst),
-        src_port: src_port.to_be(),
-        dst_port: dst_port.to_be(),
-        protocol: ip_proto::TCP,
-        family: lb_common::family::IPV4,
-        _pad: [0; 2],
+    FlowKey::new(
+        ipv4_bytes(src),
+        ipv4_bytes(dst),
+        src_port.to_be(),
+        dst_port.to_be(),
+        ip_proto::TCP,
+        lb_common::family::IPV4,
+    )
+}
+
+/// The balancer under test and the outcome of every case run on it.
+pub struct Golden {
+    pub dp: AyaDataplane,
+    /// The interface the frames arrive on.
+    pub ingress: u32,
+    pub results: Vec<(&'static str, Result<(), String>)>,
+}
+
+impl Golden {
+    /// Runs one case and keeps its outcome.
+    pub fn run(&mut self, c: Case) {
+        self.results.push((c.name, run_case(&mut self.dp, self.ingress, &c)));
     }
 }
 
@@ -118,8 +132,9 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The expected NAT output: addresses/ports rewritten, TTL one less, MACs of the next hop.
-pub fn nat_out(input: &Frame, src: ([u8; 4], u16), dst: ([u8; 4], u16), smac: Mac, dmac: Mac) -> Vec<u8> {
+/// The expected NAT output (NAT44 or NAT66): addresses/ports rewritten, TTL (hop limit) one
+/// less, MACs of the next hop.
+pub fn nat_out<A: Family>(input: &Frame<A>, src: (A, u16), dst: (A, u16), smac: Mac, dmac: Mac) -> Vec<u8> {
     input
         .with(|f| {
             (f.src, f.src_port) = src;

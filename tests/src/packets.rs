@@ -6,20 +6,84 @@ use etherparse::{
 
 pub type Mac = [u8; 6];
 
-/// The fields of a test IPv4 TCP/UDP frame.
+/// An address family of test frames: what an IPv4 and an IPv6 frame differ in, so `Frame` is
+/// written once for both (as the program's `IpPacket` is).
+pub trait Family: Copy + std::fmt::Debug {
+    /// Length of the fixed IP header.
+    const IP_LEN: usize;
+    /// The source MAC of a frame from `src` (the sending test host's).
+    fn sender_mac(src: Self) -> Mac;
+    /// The IP step of a frame builder, behind `vlan`'s tag if any.
+    fn ip(
+        eth: PacketBuilderStep<Ethernet2Header>,
+        vlan: Option<u16>,
+        src: Self,
+        dst: Self,
+        ttl: u8,
+    ) -> PacketBuilderStep<IpHeaders>;
+}
+
+impl Family for [u8; 4] {
+    const IP_LEN: usize = 20;
+    fn sender_mac(_: Self) -> Mac {
+        [2, 0, 0, 0, 0, 7]
+    }
+    fn ip(
+        eth: PacketBuilderStep<Ethernet2Header>,
+        vlan: Option<u16>,
+        src: Self,
+        dst: Self,
+        ttl: u8,
+    ) -> PacketBuilderStep<IpHeaders> {
+        match vlan {
+            Some(id) => eth.single_vlan(VlanId::try_new(id).unwrap()).ipv4(src, dst, ttl),
+            None => eth.ipv4(src, dst, ttl),
+        }
+    }
+}
+
+impl Family for [u8; 16] {
+    const IP_LEN: usize = 40;
+    fn sender_mac(src: Self) -> Mac {
+        mac6(src)
+    }
+    fn ip(
+        eth: PacketBuilderStep<Ethernet2Header>,
+        vlan: Option<u16>,
+        src: Self,
+        dst: Self,
+        hop_limit: u8,
+    ) -> PacketBuilderStep<IpHeaders> {
+        match vlan {
+            Some(id) => eth.single_vlan(VlanId::try_new(id).unwrap()).ipv6(src, dst, hop_limit),
+            None => eth.ipv6(src, dst, hop_limit),
+        }
+    }
+}
+
+/// The MAC address of an IPv6 test host, from its address's last byte (as `fixture::mac_of`).
+pub fn mac6(addr: [u8; 16]) -> Mac {
+    [2, 0, 0, 6, if addr[15] >= 128 { 1 } else { 0 }, addr[15] % 128]
+}
+
+/// The fields of a test TCP/UDP frame: IPv4 (`Frame`) or IPv6 (`Frame6`).
 #[derive(Clone, Debug)]
-pub struct Frame {
+pub struct Frame<A: Family = [u8; 4]> {
     pub src_mac: Mac,
     pub dst_mac: Mac,
     pub vlan: Option<u16>,
-    pub src: [u8; 4],
-    pub dst: [u8; 4],
+    pub src: A,
+    pub dst: A,
+    /// TTL, or IPv6 hop limit.
     pub ttl: u8,
     pub src_port: u16,
     pub dst_port: u16,
     pub l4: L4,
     pub payload: Vec<u8>,
 }
+
+/// An IPv6 test frame.
+pub type Frame6 = Frame<[u8; 16]>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum L4 {
@@ -34,10 +98,10 @@ pub enum L4 {
     UdpNoChecksum,
 }
 
-impl Frame {
-    pub fn tcp(src: [u8; 4], src_port: u16, dst: [u8; 4], dst_port: u16) -> Frame {
+impl<A: Family> Frame<A> {
+    pub fn tcp(src: A, src_port: u16, dst: A, dst_port: u16) -> Frame<A> {
         Frame {
-            src_mac: [2, 0, 0, 0, 0, 7],
+            src_mac: A::sender_mac(src),
             dst_mac: [2, 0, 0, 0, 0, 1],
             vlan: None,
             src,
@@ -50,30 +114,27 @@ impl Frame {
         }
     }
 
-    pub fn udp(src: [u8; 4], src_port: u16, dst: [u8; 4], dst_port: u16) -> Frame {
+    pub fn udp(src: A, src_port: u16, dst: A, dst_port: u16) -> Frame<A> {
         Frame { l4: L4::Udp, payload: b"query".to_vec(), ..Frame::tcp(src, src_port, dst, dst_port) }
     }
 
-    pub fn with(&self, change: impl FnOnce(&mut Frame)) -> Frame {
+    pub fn with(&self, change: impl FnOnce(&mut Frame<A>)) -> Frame<A> {
         let mut f = self.clone();
         change(&mut f);
         f
     }
 
-    /// Offset of the IPv4 header in the frame.
+    /// Offset of the IP header in the frame.
     pub fn l3_offset(&self) -> usize {
         if self.vlan.is_some() { 18 } else { 14 }
     }
 
     pub fn bytes(&self) -> Vec<u8> {
         let eth = PacketBuilder::ethernet2(self.src_mac, self.dst_mac);
-        let ip = match self.vlan {
-            Some(id) => eth.single_vlan(VlanId::try_new(id).unwrap()).ipv4(self.src, self.dst, self.ttl),
-            None => eth.ipv4(self.src, self.dst, self.ttl),
-        };
+        let ip = A::ip(eth, self.vlan, self.src, self.dst, self.ttl);
         let mut out = write_l4(ip, self.l4, (self.src_port, self.dst_port), &self.payload);
         if self.l4 == L4::UdpNoChecksum {
-            let at = self.l3_offset() + 20 + 6;
+            let at = self.l3_offset() + A::IP_LEN + 6;
             out[at..at + 2].copy_from_slice(&[0, 0]);
         }
         out

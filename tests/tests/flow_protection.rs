@@ -122,15 +122,8 @@ fn a_nat_flow_keeps_its_reply_entry() {
             ),
         ],
     );
-    let reply_key = FlowKey {
-        src: ipv4_bytes(b.0),
-        dst: ipv4_bytes(CLIENT),
-        src_port: b.1.to_be(),
-        dst_port: 40000u16.to_be(),
-        protocol: ip_proto::TCP,
-        family: family::IPV4,
-        _pad: [0; 2],
-    };
+    let reply_key =
+        FlowKey::new(ipv4_bytes(b.0), ipv4_bytes(CLIENT), b.1.to_be(), 40000u16.to_be(), ip_proto::TCP, family::IPV4);
     evict_reply_entry(&mut dp, &reply_key);
     // The check runs on a flow's first packet of each reply-check period (64 kernel ticks:
     // 640 ms at HZ=100, less at higher HZ): 700 ms reaches the next one.

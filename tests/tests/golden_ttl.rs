@@ -74,7 +74,7 @@ fn dsr_passes_expiring_ipv6_packets() {
     let mut cases = Vec::new();
     for (mode, vip) in v6_modes {
         for hop_limit in EXPIRING {
-            let frame = Frame6::tcp(CLIENT6, 40000, vip, 80).with(|f| f.hop_limit = hop_limit);
+            let frame = Frame6::tcp(CLIENT6, 40000, vip, 80).with(|f| f.ttl = hop_limit);
             cases.push(expiring(mode, hop_limit, frame.bytes()));
         }
     }

@@ -208,15 +208,7 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
     assert_eq!(e.decision, Decision::Ring);
     assert!(e.reason.starts_with("not in the connection table: a new flow; ring slot"), "{}", e.reason);
     let other = d.list().await.into_iter().find(|b| b.id != expected && b.vip == "web").unwrap();
-    let key = FlowKey {
-        src: ipv4_bytes(client),
-        dst: ipv4_bytes([203, 0, 113, 10]),
-        src_port: 40000u16.to_be(),
-        dst_port: 80u16.to_be(),
-        protocol: 6,
-        family: 4,
-        _pad: [0; 2],
-    };
+    let key = FlowKey::new(ipv4_bytes(client), ipv4_bytes([203, 0, 113, 10]), 40000u16.to_be(), 80u16.to_be(), 6, 4);
     let generation = d.fake.lock().fake.backends[&other.id].generation;
     d.fake.lock().fake.flows.insert(key, FlowEntry { backend_id: other.id, vip_id: web, generation, reply_hash: 0 });
     let e = d.client.explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into() }).await.unwrap();
@@ -524,15 +516,7 @@ async fn explain_places_ipv6_flows_as_the_data_plane_does() {
     assert!(addr.to_string().starts_with("[2001:db8::1"), "{addr}");
     // The connection-table key: the 16-byte addresses, ports in network order, family 6.
     let other = d.list().await.into_iter().find(|b| b.id != expected && b.vip == "web6").unwrap();
-    let key = FlowKey {
-        src: client,
-        dst: v6("2001:db8::10"),
-        src_port: 40000u16.to_be(),
-        dst_port: 80u16.to_be(),
-        protocol: 6,
-        family: lb_common::family::IPV6,
-        _pad: [0; 2],
-    };
+    let key = FlowKey::new(client, v6("2001:db8::10"), 40000u16.to_be(), 80u16.to_be(), 6, lb_common::family::IPV6);
     let generation = d.fake.lock().fake.backends[&other.id].generation;
     d.fake.lock().fake.flows.insert(key, FlowEntry { backend_id: other.id, vip_id: web6, generation, reply_hash: 0 });
     let request = ExplainRequest { vip: "web6".into(), client: "[2001:db8:ffff::33]:40000".into() };

@@ -9,7 +9,6 @@ pub mod docs;
 pub mod export;
 pub mod instance;
 pub mod local;
-pub mod preconditions;
 mod quick;
 pub mod rates;
 pub mod render;

@@ -5,12 +5,13 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 
 use super::args::{AttachArgs, LogFormat, ProxyArgs};
-use super::{instance, preconditions, quick};
+use super::{instance, quick};
 use crate::config::Config;
 use crate::daemon::{self, Listeners};
 use crate::dataplane::Dataplane;
 use crate::dataplane::attach::{self, OpenOptions};
 use crate::dataplane::memory::MemoryDataplane;
+use crate::host;
 use crate::logging;
 use crate::paths::{self, AttachPaths};
 use crate::state::SavedState;
@@ -33,9 +34,9 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
     init_logging(args.log_format, args.log_level.as_deref(), &config)?;
     let iface = args.iface.clone();
     if !args.fake_dataplane {
-        preconditions::check_privileges()?;
+        host::check_privileges()?;
     }
-    preconditions::check_forwarding(&config, &iface, args.enable_forwarding)?;
+    host::check_forwarding(&config, &iface, args.enable_forwarding)?;
     let paths = AttachPaths::balancer(&iface, args.pin_dir.clone(), args.state_dir.clone());
     check_pinned_ring_size(&paths, &config, &iface)?;
     let socket = config.api_socket(&iface);

@@ -217,15 +217,14 @@ mod tests {
         let vip = VipIdentity { address: "2001:db8::10".parse().unwrap(), port: 80, ip_proto: 6 };
         let backend: SocketAddr = "[2001:db8::21]:80".parse().unwrap();
         let book = IdBook { vips: [(3, vip)].into(), backends: [(9, backend)].into() };
-        let key = lb_common::flow::FlowKey {
-            src: client.octets(),
-            dst: lb_common::ip_bytes(vip.address).0,
-            src_port: 40000u16.to_be(),
-            dst_port: 80u16.to_be(),
-            protocol: 6,
-            family: lb_common::family::IPV6,
-            _pad: [0; 2],
-        };
+        let key = lb_common::flow::FlowKey::new(
+            client.octets(),
+            lb_common::ip_bytes(vip.address).0,
+            40000u16.to_be(),
+            80u16.to_be(),
+            6,
+            lb_common::family::IPV6,
+        );
         let flow = addresses(&SharedFlow { key, backend_id: 9, vip_id: 3 }, &book).unwrap();
         assert_eq!(flow.client, SocketAddr::new(client.into(), 40000));
         assert_eq!((flow.vip, flow.backend), ("[2001:db8::10]:80".parse().unwrap(), backend));

@@ -31,15 +31,14 @@ fn key_of(f: &WireFlow) -> FlowKey {
         std::net::IpAddr::V4(v4) => lb_common::ipv4_bytes(v4.octets()),
         _ => unreachable!(),
     };
-    FlowKey {
-        src: v4(f.client),
-        dst: v4(f.vip),
-        src_port: f.client.port().to_be(),
-        dst_port: f.vip.port().to_be(),
-        protocol: f.protocol,
-        family: lb_common::family::IPV4,
-        _pad: [0; 2],
-    }
+    FlowKey::new(
+        v4(f.client),
+        v4(f.vip),
+        f.client.port().to_be(),
+        f.vip.port().to_be(),
+        f.protocol,
+        lb_common::family::IPV4,
+    )
 }
 
 async fn sharing(d: &Daemon) -> std::collections::BTreeMap<String, u64> {
@@ -133,15 +132,14 @@ async fn a_peers_ipv6_flows_are_recorded_with_ipv6_keys() {
     let mixed = WireFlow { client: "192.0.2.7:40001".parse().unwrap(), ..flow };
     peer.send_to(&encode(seq(), &[flow, mixed], KEY.as_bytes()), listen).await.unwrap();
     wait_for(&d, "the IPv6 flow recorded", |s| s["flows_recorded"] == 1 && s["flows_unknown"] == 1).await;
-    let key = FlowKey {
-        src: "2001:db8:ffff::7".parse::<std::net::Ipv6Addr>().unwrap().octets(),
-        dst: "2001:db8::12".parse::<std::net::Ipv6Addr>().unwrap().octets(),
-        src_port: 40000u16.to_be(),
-        dst_port: 80u16.to_be(),
-        protocol: 6,
-        family: lb_common::family::IPV6,
-        _pad: [0; 2],
-    };
+    let key = FlowKey::new(
+        "2001:db8:ffff::7".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+        "2001:db8::12".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+        40000u16.to_be(),
+        80u16.to_be(),
+        6,
+        lb_common::family::IPV6,
+    );
     let backend = d.list().await.into_iter().find(|b| b.address == flow.backend).unwrap();
     assert_eq!(fake.lock().fake.flows.get(&key).map(|e| e.backend_id), Some(backend.id));
     d.stop().await;

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use toml::Spanned;
 
+use super::checker::Checker;
 use super::raw::RawCluster;
-use super::validate::Checker;
 
 /// Default of `cluster.max_messages_per_second`.
 pub const DEFAULT_MAX_MESSAGES: u32 = 2000;

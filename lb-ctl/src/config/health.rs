@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::checker::{Checker, parse_duration};
 use super::raw::RawHealth;
-use super::validate::{Checker, parse_duration};
 use super::{CheckKind, HealthKind, HealthSpec, health_defaults};
 
 /// The check made of `layers` (the VIP's table, then the backend's overrides), key by key.

@@ -4,6 +4,7 @@
 //! reported as `FILE:LINE: what is wrong`, all of them at once, and a file with any mistake
 //! yields no [`Config`]. Every key is documented in `lb-ctl/lb.toml.example`. A file named
 //! `*.yaml` or `*.yml` holds the same schema in YAML (see `yaml.rs`).
+mod checker;
 pub mod cluster;
 mod defaults;
 mod health;
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use validate::parse_duration;
+pub use checker::parse_duration;
 
 /// Highest accepted backend weight. Weights are relative: a backend of weight 200 gets twice
 /// the ring slots of one of weight 100. Weight 0 means drained (no new flows).
@@ -272,6 +273,10 @@ impl Protocol {
             Protocol::Udp => lb_common::ip_proto::UDP,
             Protocol::Tcp | Protocol::Http => lb_common::ip_proto::TCP,
         }
+    }
+    /// What lb-proxy speaks for a proxy VIP of this protocol.
+    pub fn proxy_mode(self) -> lb_proxy::Mode {
+        if self == Protocol::Http { lb_proxy::Mode::Http } else { lb_proxy::Mode::Tcp }
     }
 }
 

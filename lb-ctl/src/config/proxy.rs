@@ -10,7 +10,7 @@ use super::Protocol;
 use super::defaults::Defaults;
 use super::raw::RawVip;
 use super::spans::{Step, key_span};
-use super::validate::Checker;
+use super::checker::Checker;
 
 /// A proxy VIP's options (`[defaults.proxy]` under its own), with relative TLS file paths
 /// taken under the configuration file's directory, and those files loaded once to check them.
@@ -34,7 +34,7 @@ pub(super) fn options(
         let span = place.of(c.text, &key);
         c.error(span, format!("{at}: {message}"));
     }
-    for mistake in options.mistakes(crate::proxy::mode(protocol)) {
+    for mistake in options.mistakes(protocol.proxy_mode()) {
         c.error(place.table.clone(), format!("{at}: {mistake}"));
     }
     Some(options)

@@ -215,6 +215,14 @@ fn bad_files_give_exact_messages() {
                 "lb.toml:6: vip \"m\": encap_source ::ffff:198.51.100.254 is IPv4-mapped (::ffff:0:0/96): write the IPv4 address",
             ],
         ),
+    ];
+    assert_messages(cases);
+}
+
+/// Bad proxy, health and daemon settings, and the exact messages they must produce.
+#[test]
+fn bad_settings_give_exact_messages() {
+    let cases: &[(&str, String, &[&str])] = &[
         (
             "http with nat",
             format!("{VIP}protocol = \"http\"\nforwarding = \"nat\"\n"),
@@ -319,6 +327,11 @@ fn bad_files_give_exact_messages() {
             &["lb.toml:2: daemon: api_socket must be an absolute path, got \"lb.sock\""],
         ),
     ];
+    assert_messages(cases);
+}
+
+/// Checks each bad file gives exactly its messages, reporting every mismatch at once.
+fn assert_messages(cases: &[(&str, String, &[&str])]) {
     let mut failures = Vec::new();
     for (what, text, want) in cases {
         let got = errors(text);

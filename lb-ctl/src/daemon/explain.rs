@@ -60,15 +60,7 @@ impl Writer {
                 v.label()
             )));
         }
-        let key = FlowKey {
-            src,
-            dst,
-            src_port: port.unwrap_or(0).to_be(),
-            dst_port: v.port.to_be(),
-            protocol,
-            family,
-            _pad: [0; 2],
-        };
+        let key = FlowKey::new(src, dst, port.unwrap_or(0).to_be(), v.port.to_be(), protocol, family);
         let mut notes = Vec::new();
         if port.is_some() {
             match self.dp.lookup_flow(&key)? {

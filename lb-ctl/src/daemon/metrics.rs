@@ -3,34 +3,15 @@
 //! `backends list`, `vips list` and `stats`.
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use lb_common::flow::FLOW_WAYS;
 
+use super::metric_family::family;
 use super::writer::Writer;
 use crate::api::ApiError;
 use crate::state::Health;
-
-pub(super) type Labels = Vec<(&'static str, String)>;
-
-/// A family of counters or gauges, registered under `name`.
-pub(super) fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
-where
-    M: prometheus_client::metrics::TypedMetric
-        + prometheus_client::encoding::EncodeMetric
-        + std::fmt::Debug
-        + Default
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-{
-    let family = Family::<Labels, M>::default();
-    registry.register(name, help, family.clone());
-    family
-}
 
 impl Writer {
     pub(super) fn metrics(&self) -> Result<String, ApiError> {

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use lb_proxy::VipStats;
 use lb_proxy::stats::{RESPONSE_TIME_BOUNDS, StatusClasses};
 
-use super::metrics::{Labels, family};
+use super::metric_family::{Labels, family};
 
 pub(super) fn register(registry: &mut Registry, stats: Vec<VipStats>) {
     let responses = family::<Counter>(registry, "proxy_responses", "HTTP responses sent to clients, by status class");

@@ -297,15 +297,7 @@ impl Writer {
             match found {
                 Some(v) if family == vip_family => match v.backend(f.backend) {
                     Some(b) => shared.push(SharedFlow {
-                        key: FlowKey {
-                            src,
-                            dst,
-                            src_port: f.client.port().to_be(),
-                            dst_port: f.vip.port().to_be(),
-                            protocol: f.protocol,
-                            family,
-                            _pad: [0; 2],
-                        },
+                        key: FlowKey::new(src, dst, f.client.port().to_be(), f.vip.port().to_be(), f.protocol, family),
                         backend_id: b.id,
                         vip_id: v.id,
                     }),
@@ -585,7 +577,7 @@ impl Writer {
         // Forwarding turned off since attach (or a reload's first XDP VIP): the reload goes
         // through, and says what it breaks.
         if self.options.kernel_routes
-            && let Ok(Some(switch)) = crate::cli::preconditions::forwarding_off(&self.config, &self.options.interface)
+            && let Ok(Some(switch)) = crate::host::forwarding_off(&self.config, &self.options.interface)
         {
             let warning = format!(
                 "warning: {switch}=0: new flows of the NAT and DSR VIPs are dropped (no route); turn it on with `sysctl -w {switch}=1`"

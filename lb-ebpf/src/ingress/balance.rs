@@ -80,7 +80,7 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
     // passes through is decided by the two port lookups alone.
     let flow_key = || {
         let (src, dst) = pkt.addresses();
-        FlowKey { src, dst, src_port, dst_port, protocol, family: P::FAMILY, _pad: [0; 2] }
+        FlowKey::new(src, dst, src_port, dst_port, protocol, P::FAMILY)
     };
 
     let dst_flags = maps::port_flags(u16::from_be(dst_port));
@@ -116,16 +116,7 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
         && pkt.tcp().opens_connection()
         && let Some(t) = maps::tables()
     {
-        let key = flow_key();
-        let reply = FlowKey {
-            src: key.dst,
-            dst: key.src,
-            src_port: dst_port,
-            dst_port: src_port,
-            protocol,
-            family: P::FAMILY,
-            _pad: [0; 2],
-        };
+        let reply = flow_key().reversed();
         nat::note_direct_connection(&reply, &t);
     }
     if maps::port_flags(u16::from_be(src_port)) & backend_bit != 0

@@ -13,9 +13,10 @@ use lb_common::vip::{VipInfo, forwarding};
 use lb_common::{csum, family, gue, ip_proto, ipv4_octets};
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, IPV6_LEN, packet_len, ptr_at};
 
+use crate::addr::{field, store};
 use crate::flow::Flow;
 use crate::forward::{self, Lookup, Route};
-use crate::ip::{IpPacket, field, store};
+use crate::ip::IpPacket;
 use crate::maps::{self, HopCache};
 use crate::select;
 use crate::verdict::Verdict;

@@ -16,7 +16,7 @@ use lb_ebpf::packet::ptr_at;
 use network_types::eth::EthHdr;
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
-use crate::ip::{Addr, field};
+use crate::addr::{Addr, field};
 use crate::maps::{self, HopCache};
 use crate::verdict::Verdict;
 

@@ -9,7 +9,7 @@ use lb_common::stats::Counter;
 use lb_common::{csum, ip_proto, jumps};
 use lb_ebpf::packet::{IPV6_LEN, ptr_at};
 
-use crate::ip::{Addr, load, store};
+use crate::addr::{Addr, load, store};
 use crate::maps;
 use crate::parse::Parsed;
 use crate::parse6::{self, Ipv6Packet};

@@ -16,9 +16,9 @@ use lb_common::vip::{VipInfo, VipKey, forwarding};
 use lb_common::{IpBytes, family, gue, ip_proto, ipv4_bytes};
 use lb_ebpf::packet::packet_len;
 
+use crate::addr::{Addr, field, ipv6_len, load, store, traffic_class};
 use crate::encap::{self, Encap, Inner, TooBig};
 use crate::forward::{self, ANY_SOURCE, Lookup, Route, decrement_hop_limit, decrement_ttl};
-use crate::ip::{Addr, field, ipv6_len, load, store, traffic_class};
 use crate::l2::{self, Sent};
 use crate::maps::{self, HopCache};
 use crate::parse::IcmpError;
@@ -60,15 +60,7 @@ pub fn to_backend<E: FlowError>(ctx: &XdpContext, err: &E) -> Verdict {
         return NOT_OURS;
     };
     // The flow as the client sends it: client → VIP.
-    let key = FlowKey {
-        src: quoted.dst,
-        dst: quoted.src,
-        src_port: quoted.dst_port,
-        dst_port: quoted.src_port,
-        protocol,
-        family: E::FAMILY,
-        _pad: [0; 2],
-    };
+    let key = quoted.reversed();
     let Some((slot, _)) = maps::flow(&key, tables.hash(&key), &tables) else {
         return NOT_OURS;
     };
@@ -170,15 +162,14 @@ impl FlowError for IcmpError {
     fn quoted(&self) -> FlowKey {
         unsafe {
             let quoted = &*self.quoted;
-            FlowKey {
-                src: ipv4_bytes(quoted.src_addr),
-                dst: ipv4_bytes(quoted.dst_addr),
-                src_port: *self.quoted_src_port,
-                dst_port: *self.quoted_dst_port,
-                protocol: quoted.proto,
-                family: family::IPV4,
-                _pad: [0; 2],
-            }
+            FlowKey::new(
+                ipv4_bytes(quoted.src_addr),
+                ipv4_bytes(quoted.dst_addr),
+                *self.quoted_src_port,
+                *self.quoted_dst_port,
+                quoted.proto,
+                family::IPV4,
+            )
         }
     }
     #[inline(always)]
@@ -238,15 +229,14 @@ impl FlowError for Icmp6Error {
     fn quoted(&self) -> FlowKey {
         unsafe {
             let quoted = &*self.quoted;
-            FlowKey {
-                src: load(&quoted.src_addr).0,
-                dst: load(&quoted.dst_addr).0,
-                src_port: *self.quoted_src_port,
-                dst_port: *self.quoted_dst_port,
-                protocol: quoted.next_hdr,
-                family: family::IPV6,
-                _pad: [0; 2],
-            }
+            FlowKey::new(
+                load(&quoted.src_addr).0,
+                load(&quoted.dst_addr).0,
+                *self.quoted_src_port,
+                *self.quoted_dst_port,
+                quoted.next_hdr,
+                family::IPV6,
+            )
         }
     }
     #[inline(always)]

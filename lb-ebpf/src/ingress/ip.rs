@@ -3,8 +3,9 @@
 use aya_ebpf::programs::XdpContext;
 use lb_common::csum::{replace16, replace32, replace128, udp_fixup};
 use lb_common::{IpBytes, family, ip_proto, ipv4_bytes};
-use network_types::ip::Ipv6Hdr;
 
+pub use crate::addr::{Addr, field};
+use crate::addr::{ipv6_len, load, store, traffic_class};
 use crate::forward::{decrement_hop_limit, decrement_ttl};
 use crate::parse::{Ipv4Packet, TcpFlags};
 use crate::parse6::Ipv6Packet;
@@ -185,72 +186,5 @@ impl IpPacket for Ipv6Packet {
     #[inline(always)]
     fn too_big(&self, ctx: &XdpContext, mtu: u16) -> Verdict {
         icmp6::hand_on_too_big(ctx, mtu)
-    }
-}
-
-/// An IPv6 header's traffic class (it straddles the first two bytes).
-#[inline(always)]
-pub fn traffic_class(ip: &Ipv6Hdr) -> u8 {
-    (ip.vcf[0] << 4) | (ip.vcf[1] >> 4)
-}
-
-/// Bytes from an IPv6 header to the end of its datagram: the fixed header and the payload.
-#[inline(always)]
-pub fn ipv6_len(ip: &Ipv6Hdr) -> u16 {
-    u16::from_be_bytes(ip.payload_len).wrapping_add(lb_ebpf::packet::IPV6_LEN as u16)
-}
-
-/// A 16-byte address known to be 4-byte aligned, so it is read and compared as four words.
-/// `IpBytes` alone has alignment 1, which makes LLVM copy it byte by byte (sixteen loads, and
-/// as many registers spilled to a stack the program does not have).
-#[repr(C, align(4))]
-#[derive(Clone, Copy)]
-pub struct Addr(pub IpBytes);
-
-impl Addr {
-    #[inline(always)]
-    pub fn from_words(words: [u32; 4]) -> Addr {
-        // SAFETY: same size, any bits valid.
-        Addr(unsafe { core::mem::transmute::<[u32; 4], IpBytes>(words) })
-    }
-
-    #[inline(always)]
-    pub fn words(&self) -> [u32; 4] {
-        // SAFETY: 16 bytes, 4-byte aligned; any bits are valid u32s.
-        unsafe { *(self as *const Addr as *const [u32; 4]) }
-    }
-}
-
-/// A map structure's address field as an `Addr`. Every struct holding one in lb_common is
-/// `align(4)` or more with the field at a multiple of 4, so the field is 4-byte aligned.
-#[inline(always)]
-pub fn field(addr: &IpBytes) -> &Addr {
-    // SAFETY: see above; same size and layout.
-    unsafe { &*(addr as *const IpBytes as *const Addr) }
-}
-
-/// An IPv6 address from the packet, read as eight 16-bit words: it sits 2-byte aligned (behind
-/// Ethernet, with or without a tag, and in a quoted header), and byte-wise copies would be
-/// sixteen loads.
-#[inline(always)]
-pub fn load(addr: &[u8; 16]) -> Addr {
-    // SAFETY: 16 readable, 2-byte aligned bytes (see above); any bits are valid.
-    let halves = unsafe { *(addr as *const [u8; 16] as *const [u16; 8]) };
-    let word = |i: usize| halves[2 * i] as u32 | (halves[2 * i + 1] as u32) << 16;
-    Addr::from_words([word(0), word(1), word(2), word(3)])
-}
-
-/// Writes an IPv6 address into the packet as eight 16-bit words (see `load`). Volatile stores:
-/// from an address in a map value LLVM would otherwise merge them into a 16-byte `memmove`,
-/// which the BPF backend makes a call to a byte-at-a-time loop.
-#[inline(always)]
-pub fn store(field: &mut [u8; 16], addr: &Addr) {
-    // SAFETY: same size, any bits valid.
-    let words = unsafe { core::mem::transmute::<[u32; 4], [u16; 8]>(addr.words()) };
-    let dst = field as *mut [u8; 16] as *mut u16;
-    // An index loop: an array's by-value iterator would first copy the words to the stack.
-    for (i, word) in words.iter().enumerate() {
-        // SAFETY: 16 writable, 2-byte aligned bytes.
-        unsafe { dst.add(i).write_volatile(*word) };
     }
 }

@@ -9,9 +9,10 @@ use lb_common::stats::Counter;
 use lb_common::vip::VipInfo;
 use lb_ebpf::packet::packet_len;
 
+use crate::addr::field;
 use crate::flow::Flow;
 use crate::forward::{self, ANY_SOURCE, Lookup, Route};
-use crate::ip::{IpPacket, field};
+use crate::ip::IpPacket;
 use crate::maps::{self, HopCache};
 use crate::select;
 use crate::verdict::Verdict;

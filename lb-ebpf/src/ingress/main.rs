@@ -8,6 +8,7 @@
 // Inline assembly for BPF (`maps::jump`).
 #![feature(asm_experimental_arch)]
 
+mod addr;
 mod balance;
 mod encap;
 mod flow;
@@ -21,6 +22,7 @@ mod maps;
 mod nat;
 mod parse;
 mod parse6;
+mod parsed;
 mod select;
 mod table;
 mod verdict;

@@ -5,87 +5,11 @@ use lb_common::ip_proto;
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv4Hdr;
 
-use crate::parse6::{self, Icmp6Error, Ipv6Packet};
-
-/// A TCP segment's flags byte (byte 13 of its header), or null for UDP: whether a packet opens
-/// or continues a connection. Read when asked, so packets that pass through never pay for it.
-#[derive(Clone, Copy)]
-pub struct TcpFlags(pub *const u8);
-
-impl TcpFlags {
-    /// A TCP SYN without ACK: the first packet of a new connection (false for UDP).
-    #[inline(always)]
-    pub fn opens_connection(&self) -> bool {
-        // SAFETY: inside the TCP header the parser checked.
-        !self.0.is_null() && unsafe { *self.0 } & 0x12 == 0x02
-    }
-
-    /// A TCP packet without SYN: it belongs to a connection already open (false for UDP,
-    /// whose first datagram looks like any other).
-    #[inline(always)]
-    pub fn continues_connection(&self) -> bool {
-        // SAFETY: inside the TCP header the parser checked.
-        !self.0.is_null() && unsafe { *self.0 } & 0x02 == 0
-    }
-
-    /// A TCP FIN or RST: its sender is done with the connection in this direction (an RST in
-    /// both). False for UDP.
-    #[inline(always)]
-    pub fn ends_connection(&self) -> bool {
-        // SAFETY: inside the TCP header the parser checked.
-        !self.0.is_null() && unsafe { *self.0 } & 0x05 != 0
-    }
-
-    /// A TCP RST: the connection is over in both directions. False for UDP.
-    #[inline(always)]
-    pub fn resets_connection(&self) -> bool {
-        // SAFETY: inside the TCP header the parser checked.
-        !self.0.is_null() && unsafe { *self.0 } & 0x04 != 0
-    }
-}
-
-/// A parsed IPv4 TCP/UDP packet: pointers into the packet, all bounds-checked.
-pub struct Ipv4Packet {
-    /// Offset of the IPv4 header: 14, or 18 behind one 802.1Q tag.
-    pub l3_offset: usize,
-    pub ip: *mut Ipv4Hdr,
-    /// Source and destination ports (network order): the first four bytes of TCP and UDP.
-    pub src_port: *mut u16,
-    pub dst_port: *mut u16,
-    /// The L4 checksum field.
-    pub l4_check: *mut u16,
-    pub tcp: TcpFlags,
-}
-
-/// An ICMP "destination unreachable" quoting a TCP or UDP packet (as routers and hosts send
-/// about packets that left from a VIP): pointers into the packet, all bounds-checked.
-pub struct IcmpError {
-    pub l3_offset: usize,
-    pub ip: *mut Ipv4Hdr,
-    /// The ICMP checksum field.
-    pub icmp_check: *mut u16,
-    /// The quoted header (without options) and the first two words behind it: the ports.
-    pub quoted: *mut Ipv4Hdr,
-    pub quoted_src_port: *mut u16,
-    pub quoted_dst_port: *mut u16,
-}
+use crate::parse6;
+pub use crate::parsed::{IcmpError, Ipv4Packet, Parsed, TcpFlags};
 
 /// ICMP destination unreachable (every code: fragmentation needed, port unreachable, ...).
 const ICMP_DEST_UNREACH: u8 = 3;
-
-pub enum Parsed {
-    Ipv4(Ipv4Packet),
-    /// An IPv6 frame, not parsed yet: `lb_ingress` hands it to `lb_ingress_v6`.
-    Ipv6Frame,
-    Ipv6(Ipv6Packet),
-    IcmpError(IcmpError),
-    Icmp6Error(Icmp6Error),
-    NotIp,
-    NotTcpUdp,
-    Fragment,
-    Options,
-    Malformed,
-}
 
 /// Parses an IPv4 frame; an IPv6 frame is only recognised (`parse6::parse_frame` parses it).
 #[inline(always)]

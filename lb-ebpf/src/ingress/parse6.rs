@@ -10,7 +10,8 @@ use lb_ebpf::packet::{ETH_P_IPV6, IPV6_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv6Hdr;
 
 use crate::maps;
-use crate::parse::{Parsed, TcpFlags};
+pub use crate::parsed::{Icmp6Error, Ipv6Packet};
+use crate::parsed::{Parsed, TcpFlags};
 
 /// Extension headers walked before giving up (`Parsed::Options`). Real traffic carries at most
 /// one or two (hop-by-hop for jumbo or router-alert, destination options for mobility).
@@ -25,34 +26,6 @@ const DESTINATION_OPTIONS: u8 = 60;
 /// parameter problem. Informational messages (echo, neighbour discovery, router
 /// advertisements: 128 and up) are never touched.
 const ICMPV6_LAST_ERROR: u8 = 4;
-
-/// A parsed IPv6 TCP/UDP packet: pointers into the packet, all bounds-checked.
-pub struct Ipv6Packet {
-    /// Offset of the IPv6 header: 14, or 18 behind one 802.1Q tag.
-    pub l3_offset: usize,
-    pub ip: *mut Ipv6Hdr,
-    /// The L4 protocol (behind any extension headers).
-    pub protocol: u8,
-    /// Source and destination ports (network order).
-    pub src_port: *mut u16,
-    pub dst_port: *mut u16,
-    /// The L4 checksum field.
-    pub l4_check: *mut u16,
-    pub tcp: TcpFlags,
-}
-
-/// An ICMPv6 error quoting a TCP or UDP packet without extension headers (as routers and hosts
-/// send about packets that left from a VIP): pointers into the packet, all bounds-checked.
-pub struct Icmp6Error {
-    pub l3_offset: usize,
-    pub ip: *mut Ipv6Hdr,
-    /// The ICMPv6 checksum field.
-    pub icmp_check: *mut u16,
-    /// The quoted header and the first two words behind it: the ports.
-    pub quoted: *mut Ipv6Hdr,
-    pub quoted_src_port: *mut u16,
-    pub quoted_dst_port: *mut u16,
-}
 
 /// Whether an IPv6 packet surely concerns no VIP, judged in lb_ingress so that most IPv6
 /// traffic that passes through costs no tail call: a well-formed packet whose next header is

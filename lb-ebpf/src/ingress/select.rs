@@ -122,15 +122,7 @@ fn flow_entry(vip: &VipInfo, key: &FlowKey, backend_id: u32, backend: &Backend, 
 /// The key of a NAT flow's replies: backend → client.
 #[inline(always)]
 fn reply_key(key: &FlowKey, backend: &Backend) -> FlowKey {
-    FlowKey {
-        src: backend.addr,
-        dst: key.src,
-        src_port: backend.port,
-        dst_port: key.src_port,
-        protocol: key.protocol,
-        family: key.family,
-        _pad: [0; 2],
-    }
+    FlowKey::new(backend.addr, key.src, backend.port, key.src_port, key.protocol, key.family)
 }
 
 #[inline(always)]
@@ -185,15 +177,8 @@ pub fn reply_seen(reply: &FlowKey, way: *mut FlowSlot<ReverseEntry>, tcp: &TcpFl
     if tcp.resets_connection() {
         // SAFETY: a valid map value pointer; the check has vouched for the value.
         let reverse = unsafe { (*way).value };
-        let forward = FlowKey {
-            src: reply.dst,
-            dst: reverse.vip_addr,
-            src_port: reply.dst_port,
-            dst_port: reverse.vip_port,
-            protocol: reply.protocol,
-            family: reply.family,
-            _pad: [0; 2],
-        };
+        let forward =
+            FlowKey::new(reply.dst, reverse.vip_addr, reply.dst_port, reverse.vip_port, reply.protocol, reply.family);
         if let Some((slot, _)) = maps::flow(&forward, t.hash(&forward), t) {
             table::close(slot);
         }

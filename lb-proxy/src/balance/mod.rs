@@ -5,10 +5,10 @@ mod schedule;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-pub(crate) use schedule::Schedule;
 use schedule::smooth_pick;
+pub(crate) use schedule::{BackendSet, Schedule};
 
-use crate::backend::{Backend, BackendSet};
+use crate::backend::{Backend, Tried};
 use crate::config::Balance;
 use crate::outlier::now_ms;
 
@@ -20,9 +20,6 @@ const RING_PROBES: usize = 64;
 pub(crate) struct Balancer {
     cursor: AtomicUsize,
 }
-
-/// Backends a request already tried (and failed on), by address: retries go elsewhere.
-pub(crate) type Tried = [std::net::SocketAddr];
 
 impl Balancer {
     /// Picks a backend index. `hash` is the consistent-hash key's hash (ignored by the other

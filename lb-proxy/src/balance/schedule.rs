@@ -10,6 +10,13 @@ use lb_common::ring_key;
 use crate::backend::Backend;
 use crate::config::Balance;
 
+/// A snapshot of a VIP's backends plus the precomputed schedule (WRR sequence, Maglev ring).
+#[derive(Debug)]
+pub(crate) struct BackendSet {
+    pub(crate) backends: Vec<Arc<Backend>>,
+    pub(crate) schedule: Schedule,
+}
+
 #[derive(Debug)]
 pub(crate) enum Schedule {
     /// The algorithm needs nothing precomputed.

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{Method, Response, StatusCode, Uri, Version};
 
-use super::forward::ConnCtx;
+use super::conn::ConnCtx;
 use crate::config::AccessLogFormat;
 
 /// Set when the process's log is JSON: access lines are then written as fields.

@@ -3,14 +3,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body::Body;
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
 use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody};
 use super::budget::{Budget, Late};
+use super::conn::{ConnCtx, IncomingBody};
 use super::headers::{self, cookie, is_upgrade};
 use super::request_id;
 use super::respond::error_response;
@@ -19,41 +18,8 @@ use super::upstream::{self, ResponseBody};
 use super::validate::refuse;
 use crate::backend::Backend;
 use crate::config::{Balance, HashKey};
-use crate::error::{BoxError, UpstreamError};
+use crate::error::{ErrorSource, UpstreamError};
 use crate::pool::{UpBody, open_http};
-use crate::vip::Vip;
-
-/// What every request of one client connection shares.
-pub(crate) struct ConnCtx {
-    pub(crate) vip: Arc<Vip>,
-    pub(crate) client: SocketAddr,
-    /// `client_hash` of the client address: the consistent-hash key by default.
-    pub(crate) client_hash: u32,
-    /// The PROXY header for this client's backend connections, if the VIP sends one.
-    pub(crate) proxy_header: Option<Vec<u8>>,
-    /// The client spoke TLS to the proxy.
-    pub(crate) https: bool,
-}
-
-impl ConnCtx {
-    pub(crate) fn new(vip: &Arc<Vip>, client: SocketAddr, https: bool) -> Self {
-        let spec = &vip.spec;
-        ConnCtx {
-            vip: vip.clone(),
-            client,
-            client_hash: lb_common::hash::client_hash(&lb_common::ip_bytes(client.ip()).0, spec.hash_seed),
-            proxy_header: crate::proxy_protocol::header(spec.options.proxy_protocol, client, vip.local_addr),
-            https,
-        }
-    }
-}
-
-/// What a request's body may be: hyper's (h2) or the HTTP/1 connection's own.
-pub(crate) trait IncomingBody:
-    Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static
-{
-}
-impl<B: Body<Data = Bytes, Error: Into<BoxError>> + Send + Sync + Unpin + 'static> IncomingBody for B {}
 
 pub(crate) async fn handle<B: IncomingBody>(mut req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
     let id = ctx.vip.spec.options.request_id.then(|| request_id::ensure(req.headers_mut()));
@@ -122,17 +88,17 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
         Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, target.sticky, ctx),
         Err(e) => {
             tracing::debug!(vip = %spec.name, client = %ctx.client, error = %e, "request failed");
-            match e {
-                UpstreamError::NoBackend | UpstreamError::Full(_) => {
+            match (e.source(), &e) {
+                (ErrorSource::Internal, UpstreamError::NoBackend | UpstreamError::Full(_)) => {
                     ctx.vip.counters.rejected.fetch_add(1, Relaxed);
                 }
-                UpstreamError::Client(_) => {
+                (ErrorSource::Downstream, _) => {
                     ctx.vip.counters.client_errors.fetch_add(1, Relaxed);
                 }
                 _ => {}
             }
             // After a broken upload the connection's framing is lost: close it.
-            let close = matches!(e, UpstreamError::Client(_));
+            let close = e.source() == ErrorSource::Downstream;
             error_response(e.status(), close)
         }
     }
@@ -281,8 +247,8 @@ async fn attempts(
                 kept = Some((resp, in_flight));
                 continue;
             }
-            // The budget is the request's, not the backend's: no retry, no blame.
-            Err((UpstreamError::RequestTimeout, _)) => return Err(UpstreamError::RequestTimeout),
+            // Not the backend's (the budget is the request's): no retry, no blame.
+            Err((e, _)) if e.source() != ErrorSource::Upstream => return Err(e),
             Err((e, unsent)) => {
                 // A failure the client's upload caused is the client's: no retry, no blame.
                 if let Some(fault) = upload.fault() {

@@ -3,10 +3,12 @@
 mod access_log;
 mod body;
 mod budget;
+mod conn;
 mod decode;
 mod fields;
 mod forward;
 mod h1;
+mod h2;
 mod h2_send;
 mod headers;
 mod idle;
@@ -21,4 +23,3 @@ mod validate;
 pub use access_log::log_access_as_fields;
 pub(crate) use respond::{BUSY_RESPONSE, TOO_MANY_RESPONSE};
 pub(crate) use server::{refuse_connection, serve_connection};
-pub(crate) use upload::ClientFault;

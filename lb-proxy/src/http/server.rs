@@ -1,18 +1,13 @@
 //! Serving the client connections of an HTTP VIP.
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use hyper::server::conn::http2;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::forward::{ConnCtx, handle};
-use super::h2_send::SendWatch;
+use super::h2::serve_h2;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
 
@@ -44,56 +39,4 @@ pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip:
     }
     // Plain connections are HTTP/1 until their first bytes turn out to be the h2 preface.
     super::h1::serve(stream, client, vip, tasks, false).await
-}
-
-/// Serves an h2 connection (ALPN h2, or h2c with prior knowledge) with hyper.
-pub(crate) async fn serve_h2<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let opts = &vip.spec.options;
-    let ctx = Arc::new(ConnCtx::new(vip, client, https));
-    let watch = Arc::new(SendWatch::new(opts.timeouts.send));
-    let streams = watch.clone();
-    let svc = service_fn(move |req| {
-        let (ctx, streams) = (ctx.clone(), streams.clone());
-        async move { Ok::<_, Infallible>(streams.watch(handle(req, &ctx).await)) }
-    });
-    let mut b = http2::Builder::new(TokioExecutor::new());
-    b.timer(TokioTimer::new())
-        .max_concurrent_streams(opts.limits.h2_max_streams)
-        .max_header_list_size(opts.limits.max_header_bytes.min(u32::MAX as usize) as u32)
-        // A silent peer is found by pings; one that stays silent is dropped.
-        .keep_alive_interval(opts.timeouts.idle)
-        .keep_alive_timeout(opts.timeouts.client_header);
-    let conn = b.serve_connection(TokioIo::new(stream), svc);
-    tokio::pin!(conn);
-    // Streams whose client stopped taking their response are cut while the connection runs.
-    let cut = || {
-        vip.counters.client_timeouts.fetch_add(1, Relaxed);
-    };
-    let watching = watch.run(cut);
-    tokio::pin!(watching);
-    // Serves until done; on stop, finishes in-flight requests (graceful), on force, drops.
-    let stopping = tokio::select! {
-        biased;
-        r = conn.as_mut() => { log_end(r); false }
-        _ = tasks.stop.raised() => true,
-        never = watching.as_mut() => match never {},
-    };
-    if stopping {
-        conn.as_mut().graceful_shutdown();
-        tokio::select! {
-            biased;
-            r = conn.as_mut() => log_end(r),
-            _ = tasks.force.raised() => {}
-            never = watching.as_mut() => match never {},
-        }
-    }
-}
-
-fn log_end(r: Result<(), hyper::Error>) {
-    if let Err(e) = r {
-        tracing::debug!(error = %e, "client connection ended with an error");
-    }
 }

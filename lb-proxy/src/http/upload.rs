@@ -13,9 +13,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 
-use super::forward::IncomingBody;
+use super::conn::IncomingBody;
 use super::idle::IdleTimer;
-use crate::error::BoxError;
+use crate::error::{BoxError, ClientFault};
 use crate::outlier::now_ms;
 
 /// How the upload went, shared with the request's timers.
@@ -37,14 +37,6 @@ const BROKEN: u8 = 2;
 const STALLED: u8 = 3;
 /// The body grew past `limits.max_body_bytes`.
 const TOO_LARGE: u8 = 4;
-
-/// A client-side failure of the upload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ClientFault {
-    Broken,
-    Stalled,
-    TooLarge,
-}
 
 impl Upload {
     /// The body has been sent whole, or failed: nothing more will come of it.

@@ -2,7 +2,7 @@
 use http::{Method, Request, StatusCode, Version, header};
 
 use super::body::ProxyBody;
-use super::forward::ConnCtx;
+use super::conn::ConnCtx;
 use super::respond::error_response;
 
 pub(crate) fn refuse<B: http_body::Body>(req: &Request<B>, ctx: &ConnCtx) -> Option<http::Response<ProxyBody>> {

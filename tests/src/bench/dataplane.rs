@@ -204,15 +204,8 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
 
     let web = vips[0].addr;
     let syn = Frame::tcp(CLIENT, 45001, web, 80);
-    let new_flow_key = FlowKey {
-        src: ipv4_bytes(CLIENT),
-        dst: ipv4_bytes(web),
-        src_port: 45001u16.to_be(),
-        dst_port: 80u16.to_be(),
-        protocol: ip_proto::TCP,
-        family: family::IPV4,
-        _pad: [0; 2],
-    };
+    let new_flow_key =
+        FlowKey::new(ipv4_bytes(CLIENT), ipv4_bytes(web), 45001u16.to_be(), 80u16.to_be(), ip_proto::TCP, family::IPV4);
     // The reply's key names the backend the SYN is given; the ring alternates backends by slot.
     let b = crate::fixture::by_hash(&vips[0], lb_common::hash::client_hash(&ipv4_bytes(CLIENT), SEED));
     let reply_key = FlowKey {

@@ -23,15 +23,8 @@ pub(super) fn ipv6_rows(dp: &mut AyaDataplane) -> anyhow::Result<Rows> {
         std::net::IpAddr::V4(_) => unreachable!("fixture6 VIP {i} is IPv6"),
     };
     let (nat, ip6ip6, gue, l2) = (addr(0), addr(2), addr(5), addr(6));
-    let key = |dst: [u8; 16], port: u16| FlowKey {
-        src: CLIENT6,
-        dst,
-        src_port: port.to_be(),
-        dst_port: 80u16.to_be(),
-        protocol: ip_proto::TCP,
-        family: family::IPV6,
-        _pad: [0; 2],
-    };
+    let key =
+        |dst: [u8; 16], port: u16| FlowKey::new(CLIENT6, dst, port.to_be(), 80u16.to_be(), ip_proto::TCP, family::IPV6);
     // The reply's key of the new NAT66 flow: the ring alternates backends by slot.
     let (backend, backend_port) = crate::fixture6::by_client(&vips[0], CLIENT6);
     let std::net::IpAddr::V6(backend) = backend else { unreachable!("an IPv6 backend") };

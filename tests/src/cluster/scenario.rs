@@ -331,15 +331,7 @@ fn moved_flows(node: &Daemon) -> Vec<MovedFlow> {
             let client = SocketAddrV4::new(client_addr(k), port);
             let (src, family) = lb_common::ip_bytes(std::net::IpAddr::V4(*client.ip()));
             let (dst, _) = lb_common::ip_bytes(VIP.into());
-            let key = FlowKey {
-                src,
-                dst,
-                src_port: port.to_be(),
-                dst_port: 80u16.to_be(),
-                protocol: 6,
-                family,
-                _pad: [0; 2],
-            };
+            let key = FlowKey::new(src, dst, port.to_be(), 80u16.to_be(), 6, family);
             let (b, a) = (choose(&ring_before, &key), choose(&ring_after, &key));
             if b != removed && a != b {
                 flows.push(MovedFlow { client, before: b, after: a });

@@ -27,8 +27,9 @@ use tokio::time::{Instant, Sleep};
 use self::body::{ClientBody, Reader, SharedReader, lock};
 use self::request::Framing;
 use self::send::SendTimeout;
+use super::conn::ConnCtx;
 use super::decode::Decoder;
-use super::forward::{ConnCtx, handle};
+use super::forward::handle;
 use super::respond::{TIMEOUT_RESPONSE, error_response};
 use crate::shutdown::{Raised, Tasks};
 use crate::vip::Vip;
@@ -89,7 +90,7 @@ where
             Opening::H2 => {
                 let Some((stream, read)) = reclaim(reader, wr) else { return };
                 let stream = prefixed::Prefixed::new(read, stream);
-                return Box::pin(super::server::serve_h2(stream, client, vip, tasks, false)).await;
+                return Box::pin(super::h2::serve_h2(stream, client, vip, tasks, false)).await;
             }
         }
     }

@@ -14,6 +14,7 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use tokio::io::AsyncWriteExt;
 
+pub(crate) use crate::error::BackendFault;
 pub(crate) use body::ResponseBody;
 use head::{MAX_RESPONSE_HEAD, RequestFraming, parse_response, response_framing};
 pub(crate) use stream::Stream;
@@ -21,17 +22,6 @@ pub(crate) use stream::Stream;
 /// First read size; it doubles while reads fill it (large bodies), up to `MAX_READ`.
 const MIN_READ: usize = 8 * 1024;
 const MAX_READ: usize = 256 * 1024;
-
-/// What went wrong on a backend connection: always the backend's fault.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BackendFault {
-    #[error("connection closed before the response ended")]
-    Closed,
-    #[error("{0}")]
-    Io(io::Error),
-    #[error("malformed response: {0}")]
-    Malformed(&'static str),
-}
 
 /// An HTTP/1.1 connection to a backend.
 pub(crate) struct Conn {

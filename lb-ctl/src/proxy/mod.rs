@@ -1,11 +1,13 @@
 //! The userspace proxy's side of the daemon: proxy VIPs of lb.toml become lb-proxy specs, and
 //! the running proxy follows the daemon's state (reloads, API changes, health), so
 //! `backends add/remove/drain` and the health checker work for proxy VIPs as for XDP ones.
+pub mod route_checks;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lb_proxy::{BackendSpec, Mode, ProxyError, ProxyHandle, ProxyOptions, ProxyVipSpec};
+use lb_proxy::{BackendSpec, ProxyError, ProxyHandle, ProxyOptions, ProxyVipSpec};
 
 use crate::config::Protocol;
 use crate::state::plan::ring_input;
@@ -28,15 +30,10 @@ pub fn backends(vip: &VipState, max_connections: Option<u32>) -> Vec<(BackendSpe
         .collect()
 }
 
-/// What lb-proxy speaks for a proxy VIP of `protocol`.
-pub fn mode(protocol: Protocol) -> Mode {
-    if protocol == Protocol::Http { Mode::Http } else { Mode::Tcp }
-}
-
 /// The lb-proxy spec of a proxy VIP.
 pub fn spec(vip: &VipState, hash_seed: u32) -> ProxyVipSpec {
     let options = vip.proxy.clone().unwrap_or_default();
-    let mut spec = ProxyVipSpec::new(vip.label(), SocketAddr::new(vip.address, vip.port), mode(vip.protocol));
+    let mut spec = ProxyVipSpec::new(vip.label(), SocketAddr::new(vip.address, vip.port), vip.protocol.proxy_mode());
     spec.hash_seed = hash_seed;
     spec.backends = backends(vip, options.max_connections).into_iter().map(|(b, _)| b).collect();
     spec.options = options;
@@ -62,7 +59,7 @@ pub struct ProxyRuntime {
     /// What the last `sync` changed, in words (empty: nothing).
     last_changes: Vec<String>,
     /// Health checks of the VIPs' route backends (SNI and HTTP routes).
-    route_checks: crate::route_checks::RouteChecks,
+    route_checks: route_checks::RouteChecks,
 }
 
 impl ProxyRuntime {
