@@ -7,10 +7,10 @@ use std::path::Path;
 use lb_proxy::{ProxyOptions, TlsTermination};
 
 use super::Protocol;
+use super::checker::Checker;
 use super::defaults::Defaults;
 use super::raw::RawVip;
 use super::spans::{Step, key_span};
-use super::checker::Checker;
 
 /// A proxy VIP's options (`[defaults.proxy]` under its own), with relative TLS file paths
 /// taken under the configuration file's directory, and those files loaded once to check them.
