@@ -623,7 +623,7 @@ impl Writer {
                 self.transitions.entry(*id).or_insert(restored);
             }
         }
-        self.save_ids();
+        // Saved with the rest once the daemon has started (a failed start saves nothing).
     }
 
     fn save_ids(&mut self) {
