@@ -8,7 +8,7 @@ use crate::util::{cmd, is_root, target_dir};
 
 /// Debian packages of the proxy benchmark: the load generator and the peers.
 const PROXY_PACKAGES: &[&str] =
-    &["wrk", "nghttp2-client", "iperf3", "openssl", "nginx", "libnginx-mod-stream", "haproxy"];
+    &["wrk", "nghttp2-client", "iperf3", "openssl", "nginx", "libnginx-mod-stream", "haproxy", "valgrind"];
 /// Debian packages of the lab benchmark (and so of `all`): generators (trafgen, wrk, iperf3),
 /// nftables (the DNAT peer and the backends' counters) and the proxy peers.
 const LAB_PACKAGES: &[&str] = &[

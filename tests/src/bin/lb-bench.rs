@@ -33,7 +33,11 @@ enum Bench {
         katran: Option<std::path::PathBuf>,
     },
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
-    Proxy,
+    Proxy {
+        /// Count user-space instructions per request of each peer instead (callgrind).
+        #[arg(long)]
+        instructions: bool,
+    },
     /// Established connections kept and broken under a spoofed-SYN flood with a backend added
     /// mid-flood: lb-ctl with 1 Ki and 256 Ki connection tables, and nftables DNAT (root).
     Flood {
@@ -99,7 +103,8 @@ fn main() -> anyhow::Result<()> {
             bench::dataplane::run_with(&bench::dataplane::Options { rounds, only, katran }).map(drop)
         }
         Bench::Flows { katran } => bench::flows::run(katran.as_deref()).map(drop),
-        Bench::Proxy => bench::proxy::run().map(drop),
+        Bench::Proxy { instructions: true } => bench::proxy::instructions::run(),
+        Bench::Proxy { instructions: false } => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
         Bench::Cluster { repetitions } => bench::cluster::run(repetitions.max(1)),
         Bench::Flood { quick } => {

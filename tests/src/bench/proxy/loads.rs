@@ -10,8 +10,8 @@ use super::{DURATION_SECS, WORKERS};
 
 /// h2 clients and streams per client: 10 × 10 requests in flight, as many as wrk's 50
 /// connections give the HTTP/1 rows, doubled by multiplexing.
-const H2_CLIENTS: usize = 10;
-const H2_STREAMS: usize = 10;
+pub(super) const H2_CLIENTS: usize = 10;
+pub(super) const H2_STREAMS: usize = 10;
 /// Parallel iperf3 streams (one per worker).
 const BULK_STREAMS: usize = WORKERS;
 
@@ -40,24 +40,11 @@ pub fn h2load(port: u16, path: &str, log: &Path) -> Result<Measured> {
 /// started, N done, N succeeded, N failed, N errored, N timeout`) and the per-request log
 /// (`start µs \t status \t duration µs`).
 pub fn parse_h2load(text: &str, log: &str) -> Option<Measured> {
-    let mut rps = None;
-    let (mut done, mut errors) = (None, 0u64);
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("finished in ") {
-            rps = rest.split(", ").nth(1).and_then(|r| r.strip_suffix(" req/s")).and_then(|r| r.parse().ok());
-        }
-        if let Some(rest) = line.strip_prefix("requests: ") {
-            for part in rest.split(", ") {
-                let (n, what) = part.split_once(' ')?;
-                let n: u64 = n.parse().ok()?;
-                match what {
-                    "succeeded" => done = Some(n),
-                    "failed" | "errored" | "timeout" => errors += n,
-                    _ => {}
-                }
-            }
-        }
-    }
+    let rps = text.lines().find_map(|line| {
+        let rest = line.strip_prefix("finished in ")?;
+        rest.split(", ").nth(1).and_then(|r| r.strip_suffix(" req/s")).and_then(|r| r.parse().ok())
+    });
+    let (done, mut errors) = parse_h2load_requests(text)?;
     let mut micros: Vec<f64> = log
         .lines()
         .filter_map(|l| {
@@ -76,10 +63,27 @@ pub fn parse_h2load(text: &str, log: &str) -> Option<Measured> {
         p99_ms: at(0.99)? / 1000.0,
         p999_ms: at(0.999).map(|us| us / 1000.0),
         errors,
-        requests: done?,
+        requests: done,
         cpu_us_per_request: None,
         unit: "req",
     })
+}
+
+/// h2load's `requests: N total, N started, N done, N succeeded, N failed, N errored, N
+/// timeout` line: the requests that succeeded, and those that failed, errored or timed out.
+pub fn parse_h2load_requests(text: &str) -> Option<(u64, u64)> {
+    let rest = text.lines().find_map(|line| line.strip_prefix("requests: "))?;
+    let (mut done, mut errors) = (None, 0u64);
+    for part in rest.split(", ") {
+        let (n, what) = part.split_once(' ')?;
+        let n: u64 = n.parse().ok()?;
+        match what {
+            "succeeded" => done = Some(n),
+            "failed" | "errored" | "timeout" => errors += n,
+            _ => {}
+        }
+    }
+    Some((done?, errors))
 }
 
 /// `iperf3` (TCP, `BULK_STREAMS` streams, receiver's figures) against `port`, which leads to

@@ -4,8 +4,9 @@
 //! requests/s (MiB/s for bulk), p50/p99/p99.9 latency, errors and the proxy's CPU time per
 //! request (per MiB for bulk); asserts nothing. `LB_BENCH_ROUNDS=N` repeats every workload N
 //! times (peers interleaved) and compares medians; `LB_BENCH_TESTS=a,b` runs only the
-//! workloads whose names contain one of those words (case-insensitive). Everything listens on 127.0.0.1, and every
-//! process started here is stopped by its pid when the run ends (also on error).
+//! workloads whose names contain one of those words (case-insensitive). `--instructions`
+//! counts user-space instructions per request instead (see [`instructions`]). Everything listens on
+//! 127.0.0.1, and every process started here is stopped by its pid when the run ends (also on error).
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -22,6 +23,7 @@ use wrk::{Measured, fmt_ms, print_row, wrk};
 pub mod backend;
 mod configs;
 pub mod frontend;
+pub mod instructions;
 mod loads;
 mod wrk;
 
@@ -150,75 +152,111 @@ fn print_tls_sessions(peers: &[(&str, Ports)]) -> Result<()> {
     Ok(())
 }
 
-pub fn run() -> Result<Vec<ProxyRun>> {
-    // The backends and the lb-proxy front end are this same program (`lb-bench proxy-backend`,
-    // `lb-bench proxy-frontend`).
-    let me = std::env::current_exe().context("own path")?;
-    let dir = tempfile::Builder::new().prefix("lb-bench-proxy-").tempdir()?;
-    // Each peer's configuration is printed as it is written: figures come with their setup.
-    let write = |name: &str, text: &str| -> Result<std::path::PathBuf> {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text)?;
-        println!("--- {name} ---\n{}", text.trim_end());
-        Ok(path)
-    };
-    make_cert(dir.path())?;
-    let (chain, key, combined) =
-        (dir.path().join("chain.pem"), dir.path().join("key.pem"), dir.path().join("combined.pem"));
-    let cert = Cert { chain: &chain, key: &key, combined: &combined };
-    // The peers' own messages go to files beside their configurations, shown if one stops.
-    let mut procs = Procs { logs: dir.path().to_path_buf(), running: Vec::new() };
+/// What every peer runs against, started: the backends and the bulk server; and each peer's
+/// command with its ports (configurations written beside the certificate and printed).
+struct Rig {
+    /// The backends and the bulk server (stopped before `dir` is removed).
+    procs: Procs,
+    peers: Vec<(&'static str, Ports, Command)>,
+    backend_ports: Vec<u16>,
+    bulk_server: u16,
+    dir: tempfile::TempDir,
+}
 
-    let backend_ports: Vec<u16> = (0..BACKENDS).map(|_| free_port()).collect::<Result<_>>()?;
-    let mut cmd = Command::new(&me);
-    cmd.arg("proxy-backend").arg(WORKERS.to_string()).args(backend_ports.iter().map(u16::to_string));
-    procs.spawn("backends", cmd)?;
-    let bulk_server = free_port()?;
-    let mut cmd = Command::new("iperf3");
-    cmd.args(["-s", "-B", "127.0.0.1", "-p", &bulk_server.to_string()]);
-    procs.spawn("iperf3", cmd)?;
-    for &p in backend_ports.iter().chain([&bulk_server]) {
-        wait_port(p)?;
-    }
-    let ports = || -> Result<Ports> {
-        Ok(Ports { http: free_port()?, tcp: free_port()?, tls: free_port()?, h2c: free_port()?, bulk: free_port()? })
-    };
+impl Rig {
+    fn start() -> Result<Rig> {
+        // The backends and the lb-proxy front end are this same program (`lb-bench
+        // proxy-backend`, `lb-bench proxy-frontend`).
+        let me = std::env::current_exe().context("own path")?;
+        let dir = tempfile::Builder::new().prefix("lb-bench-proxy-").tempdir()?;
+        // Each peer's configuration is printed as it is written: figures come with their setup.
+        let write = |name: &str, text: &str| -> Result<std::path::PathBuf> {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text)?;
+            println!("--- {name} ---\n{}", text.trim_end());
+            Ok(path)
+        };
+        make_cert(dir.path())?;
+        let (chain, key, combined) =
+            (dir.path().join("chain.pem"), dir.path().join("key.pem"), dir.path().join("combined.pem"));
+        let cert = Cert { chain: &chain, key: &key, combined: &combined };
+        // The peers' own messages go to files beside their configurations, shown if one stops.
+        let mut procs = Procs { logs: dir.path().to_path_buf(), running: Vec::new() };
 
-    let mut peers: Vec<(&str, Ports)> = Vec::new();
-    let mut lb = ports()?;
-    lb.h2c = lb.http;
-    let mut cmd = Command::new(&me);
-    cmd.arg("proxy-frontend")
-        .args(
-            [WORKERS, lb.http.into(), lb.tcp.into(), lb.tls.into(), lb.bulk.into(), bulk_server.into()]
-                .map(|n: usize| n.to_string()),
-        )
-        .args([&chain, &key])
-        .args(backend_ports.iter().map(u16::to_string));
-    println!(
-        "--- lb-proxy ---\nlb-bench proxy-frontend: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin, rustls with its default session cache), X-Forwarded-* off, no access log; h2c on the HTTP port"
-    );
-    procs.spawn("lb-proxy", cmd)?;
-    peers.push(("lb-proxy", lb));
-
-    let ng = ports()?;
-    let conf = write("nginx.conf", &nginx_conf(dir.path(), &ng, &cert, &backend_ports, bulk_server))?;
-    let mut cmd = Command::new("nginx");
-    cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path()).args(["-e", "stderr"]);
-    procs.spawn("nginx", cmd)?;
-    peers.push(("nginx", ng));
-
-    let ha = ports()?;
-    let conf = write("haproxy.cfg", &haproxy_conf(&ha, &cert, &backend_ports, bulk_server))?;
-    let mut cmd = Command::new("haproxy");
-    cmd.arg("-db").arg("-f").arg(&conf);
-    procs.spawn("haproxy", cmd)?;
-    peers.push(("haproxy", ha));
-
-    for (_, p) in &peers {
-        for port in [p.http, p.tcp, p.tls, p.h2c, p.bulk] {
-            wait_port(port)?;
+        let backend_ports: Vec<u16> = (0..BACKENDS).map(|_| free_port()).collect::<Result<_>>()?;
+        let mut cmd = Command::new(&me);
+        cmd.arg("proxy-backend").arg(WORKERS.to_string()).args(backend_ports.iter().map(u16::to_string));
+        procs.spawn("backends", cmd)?;
+        let bulk_server = free_port()?;
+        let mut cmd = Command::new("iperf3");
+        cmd.args(["-s", "-B", "127.0.0.1", "-p", &bulk_server.to_string()]);
+        procs.spawn("iperf3", cmd)?;
+        for &p in backend_ports.iter().chain([&bulk_server]) {
+            wait_port(p, PEER_START)?;
         }
+        let ports = || -> Result<Ports> {
+            Ok(Ports {
+                http: free_port()?,
+                tcp: free_port()?,
+                tls: free_port()?,
+                h2c: free_port()?,
+                bulk: free_port()?,
+            })
+        };
+
+        let mut peers = Vec::new();
+        let mut lb = ports()?;
+        lb.h2c = lb.http;
+        let mut cmd = Command::new(&me);
+        cmd.arg("proxy-frontend")
+            .args(
+                [WORKERS, lb.http.into(), lb.tcp.into(), lb.tls.into(), lb.bulk.into(), bulk_server.into()]
+                    .map(|n: usize| n.to_string()),
+            )
+            .args([&chain, &key])
+            .args(backend_ports.iter().map(u16::to_string));
+        println!(
+            "--- lb-proxy ---\nlb-bench proxy-frontend: {WORKERS} workers, default options (pool of idle backend connections, smooth weighted round robin, rustls with its default session cache), X-Forwarded-* off, no access log; h2c on the HTTP port"
+        );
+        peers.push(("lb-proxy", lb, cmd));
+
+        let ng = ports()?;
+        let conf = write("nginx.conf", &nginx_conf(dir.path(), &ng, &cert, &backend_ports, bulk_server))?;
+        let mut cmd = Command::new("nginx");
+        cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path()).args(["-e", "stderr"]);
+        peers.push(("nginx", ng, cmd));
+
+        let ha = ports()?;
+        let conf = write("haproxy.cfg", &haproxy_conf(&ha, &cert, &backend_ports, bulk_server))?;
+        let mut cmd = Command::new("haproxy");
+        cmd.arg("-db").arg("-f").arg(&conf);
+        peers.push(("haproxy", ha, cmd));
+        Ok(Rig { procs, peers, backend_ports, bulk_server, dir })
+    }
+}
+
+/// How long a peer may take to listen on all its ports.
+const PEER_START: Duration = Duration::from_secs(10);
+
+/// Waits until `ports` all accept a connection.
+fn wait_ports(p: &Ports, timeout: Duration) -> Result<()> {
+    for port in [p.http, p.tcp, p.tls, p.h2c, p.bulk] {
+        wait_port(port, timeout)?;
+    }
+    Ok(())
+}
+
+pub fn run() -> Result<Vec<ProxyRun>> {
+    // Not destructured: the rig's processes stop before its directory goes.
+    let mut rig = Rig::start()?;
+    let mut peers = Vec::new();
+    for (name, p, cmd) in std::mem::take(&mut rig.peers) {
+        rig.procs.spawn(name, cmd)?;
+        peers.push((name, p));
+    }
+    let (procs, backend_ports, bulk_server, dir) = (&mut rig.procs, &rig.backend_ports, rig.bulk_server, &rig.dir);
+    for (_, p) in &peers {
+        wait_ports(p, PEER_START)?;
     }
     procs.check_alive()?;
     print_tls_sessions(&peers)?;
@@ -329,15 +367,15 @@ fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_port(port: u16) -> Result<()> {
+fn wait_port(port: u16, timeout: Duration) -> Result<()> {
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
+    while start.elapsed() < timeout {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    bail!("nothing listens on 127.0.0.1:{port} after 10 s")
+    bail!("nothing listens on 127.0.0.1:{port} after {} s", timeout.as_secs())
 }
 
 /// The processes this run started; each is killed by its own pid and reaped on drop. Their
