@@ -74,7 +74,13 @@ pub fn run() -> Result<()> {
         SETTLE.as_secs()
     );
     let mut counts = Vec::new();
-    for (peer, ports, cmd) in std::mem::take(&mut rig.peers) {
+    for (peer, ports, mut cmd) in std::mem::take(&mut rig.peers) {
+        if peer == "nginx" {
+            // nginx's workers would drop to `nobody`, out of callgrind_control's reach (it
+            // waits for them for ever); this only keeps their user, not their request path.
+            cmd.args(["-g", "user root;"]);
+            println!("nginx under the counter: -g 'user root;' (its workers keep root's user)");
+        }
         let valgrind = under_callgrind(&cmd, &out, peer);
         println!("--- {peer} under the counter ---\n{}", command_line(&valgrind));
         // A Procs of its own: the peer stops (and writes its last dump) before the next starts.
@@ -198,9 +204,15 @@ fn h2load(load: Load, path: &str, ports: &Ports, n: u64) -> Result<(u64, u64)> {
 }
 
 /// `callgrind_control WHAT PID` (`-z` zero, `-d` dump) for one process of a peer.
+/// Longest wait for callgrind_control's answer (valgrind runs a process ~50x slower).
+const CONTROL_TIMEOUT_SECS: u64 = 60;
+
 fn callgrind_control(what: &str, pid: u32, dir: &Path) -> Result<()> {
     hand_pipes_over(pid, dir)?;
-    let out = Command::new("callgrind_control")
+    // Bounded: a process that never answers is an error, not a hung benchmark.
+    let out = Command::new("timeout")
+        .arg(CONTROL_TIMEOUT_SECS.to_string())
+        .arg("callgrind_control")
         .arg(format!("--vgdb-prefix={}/vgdb", dir.display()))
         .arg(what)
         .arg(pid.to_string())
