@@ -336,6 +336,36 @@ fn closed_connections_give_their_ways_to_new_ones() {
 }
 
 #[test]
+fn a_closed_flow_never_proves_its_reply_entry_again() {
+    if !require_root("a_closed_flow_never_proves_its_reply_entry_again") {
+        return;
+    }
+    let (ns, mut dp, vips) = setup();
+    let _inside = ns.enter();
+    let c = &connections_in_one_reply_set(&dp, &vips, 1)[0];
+    let mut cases = c.opens();
+    cases.push(c.client("client FIN", L4::TcpFin, &[Counter::FlowHit]));
+    run_all(&mut dp, cases);
+    evict_reply_entry(&mut dp, &c.reply_key());
+    // Late client packets (the ACK of the backend's FIN, retransmissions), each the first of
+    // its reply-check period (700 ms reaches the next one, as above): the first writes the
+    // reply entry again, unproven as its closed forward entry; the next finds it there and
+    // must leave it unproven, or it would protect its way until idle.
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(700));
+    tick();
+    run_all(
+        &mut dp,
+        vec![c.client("late ACK: reply entry written", L4::TcpAck, &[Counter::FlowHit, Counter::ReverseRestored])],
+    );
+    tick();
+    let mut found = c.client("later ACK: reply entry found", L4::TcpAck, &[Counter::FlowHit]);
+    found.unchanged = vec![Counter::ReverseRestored];
+    run_all(&mut dp, vec![found]);
+    let reply = stamp::<lb_common::flow::ReverseEntry>(&mut dp, map_names::REVERSE_FLOWS, &c.reply_key());
+    assert_eq!(life(reply), Some(0), "the reply entry of a closed flow is unproven");
+}
+
+#[test]
 fn live_proven_reply_entries_are_kept_until_idle() {
     if !require_root("live_proven_reply_entries_are_kept_until_idle") {
         return;

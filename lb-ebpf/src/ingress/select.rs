@@ -132,16 +132,19 @@ fn record_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: 
     maps::record_reverse_flow(&reply_key(key, backend), entry.reply_hash, &reverse, proven, t);
 }
 
-/// An established NAT flow keeps its reply entry: found (and marked proven, and stamped, so
-/// both directions age together), or written again if churn evicted it (proven as the forward
-/// entry is: not once the client has closed). The forward entry holds the reply key's hash,
+/// An established NAT flow keeps its reply entry: found (and stamped, so both directions age
+/// together, and marked proven while the forward entry is), or written again if churn evicted
+/// it (proven as the forward entry is: not once the client has closed). The forward entry holds the reply key's hash,
 /// so this costs no hashing; it runs on the flow's first packet of each reply-check period.
 #[inline(always)]
 fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, proven: bool, t: &Tables) {
     match reply_way(key, entry, backend, t) {
         // SAFETY: a valid map value pointer; the check has vouched for the value.
         Some(way) if unsafe { (*way).value.vip_id } == vip.id => {
-            table::prove(way);
+            // Only a live flow proves it: a closed one's entry, written again unproven, stays so.
+            if proven {
+                table::prove(way);
+            }
         }
         _ => {
             record_reply_entry(vip, key, entry, backend, proven, t);
