@@ -22,6 +22,7 @@
 //! - [`dsr_probe`]: the probe `backends verify` sends along the data plane's path.
 //! - [`paths`]: every host path (sockets, pins, saved state); [`logging`]: the log and its
 //!   reloadable level.
+pub mod adjacency;
 pub mod announce;
 pub mod api;
 pub mod cli;

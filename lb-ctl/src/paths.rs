@@ -76,18 +76,28 @@ pub fn is_own_socket(path: &Path) -> bool {
         && if suffix.is_empty() { !name.contains("@netns") } else { name.ends_with(&format!("{suffix}.sock")) }
 }
 
-/// The default control socket of `lb-ctl proxy`: in [`RUN_DIR`] for root, else under the
-/// user's runtime directory (or /tmp/lb-ctl-UID).
+/// The default control socket of `lb-ctl proxy`: in [`RUN_DIR`] for root (named for its
+/// network namespace, like a daemon's, so the commands of that namespace find it), else in the
+/// user's own run directory (see [`user_run_dir`]).
 pub fn proxy_socket() -> PathBuf {
+    match user_run_dir() {
+        None => Path::new(RUN_DIR).join(format!("{}.sock", host_name("proxy"))),
+        Some(dir) => dir.join("proxy.sock"),
+    }
+}
+
+/// Where an unprivileged user's `lb-ctl proxy` keeps its socket: under the user's runtime
+/// directory (or /tmp/lb-ctl-UID). None for root, whose sockets are in [`RUN_DIR`].
+pub fn user_run_dir() -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if uid == 0 {
-        return Path::new(RUN_DIR).join("proxy.sock");
+        return None;
     }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) => PathBuf::from(dir).join("lb-ctl/proxy.sock"),
-        None => PathBuf::from(format!("/tmp/lb-ctl-{uid}/proxy.sock")),
-    }
+    Some(match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) => PathBuf::from(dir).join("lb-ctl"),
+        None => PathBuf::from(format!("/tmp/lb-ctl-{uid}")),
+    })
 }
 
 /// bpffs directory of the balancer on `iface`.

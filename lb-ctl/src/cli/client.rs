@@ -1,6 +1,6 @@
 //! Commands that talk to a running daemon over its control socket.
 use std::io::{IsTerminal as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -21,7 +21,9 @@ pub fn find_socket(socket: Option<PathBuf>, iface: Option<String>) -> Result<Pat
     if let Some(i) = iface {
         return Ok(paths::api_socket(&i));
     }
-    let dir = Path::new(paths::RUN_DIR);
+    // Root's daemons are in the run directory; a user's own `lb-ctl proxy` in the user's.
+    let dir = paths::user_run_dir().unwrap_or_else(|| PathBuf::from(paths::RUN_DIR));
+    let dir = dir.as_path();
     let sockets: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| paths::is_own_socket(p)).collect())
         .unwrap_or_default();

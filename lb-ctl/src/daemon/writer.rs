@@ -150,6 +150,10 @@ impl Writer {
         // Saved only now: a start that fails leaves the previous run's ids as they were.
         self.save_ids();
         let _ = started.send(Ok(()));
+        for problem in self.not_adjacent() {
+            tracing::warn!("{problem}");
+            self.events.record("adjacency", None, None, problem);
+        }
         self.sync_routes();
         while let Some(command) = rx.blocking_recv() {
             match command {
@@ -332,6 +336,7 @@ impl Writer {
             Request::Vips => self.vips().map(Response::Vips),
             Request::Backends { vip } => self.backends(vip.as_deref()).map(Response::Backends),
             Request::Add(r) => {
+                self.refuse_not_adjacent(&r)?;
                 self.change("add", "added", |s| s.add_backend(&r.vip, &r.address, r.weight)).map(Response::Changed)
             }
             Request::Remove(r) => {
@@ -399,6 +404,29 @@ impl Writer {
     }
 
     /// An API change: made on a copy of the state; refused changes leave everything as it was.
+    /// The dsr-l2 backends the host does not reach on a link (on a real host only).
+    fn not_adjacent(&self) -> Vec<String> {
+        if !self.options.kernel_routes {
+            return Vec::new();
+        }
+        crate::adjacency::problems(&self.state)
+    }
+
+    /// `backends add` of a dsr-l2 backend the host does not reach on a link: refused, since
+    /// every packet sent to it would be dropped.
+    fn refuse_not_adjacent(&self, r: &crate::api::types::BackendRequest) -> Result<(), ApiError> {
+        if !self.options.kernel_routes {
+            return Ok(());
+        }
+        let mut next = self.state.clone();
+        let id = next.add_backend(&r.vip, &r.address, r.weight)?;
+        let Some((vip, backend)) = next.backend_by_id(id) else { return Ok(()) };
+        match crate::adjacency::problem(vip, backend.address) {
+            Some(problem) => Err(ApiError::bad_request(format!("{problem}; nothing was changed"))),
+            None => Ok(()),
+        }
+    }
+
     fn change(
         &mut self,
         kind: &str,
@@ -584,6 +612,10 @@ impl Writer {
             );
             tracing::warn!("{warning}");
             message.push_str(&format!("; {warning}"));
+        }
+        for problem in self.not_adjacent() {
+            tracing::warn!("{problem}");
+            message.push_str(&format!("; warning: {problem}"));
         }
         if let Some(level) = new_level {
             match crate::logging::follow_file(&level) {
