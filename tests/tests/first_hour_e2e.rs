@@ -159,6 +159,13 @@ fn the_readme_proxy_quick_start_serves() {
     let stats = text(&run(&ns, &["lb-ctl".into(), "stats".into()], dir.path()));
     assert!(stats.contains("REQUESTS"), "stats shows the proxy's requests:\n{stats}");
     assert!(!stats.contains("COUNTER"), "a proxy-only daemon has no XDP counters:\n{stats}");
+    // A backend that stops is shown down by `backends list`, and still listed by `stats`.
+    servers.truncate(1);
+    let run_list = || text(&run(&ns, &["lb-ctl".into(), "backends".into(), "list".into()], dir.path()));
+    daemon
+        .wait_until(&log, || run_list().lines().any(|l| l.contains(&backends[1].to_string()) && l.contains(" down ")));
+    let stats = text(&run(&ns, &["lb-ctl".into(), "stats".into()], dir.path()));
+    assert!(stats.contains(&backends[1].to_string()), "stats lists the down backend:\n{stats}");
     let status = daemon.stop();
     assert!(status.success(), "the proxy stops cleanly on SIGTERM: {status}");
 }

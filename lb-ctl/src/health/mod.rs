@@ -148,7 +148,8 @@ pub async fn run_checker(target: Target, token: u64, initial: Health, sink: Sink
                 Outcome::Failure(e) => {
                     format!("{} in a row, last: {e}", counted(spec.fall, "failed check", "failed checks"))
                 }
-                Outcome::Refused(e) => format!("connection refused ({e})"),
+                // Already says what refused it ("connect: Connection refused ..."): not twice.
+                Outcome::Refused(e) => e.clone(),
             };
             match health {
                 Health::Up => tracing::info!(
