@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use lb_ctl::api::types::BackendView;
 use lb_ctl::state::Health;
-use lb_tests::lab::{Daemon, Hold, LB_PORT, Lab, backend_addr, client_addr, http_get, wait_for_listener};
+use lb_tests::lab::{Daemon, Hold, Lab, backend_addr, client_addr, http_get};
 use lb_tests::netns::enter_named;
 use lb_tests::privileges::require_root;
 
@@ -67,18 +67,12 @@ fn config_text(socket: &Path, members: &[(usize, u32)], extra: &str) -> String {
 /// lab and the backends' pids.
 fn lab(tag: &str, backends: usize) -> (Lab, Vec<u32>) {
     let mut lab = Lab::new(tag, backends, CLIENTS);
-    let pids = (0..backends).map(|i| start_backend(&mut lab, i)).collect();
-    lab.pass_on_switch_port(LB_PORT);
-    lab.resolve_backends();
+    let pids = lab.serve_test_backends(env!("CARGO_BIN_EXE_lb-test-backend"), backends);
     (lab, pids)
 }
 
 fn start_backend(lab: &mut Lab, i: usize) -> u32 {
-    let ns = lab.backends[i].name.clone();
-    let pid = lab.spawn(&ns, &[env!("CARGO_BIN_EXE_lb-test-backend"), "0.0.0.0:8080", &backend_name(i)]);
-    let _in = lab.backends[i].enter();
-    wait_for_listener(SocketAddr::from((backend_addr(i), 8080)), Duration::from_secs(10));
-    pid
+    lab.start_test_backend(env!("CARGO_BIN_EXE_lb-test-backend"), i)
 }
 
 /// The daemon under test: `lb-ctl attach eth0` in the balancer namespace, native XDP.

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use lb_tests::lab::{LB_PORT, Lab, backend_addr, client_addr, http_get, wait_for_listener};
+use lb_tests::lab::{Lab, backend_addr, client_addr, http_get, wait_for_listener};
 use lb_tests::netns::{Netns, die_with_parent};
 use lb_tests::privileges::require_root;
 
@@ -188,14 +188,7 @@ fn the_readme_xdp_quick_start_serves() {
     }
     let commands = readme_commands("lb-ctl attach");
     let mut lab = Lab::new("fhx", 2, 1);
-    for i in 0..2 {
-        let ns = lab.backends[i].name.clone();
-        lab.spawn(&ns, &[env!("CARGO_BIN_EXE_lb-test-backend"), "0.0.0.0:8080", &format!("backend-{i}")]);
-        let _in = lab.backends[i].enter();
-        wait_for_listener(SocketAddr::from((backend_addr(i), 8080)), Duration::from_secs(10));
-    }
-    lab.pass_on_switch_port(LB_PORT);
-    lab.resolve_backends();
+    lab.serve_test_backends(env!("CARGO_BIN_EXE_lb-test-backend"), 2);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("lb.toml"), xdp_lb_toml()).unwrap();
 

@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use lb_tests::lab::{Daemon, Hold, LB_PORT, Lab, backend_addr, client_addr, http_get, wait_for_listener};
+use lb_tests::lab::{Daemon, Hold, Lab, backend_addr, client_addr, http_get};
 use lb_tests::netns::enter_named;
 use lb_tests::privileges::require_root;
 
@@ -62,14 +62,7 @@ fn a_backend_host_name_is_followed_without_breaking_flows() {
         return;
     }
     let mut lab = Lab::new("h", 2, CLIENTS);
-    for i in 0..2 {
-        let ns = lab.backends[i].name.clone();
-        lab.spawn(&ns, &[env!("CARGO_BIN_EXE_lb-test-backend"), "0.0.0.0:8080", &format!("backend-{i}")]);
-        let _in = lab.backends[i].enter();
-        wait_for_listener(backend(i), Duration::from_secs(10));
-    }
-    lab.pass_on_switch_port(LB_PORT);
-    lab.resolve_backends();
+    lab.serve_test_backends(env!("CARGO_BIN_EXE_lb-test-backend"), 2);
     let cns = lab.client.name.clone();
 
     let hosts_dir = tempfile::tempdir().unwrap();

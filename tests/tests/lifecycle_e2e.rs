@@ -3,11 +3,11 @@
 //! a bpffs that dies with it, pins removed under a running daemon are put back while the
 //! balancer keeps forwarding, and `detach` neither removes a running daemon's pins nor claims
 //! to have removed what was not there. Needs root.
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lb_tests::lab::{Daemon, Entry, LB_PORT, Lab, backend_addr, client_addr, http_get, wait_for_listener};
+use lb_tests::lab::{Daemon, Entry, Lab, backend_addr, client_addr, http_get};
 use lb_tests::netns::enter_named;
 use lb_tests::privileges::require_root;
 
@@ -18,14 +18,7 @@ const MISSING: &str = "192.0.2.99";
 /// A lab with one test backend on :8080 and the XDP_PASS program on the balancer's switch port.
 fn lab(tag: &str) -> Lab {
     let mut lab = Lab::new(tag, 1, 1);
-    let ns = lab.backends[0].name.clone();
-    lab.spawn(&ns, &[env!("CARGO_BIN_EXE_lb-test-backend"), "0.0.0.0:8080", "backend-0"]);
-    {
-        let _in = lab.backends[0].enter();
-        wait_for_listener(SocketAddr::from((backend_addr(0), 8080)), Duration::from_secs(10));
-    }
-    lab.pass_on_switch_port(LB_PORT);
-    lab.resolve_backends();
+    lab.serve_test_backends(env!("CARGO_BIN_EXE_lb-test-backend"), 1);
     lab
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use lb_tests::flood::{Flood, FloodSpec, KeepAlive, LeakWatcher, mac_bytes};
-use lb_tests::lab::{Daemon, LB_PORT, Lab, backend_addr, client_addr, http_get, mac_of, wait_for_listener};
+use lb_tests::lab::{Daemon, Lab, backend_addr, client_addr, http_get, mac_of};
 use lb_tests::netns::enter_named;
 use lb_tests::privileges::require_root;
 
@@ -49,14 +49,7 @@ fn config(socket: &std::path::Path, flows: u32) -> String {
 /// and `web2` on the same backends with a table of `flows`.
 fn lab(tag: &str, flows: u32) -> (Lab, Daemon) {
     let mut lab = Lab::new(tag, BACKENDS, CLIENTS);
-    for i in 0..BACKENDS {
-        let ns = lab.backends[i].name.clone();
-        lab.spawn(&ns, &[env!("CARGO_BIN_EXE_lb-test-backend"), "0.0.0.0:8080", &format!("backend-{i}")]);
-        let _in = lab.backends[i].enter();
-        wait_for_listener(SocketAddr::from((backend_addr(i), 8080)), Duration::from_secs(10));
-    }
-    lab.pass_on_switch_port(LB_PORT);
-    lab.resolve_backends();
+    lab.serve_test_backends(env!("CARGO_BIN_EXE_lb-test-backend"), BACKENDS);
     let mut daemon = Daemon::new(&lab.lb, "eth0", tag, &["--xdp-mode", "native"]);
     daemon.write_config_text(&config(&daemon.socket(), flows));
     daemon.start();

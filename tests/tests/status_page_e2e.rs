@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use lb_ctl::state::Health;
-use lb_tests::lab::{Daemon, LB_PORT, Lab, backend_addr, wait_for_listener};
+use lb_tests::lab::{Daemon, Lab, backend_addr};
 use lb_tests::privileges::require_root;
 
 const METRICS: &str = "127.0.0.1:9721";
@@ -40,14 +40,7 @@ fn the_status_page_in_a_browser_shows_the_backends_list() {
     // Backends 0 and 1 serve; nothing listens on backend 2, so its check is refused: down. Three
     // failures in a row take a backend down, so a check slowed by Chromium starting on the same
     // two cores cannot flip a serving backend between the page and `backends list`.
-    for i in 0..2 {
-        let ns = lab.backends[i].name.clone();
-        lab.spawn(&ns, &[env!("CARGO_BIN_EXE_lb-test-backend"), "0.0.0.0:8080", &format!("backend-{i}")]);
-        let _in = lab.backends[i].enter();
-        wait_for_listener(SocketAddr::from((backend_addr(i), 8080)), Duration::from_secs(10));
-    }
-    lab.pass_on_switch_port(LB_PORT);
-    lab.resolve_backends();
+    lab.serve_test_backends(env!("CARGO_BIN_EXE_lb-test-backend"), 2);
     let mut daemon = Daemon::new(&lab.lb, "eth0", "sp", &["--xdp-mode", "native"]);
     let backends: Vec<String> =
         (0..3).map(|i| format!("{{ address = \"{}\", port = 8080 }}", backend_addr(i))).collect();

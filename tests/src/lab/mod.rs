@@ -232,6 +232,26 @@ impl Lab {
         pid
     }
 
+    /// Starts the test backend `bin` (`lb-test-backend`) on :8080 in backend `i`'s namespace,
+    /// named `backend-i`, and waits for its listener; returns its pid.
+    pub fn start_test_backend(&mut self, bin: &str, i: usize) -> u32 {
+        let ns = self.backends[i].name.clone();
+        let pid = self.spawn(&ns, &[bin, "0.0.0.0:8080", &format!("backend-{i}")]);
+        let _in = self.backends[i].enter();
+        wait_for_listener(std::net::SocketAddr::from((backend_addr(i), 8080)), std::time::Duration::from_secs(10));
+        pid
+    }
+
+    /// The first `count` backends serving (see [`Lab::start_test_backend`]), the XDP_PASS
+    /// program on the balancer's switch port, and the backends' MACs known to the balancer:
+    /// the lab as a daemon test finds it. Returns the backends' pids.
+    pub fn serve_test_backends(&mut self, bin: &str, count: usize) -> Vec<u32> {
+        let pids = (0..count).map(|i| self.start_test_backend(bin, i)).collect();
+        self.pass_on_switch_port(LB_PORT);
+        self.resolve_backends();
+        pids
+    }
+
     /// Stops a process started with [`Lab::spawn`].
     pub fn kill(&mut self, pid: u32) {
         if let Some(pos) = self.children.iter().position(|c| c.id() == pid) {
