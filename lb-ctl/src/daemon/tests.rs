@@ -286,3 +286,14 @@ async fn undrain_undoes_a_drain_and_a_reload_names_the_drains_it_undid() {
     assert!(r.message.contains("undid 1 API changes (drain of 198.51.100.2:8080 of 203.0.113.10:80"), "{}", r.message);
     assert_eq!(state(&d, "198.51.100.2:8080").await.0, "active");
 }
+
+/// `node drain` on a daemon that announces no VIP would change nothing: refused, and the
+/// node is not marked drained.
+#[tokio::test]
+async fn a_node_drain_without_announced_vips_is_refused() {
+    let d = Daemon::start(&lb_toml("")).await;
+    let e = d.client.node(true).await.unwrap_err().to_string();
+    assert!(e.contains("no VIP of this daemon is announced") && e.contains("nothing was changed"), "{e}");
+    assert!(!d.client.status().await.unwrap().node_drained);
+    d.stop().await;
+}

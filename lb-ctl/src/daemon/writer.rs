@@ -318,6 +318,15 @@ impl Writer {
 
     /// `node drain` / `node undrain`.
     fn node(&mut self, drain: bool) -> Result<NodeView, ApiError> {
+        // Draining withdraws announced VIP routes and nothing else: on a daemon that announces
+        // none it would report a drain while every VIP keeps taking new connections.
+        if drain && !self.state.vips.iter().any(|v| v.announce.is_some()) {
+            return Err(ApiError::bad_request(
+                "no VIP of this daemon is announced (`announce` in [[vip]]), so a node drain would change nothing: \
+                 new connections keep coming; to stop sending new connections to a backend use `lb-ctl backends drain \
+                 VIP ADDRESS`; nothing was changed",
+            ));
+        }
         let mut next = self.state.clone();
         next.node_drained = drain;
         self.commit(next)?;
