@@ -1,11 +1,12 @@
 //! Header parsing with a bounds check before every access (the verifier insists, and so do we:
 //! a short or odd packet gets a defined verdict, never an out-of-bounds read).
 use aya_ebpf::programs::XdpContext;
+use lb_common::config::port_flags;
 use lb_common::ip_proto;
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv4Hdr;
 
-use crate::parse6;
+use crate::{maps, parse6};
 pub use crate::parsed::{IcmpError, Ipv4Packet, Parsed, TcpFlags};
 
 /// ICMP destination unreachable (every code: fragmentation needed, port unreachable, ...).
@@ -67,6 +68,10 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         _ => return Parsed::NotTcpUdp,
     };
     let ports = l4_header as *mut u16;
+    // SAFETY: inside the header checked above (at least 8 bytes).
+    if passes_through(proto, unsafe { (*ports, *ports.add(1)) }) {
+        return Parsed::NotTcpUdp;
+    }
     Parsed::Ipv4(Ipv4Packet {
         l3_offset,
         ip,
@@ -77,6 +82,21 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         l4_check: unsafe { l4_header.add(check_offset) } as *mut u16,
         tcp: TcpFlags(tcp_flags),
     })
+}
+
+/// Whether a whole TCP or UDP datagram (`ports` in network order) is surely not the
+/// balancer's, decided by its ports alone before anything else is read, as for IPv6
+/// (`parse6::passes_through`): neither a VIP's destination port nor a NAT backend's port at
+/// either end. Most traffic a balancer host sees ends here, counted `pass_not_vip` as
+/// `balance` would count it.
+#[inline(always)]
+fn passes_through(proto: u8, (src_port, dst_port): (u16, u16)) -> bool {
+    let (vip_bit, backend_bit) = match proto {
+        ip_proto::TCP => (port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP),
+        _ => (port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP),
+    };
+    maps::port_flags(u16::from_be(dst_port)) & (vip_bit | backend_bit) == 0
+        && maps::port_flags(u16::from_be(src_port)) & backend_bit == 0
 }
 
 /// An ICMP destination unreachable quoting an IPv4 TCP/UDP header without options and at least
