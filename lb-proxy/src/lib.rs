@@ -27,6 +27,7 @@ mod balance;
 pub mod config;
 mod error;
 mod http;
+mod join_woken;
 mod limits;
 mod outlier;
 mod pool;

@@ -28,7 +28,10 @@ where
     let streams = watch.clone();
     let svc = service_fn(move |req| {
         let (ctx, streams) = (ctx.clone(), streams.clone());
-        async move { Ok::<_, Infallible>(streams.watch(handle(req, &ctx).await)) }
+        // Boxed: hyper spawns every stream's future as a task of its own, and tokio moves a
+        // future several times on its way into the task's cell; the request's whole state
+        // machine moved each time cost kilobytes of copies per request, a pointer does not.
+        Box::pin(async move { Ok::<_, Infallible>(streams.watch(handle(req, &ctx).await)) })
     });
     let mut b = http2::Builder::new(TokioExecutor::new());
     b.timer(TokioTimer::new())

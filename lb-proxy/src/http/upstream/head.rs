@@ -62,8 +62,8 @@ pub(crate) fn encode_request<B: http_body::Body>(req: &Request<B>, out: &mut Vec
 /// share the head's bytes instead of each being copied.
 pub(crate) fn parse_response(buf: &mut BytesMut) -> Result<Option<response::Parts>, BackendFault> {
     // Where each field and the reason phrase lie, while `buf` is borrowed.
-    let mut ranges = [[0u32; 4]; MAX_RESPONSE_HEADERS];
-    let (len, code, minor, reason, count) = {
+    let mut ranges = fields::Ranges::<MAX_RESPONSE_HEADERS>::new();
+    let (len, code, minor, reason) = {
         let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
         let mut resp = httparse::Response::new(&mut []);
         let len =
@@ -75,16 +75,16 @@ pub(crate) fn parse_response(buf: &mut BytesMut) -> Result<Option<response::Part
                 Ok(httparse::Status::Partial) => return Ok(None),
                 Err(e) => return Err(BackendFault::Malformed(parse_error(e))),
             };
-        fields::record(buf, resp.headers, &mut ranges);
+        ranges.record(buf, resp.headers);
         let reason = resp.reason.filter(|r| !r.is_empty()).map(|r| {
             let at = fields::offset(buf, r.as_bytes());
             [at, at + r.len() as u32]
         });
-        (len, resp.code.unwrap_or(0), resp.version.unwrap_or(1), reason, resp.headers.len())
+        (len, resp.code.unwrap_or(0), resp.version.unwrap_or(1), reason)
     };
     let head = buf.split_to(len).freeze();
     let status = StatusCode::from_u16(code).map_err(|_| BackendFault::Malformed("status"))?;
-    let headers = fields::header_map(&head, &ranges[..count]).map_err(BackendFault::Malformed)?;
+    let headers = fields::header_map(&head, &ranges).map_err(BackendFault::Malformed)?;
     let mut r = http::Response::new(());
     *r.status_mut() = status;
     *r.version_mut() = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };

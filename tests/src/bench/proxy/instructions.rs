@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail, ensure};
 
 use super::loads::{H2_CLIENTS, H2_STREAMS, parse_h2load_requests};
 use super::wrk::stdout_of;
-use super::{CONNECTIONS, Load, Ports, Procs, Rig, TESTS, WORKERS, selected, wait_ports};
+use super::{CONNECTIONS, Load, Ports, Procs, Rig, TESTS, WORKERS, peer_selected, selected, wait_ports};
 
 /// Requests counted per workload, by its cost under callgrind (about 50x slower than native):
 /// enough that per-connection work is spread as in a long run, short enough for a busy machine.
@@ -74,7 +74,7 @@ pub fn run() -> Result<()> {
         SETTLE.as_secs()
     );
     let mut counts = Vec::new();
-    for (peer, ports, mut cmd) in std::mem::take(&mut rig.peers) {
+    for (peer, ports, mut cmd) in std::mem::take(&mut rig.peers).into_iter().filter(|(p, ..)| peer_selected(p)) {
         if peer == "nginx" {
             // nginx's workers would drop to `nobody`, out of callgrind_control's reach (it
             // waits for them for ever); this only keeps their user, not their request path.
@@ -289,14 +289,19 @@ fn print_summary(counts: &[Count]) {
     );
     for test in TESTS.into_iter().filter(|t| t.load != Load::Bulk) {
         let of = |peer: &str| counts.iter().find(|c| c.peer == peer && c.test == test.name).map(per_request);
-        let Some(lb) = of("lb-proxy") else { continue };
+        let (lb, ng, ha) = (of("lb-proxy"), of("nginx"), of("haproxy"));
+        if lb.is_none() && ng.is_none() && ha.is_none() {
+            continue;
+        }
         let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
-        let ratio = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2}x", lb / v.max(f64::MIN_POSITIVE)));
-        let (ng, ha) = (of("nginx"), of("haproxy"));
+        let ratio = |v: Option<f64>| match (lb, v) {
+            (Some(lb), Some(v)) => format!("{:.2}x", lb / v.max(f64::MIN_POSITIVE)),
+            _ => "-".to_string(),
+        };
         println!(
-            "{:<26} {:>10.0} {:>10} {:>10} {:>14} {:>16}",
+            "{:<26} {:>10} {:>10} {:>10} {:>14} {:>16}",
             test.name,
-            lb,
+            cell(lb),
             cell(ng),
             cell(ha),
             ratio(ng),

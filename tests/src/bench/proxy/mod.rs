@@ -94,6 +94,13 @@ fn selected(test: &str) -> bool {
     wanted.split(',').map(|w| w.trim().to_lowercase()).any(|w| !w.is_empty() && test.contains(&w))
 }
 
+/// Whether a peer is selected by `LB_BENCH_PEERS` (comma-separated names; all peers when
+/// unset), to count or profile one peer without waiting for the others.
+fn peer_selected(peer: &str) -> bool {
+    let Ok(wanted) = std::env::var("LB_BENCH_PEERS") else { return true };
+    wanted.split(',').any(|w| w.trim().eq_ignore_ascii_case(peer))
+}
+
 /// One run of a peer, for the report.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ProxyRun {
@@ -250,7 +257,7 @@ pub fn run() -> Result<Vec<ProxyRun>> {
     // Not destructured: the rig's processes stop before its directory goes.
     let mut rig = Rig::start()?;
     let mut peers = Vec::new();
-    for (name, p, cmd) in std::mem::take(&mut rig.peers) {
+    for (name, p, cmd) in std::mem::take(&mut rig.peers).into_iter().filter(|(n, ..)| peer_selected(n)) {
         rig.procs.spawn(name, cmd)?;
         peers.push((name, p));
     }
