@@ -156,7 +156,7 @@ pub struct TraceRecord {
 }
 
 crate::user_pod!(TraceFilter, TraceControl, TraceRecord);
-const _: () = assert!(core::mem::size_of::<TraceRecord>() % 8 == 0);
+const _: () = assert!(core::mem::size_of::<TraceRecord>().is_multiple_of(8));
 
 #[cfg(test)]
 mod tests {
