@@ -8,6 +8,7 @@
 //! - [`config`]: the data plane's runtime settings (the CONFIG map) and port flags.
 //! - [`nexthop`]: cached next hops.
 //! - [`stats`]: the named counters (every verdict and event) and per-VIP/backend traffic.
+//! - [`trace`]: `lb-ctl trace`'s filters and records.
 //! - [`hash`]: the flow hash; [`csum`]: incremental checksum arithmetic; [`gue`]: GUE's header.
 //! - `maglev` (feature `user`): the weighted Maglev ring builder.
 //! - Below: map and program names, tail-call indices, limits and protocol numbers.
@@ -25,6 +26,7 @@ pub mod gue;
 pub mod hash;
 pub mod nexthop;
 pub mod stats;
+pub mod trace;
 pub mod vip;
 
 #[cfg(feature = "user")]
@@ -51,6 +53,9 @@ pub mod map_names {
     pub const NAT_BACKENDS: &str = "NAT_BACKENDS";
     pub const FLOW_EVENTS: &str = "FLOW_EVENTS";
     pub const JUMPS: &str = "JUMPS";
+    pub const TRACE: &str = "TRACE";
+    pub const TRACE_EVENTS: &str = "TRACE_EVENTS";
+    pub const TRACE_STATS: &str = "TRACE_STATS";
 }
 
 /// JUMPS (a program array) indices: the programs `lb_ingress` hands packets to with a tail
@@ -65,7 +70,9 @@ pub mod jumps {
     pub const TOO_BIG6: u32 = 2;
     /// `program_names::ICMP6_ERRORS`: ICMPv6 errors about VIP flows.
     pub const ICMP6_ERRORS: u32 = 3;
-    pub const COUNT: u32 = 4;
+    /// `program_names::TRACE`: a decided packet to record, while a trace runs.
+    pub const TRACE: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// Program names (the `#[xdp]` function names) in the two objects.
@@ -80,6 +87,8 @@ pub mod program_names {
     pub const ICMP6_ERRORS: &str = "lb_icmp6_errors";
     /// The ICMPv6 "packet too big" answer, in the `lb-ingress` object (through JUMPS).
     pub const TOO_BIG6: &str = "lb_too_big6";
+    /// The trace recorder (`lb-ctl trace`), in the `lb-ingress` object (through JUMPS).
+    pub const TRACE: &str = "lb_trace";
     /// The DSR decapsulator, in the `lb-decap` object.
     pub const DECAP: &str = "lb_decap";
     /// A bare `XDP_PASS`, in the `lb-decap` object: the benchmark baseline, and the program a

@@ -92,6 +92,22 @@ impl Client {
         self.call(Method::POST, path, None::<&()>).await
     }
 
+    /// `POST /v1/trace`: the answer's body, a stream of JSON lines that lasts until the
+    /// connection closes (dropping the body closes it, which ends the trace).
+    pub async fn trace(&self, req: &super::trace::TraceRequest) -> Result<hyper::body::Incoming, ClientError> {
+        let (sender, conn) = self.connect().await?;
+        // The connection lives as long as the body is read.
+        tokio::spawn(conn);
+        let response = self.send(sender, Method::POST, &format!("{PREFIX}/trace"), Some(req)).await?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response.into_body());
+        }
+        let protocol = |e: hyper::Error| ClientError::Protocol(e.to_string());
+        let bytes = response.into_body().collect().await.map_err(protocol)?.to_bytes();
+        Err(refused(status, &bytes))
+    }
+
     /// One request on a new connection; `path` is under `/v1`.
     pub async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
@@ -103,11 +119,7 @@ impl Client {
         if (200..300).contains(&status) {
             serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(format!("unexpected answer: {e}")))
         } else {
-            let message = match serde_json::from_slice::<ErrorBody>(&bytes) {
-                Ok(b) => b.error,
-                Err(_) => format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes).trim()),
-            };
-            Err(ClientError::Refused { status, message })
+            Err(refused(status, &bytes))
         }
     }
 
@@ -118,12 +130,32 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> Result<(u16, Bytes), ClientError> {
+        let (sender, conn) = self.connect().await?;
+        let conn = tokio::spawn(conn);
+        let response = self.send(sender, method, path, body).await?;
+        let protocol = |e: hyper::Error| ClientError::Protocol(e.to_string());
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await.map_err(protocol)?.to_bytes();
+        conn.abort();
+        Ok((status, bytes))
+    }
+
+    async fn connect(&self) -> Result<(Sender, Connection), ClientError> {
         let stream = UnixStream::connect(&self.socket)
             .await
             .map_err(|source| ClientError::Connect { path: self.socket.display().to_string(), source })?;
-        let protocol = |e: hyper::Error| ClientError::Protocol(e.to_string());
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(protocol)?;
-        let conn = tokio::spawn(conn);
+        hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    async fn send<B: Serialize>(
+        &self,
+        mut sender: Sender,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
         let body = match body {
             Some(b) => Bytes::from(serde_json::to_vec(b).map_err(|e| ClientError::Protocol(e.to_string()))?),
             None => Bytes::new(),
@@ -135,10 +167,18 @@ impl Client {
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let response = sender.send_request(request).await.map_err(protocol)?;
-        let status = response.status().as_u16();
-        let bytes = response.into_body().collect().await.map_err(protocol)?.to_bytes();
-        conn.abort();
-        Ok((status, bytes))
+        sender.send_request(request).await.map_err(|e| ClientError::Protocol(e.to_string()))
     }
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+type Connection = hyper::client::conn::http1::Connection<TokioIo<UnixStream>, Full<Bytes>>;
+
+/// A refusal's message, from its `{"error": ...}` body.
+fn refused(status: u16, bytes: &[u8]) -> ClientError {
+    let message = match serde_json::from_slice::<ErrorBody>(bytes) {
+        Ok(b) => b.error,
+        Err(_) => format!("HTTP {status}: {}", String::from_utf8_lossy(bytes).trim()),
+    };
+    ClientError::Refused { status, message }
 }

@@ -13,6 +13,7 @@ pub mod client;
 pub mod request;
 pub mod server;
 mod status_page;
+pub mod trace;
 pub mod types;
 
 pub use request::{Request, Response, Service};

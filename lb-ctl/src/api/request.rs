@@ -3,6 +3,7 @@
 use std::future::Future;
 
 use super::ApiError;
+use super::trace::{TraceRequest, TraceSession};
 use super::types::{
     BackendRequest, BackendView, Changed, EventView, ExplainRequest, ExplainView, NodeView, ReloadView, StatsView,
     StatusView, VipView,
@@ -72,4 +73,9 @@ impl Response {
 /// Whatever answers API requests (the daemon's handle). The server knows only this.
 pub trait Service: Clone + Send + Sync + 'static {
     fn call(&self, request: Request) -> impl Future<Output = Result<Response, ApiError>> + Send;
+    /// Starts a trace (`POST /v1/trace`); only the daemon of an XDP data plane has one.
+    fn trace(&self, request: TraceRequest) -> impl Future<Output = Result<TraceSession, ApiError>> + Send {
+        let _ = request;
+        async { Err(ApiError::not_found("this daemon has no XDP data plane to trace")) }
+    }
 }

@@ -124,7 +124,8 @@ pub fn router<S: Service>(service: S) -> Router {
             "/backends/undrain",
             only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Undrain))),
         )
-        .route("/explain", only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Explain))));
+        .route("/explain", only("POST", post(|State(s): State<S>, body: Bytes| with_body(s, body, Request::Explain))))
+        .route("/trace", only("POST", post(|State(s): State<S>, body: Bytes| trace::<S>(s, body))));
     Router::new().nest(PREFIX, routes).fallback(no_such_endpoint).with_state(service)
 }
 
@@ -167,6 +168,11 @@ async fn call<S: Service>(service: S, request: Request) -> Answer {
 /// A request whose parameters are the JSON body.
 async fn with_body<S: Service, T: DeserializeOwned>(service: S, body: Bytes, request: fn(T) -> Request) -> Answer {
     call(service, request(json_body(&body)?)).await
+}
+
+/// `POST /v1/trace`: a stream, not one JSON answer (see `super::trace`).
+async fn trace<S: Service>(service: S, body: Bytes) -> Result<axum::response::Response, ApiError> {
+    super::trace::stream(service, json_body(&body)?).await
 }
 
 /// The metrics, as Prometheus scrapes them.

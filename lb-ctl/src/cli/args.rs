@@ -90,6 +90,10 @@ pub enum Command {
         #[arg(long, default_value = "1", value_parser = parse_interval, value_name = "SECONDS")]
         interval: std::time::Duration,
     },
+    /// Watch the balancer decide live packets: one line per packet a filter matches (VIP,
+    /// backend, table hit or ring slot, rewrite and next hop, or the drop/pass reason) until
+    /// Ctrl-C or --count. The filter is removed when the command ends, however it ends.
+    Trace(super::trace::TraceArgs),
     /// Which backend a flow from CLIENT would get, and why (connection table or ring slot).
     Explain {
         /// VIP name, ADDR:PORT[/PROTOCOL] or ADDR.

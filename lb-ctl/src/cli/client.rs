@@ -61,6 +61,7 @@ pub fn client_command(socket: Option<PathBuf>, iface: Option<String>, command: C
     };
     let result = match command {
         Command::Top { interval } => super::top::run(&client, &runtime, interval).map(|()| String::new()),
+        Command::Trace(args) => runtime.block_on(super::trace::run(&client, args)).map(|()| String::new()),
         Command::Stats { watch: true, json: as_json, interval, count } => {
             runtime.block_on(watch_stats(&client, as_json, interval, count)).map(|()| String::new())
         }
@@ -174,6 +175,7 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         | Command::Proxy { .. }
         | Command::Export { .. }
         | Command::Top { .. }
+        | Command::Trace(_)
         | Command::Completions { .. }
         | Command::Man { .. } => unreachable!("handled without the daemon"),
     })

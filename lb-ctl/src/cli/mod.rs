@@ -14,4 +14,5 @@ pub mod rates;
 pub mod render;
 pub mod start;
 pub mod top;
+pub mod trace;
 mod verify;

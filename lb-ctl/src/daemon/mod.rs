@@ -12,6 +12,7 @@ mod metrics;
 mod proxy_metrics;
 mod resolver;
 mod serve;
+mod trace;
 mod views;
 mod writer;
 
@@ -23,6 +24,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use serve::{Listeners, reload_self, serve, termination};
 
+use crate::api::trace::{TraceEvent, TraceRequest, TraceSession};
 use crate::api::{ApiError, Request, Response, Service};
 use crate::config::Config;
 use crate::dataplane::{Dataplane, DataplaneError};
@@ -45,6 +47,10 @@ enum Command {
     CheckPins,
     /// Flows a peer balancer placed (`[cluster]` flow sharing), to record.
     SharedFlows(Vec<crate::cluster::wire::WireFlow>),
+    /// `POST /v1/trace`: a filter slot, and the trace's events.
+    TraceStart(TraceRequest, oneshot::Sender<Result<(usize, mpsc::Receiver<TraceEvent>), ApiError>>),
+    /// The trace of this slot ended (its stream was dropped): remove its filter.
+    TraceStop(usize),
     Stop,
 }
 
@@ -100,6 +106,25 @@ impl DaemonHandle {
 impl Service for DaemonHandle {
     async fn call(&self, request: Request) -> Result<Response, ApiError> {
         DaemonHandle::call(self, request).await
+    }
+
+    async fn trace(&self, request: TraceRequest) -> Result<TraceSession, ApiError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(Command::TraceStart(request, reply)).map_err(|_| ApiError::internal("the daemon is stopping"))?;
+        let (slot, events) = answer.await.map_err(|_| ApiError::internal("the daemon is stopping"))??;
+        Ok(TraceSession { events, guard: Box::new(TraceGuard { tx: self.tx.clone(), slot }) })
+    }
+}
+
+/// Removes a trace's filter when its session is dropped.
+struct TraceGuard {
+    tx: mpsc::UnboundedSender<Command>,
+    slot: usize,
+}
+
+impl Drop for TraceGuard {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Command::TraceStop(self.slot));
     }
 }
 
@@ -199,7 +224,9 @@ impl Daemon {
             }
             None => None,
         };
+        let traces = trace::Traces::start(dataplane.take_trace());
         let mut writer = Writer::new(dataplane, state, applier, checkers, config, options, plan);
+        writer.traces = traces;
         writer.restore_health_changes(previous.as_ref());
         writer.sharing = sharing;
         let (started_tx, started_rx) = oneshot::channel();

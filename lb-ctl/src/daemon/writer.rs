@@ -76,6 +76,8 @@ pub(super) struct Writer {
     pub(super) pins_restored: (u64, Option<u64>),
     /// The program was found off the interface (its link detached) at the last check.
     pub(super) detached: bool,
+    /// `lb-ctl trace`: the filters in force and their traces.
+    pub(super) traces: super::trace::Traces,
 }
 
 impl Writer {
@@ -113,6 +115,7 @@ impl Writer {
             ejections_seen: HashMap::new(),
             pins_restored: (0, None),
             detached: false,
+            traces: Default::default(),
         }
     }
 
@@ -175,9 +178,21 @@ impl Writer {
                         tracing::warn!(error = %e, "could not start a new next-hop cache generation");
                     }
                 }
+                Command::TraceStart(request, reply) => {
+                    let started = self.trace_start(&request);
+                    let slot = started.as_ref().ok().map(|(slot, _)| *slot);
+                    // The asker gone already (its client left): nothing would end the trace.
+                    if reply.send(started).is_err()
+                        && let Some(slot) = slot
+                    {
+                        self.trace_stop(slot);
+                    }
+                }
+                Command::TraceStop(slot) => self.trace_stop(slot),
                 Command::Stop => break,
             }
         }
+        self.traces.close();
         self.checkers.stop();
         // A clean stop: the routers stop sending this node traffic (a crash keeps the routes,
         // and the pinned program keeps serving them).

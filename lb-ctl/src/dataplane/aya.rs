@@ -354,6 +354,15 @@ impl Dataplane for AyaDataplane {
     fn record_shared_flows(&mut self, flows: &[lb_common::flow::SharedFlow]) -> Result<usize> {
         self.write_shared_flows(flows)
     }
+    fn set_trace(&mut self, control: &lb_common::trace::TraceControl) -> Result<()> {
+        let name = map_names::TRACE;
+        self.array_mut::<lb_common::trace::TraceControl>(name)?.set(0, *control, 0).map_err(map_err(name))
+    }
+    fn take_trace(&mut self) -> Option<super::TraceMaps> {
+        let events = aya::maps::RingBuf::try_from(self.ebpf.take_map(map_names::TRACE_EVENTS)?).ok()?;
+        let stats = aya::maps::PerCpuArray::try_from(self.ebpf.take_map(map_names::TRACE_STATS)?).ok()?;
+        Some(super::TraceMaps { events, stats })
+    }
     fn take_flow_events(&mut self) -> Option<aya::maps::RingBuf<MapData>> {
         let map = self.ebpf.take_map(map_names::FLOW_EVENTS)?;
         aya::maps::RingBuf::try_from(map).ok()

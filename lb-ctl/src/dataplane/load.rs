@@ -94,6 +94,7 @@ fn fill_jumps(ebpf: &mut Ebpf) -> Result<()> {
         (jumps::ICMP_ERRORS, program_names::ICMP_ERRORS),
         (jumps::TOO_BIG6, program_names::TOO_BIG6),
         (jumps::ICMP6_ERRORS, program_names::ICMP6_ERRORS),
+        (jumps::TRACE, program_names::TRACE),
     ] {
         let prog = program(ebpf, name)?;
         prog.load().map_err(|e| load_error(&format!("verifying {name}"), e))?;

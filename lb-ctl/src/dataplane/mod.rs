@@ -108,12 +108,30 @@ pub trait Dataplane: Send {
     fn take_flow_events(&mut self) -> Option<::aya::maps::RingBuf<::aya::maps::MapData>> {
         None
     }
+    /// Writes the trace filters (TRACE, see `lb_common::trace`). A data plane without the XDP
+    /// program cannot trace.
+    fn set_trace(&mut self, control: &lb_common::trace::TraceControl) -> Result<()> {
+        let _ = control;
+        Err(DataplaneError::Load("this data plane has no XDP program to trace".into()))
+    }
+    /// TRACE_EVENTS and TRACE_STATS, taken once by the daemon's trace reader; None for a data
+    /// plane without them.
+    fn take_trace(&mut self) -> Option<TraceMaps> {
+        None
+    }
     /// Checks that the balancer's pins are still there, pinning again what was removed, and
     /// that its program is still on the interface. A data plane without pins has nothing to
     /// check.
     fn check_pins(&mut self) -> Result<PinCheck> {
         Ok(PinCheck::default())
     }
+}
+
+/// What the trace reader reads: the records, and the matching packets not recorded
+/// (`lb_common::trace::trace_stats`).
+pub struct TraceMaps {
+    pub events: ::aya::maps::RingBuf<::aya::maps::MapData>,
+    pub stats: ::aya::maps::PerCpuArray<::aya::maps::MapData, u64>,
 }
 
 /// What [`Dataplane::check_pins`] found.

@@ -6,12 +6,14 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::config::port_flags;
 use lb_common::flow::{FlowKey, REVERSE_DIRECT};
 use lb_common::stats::Counter;
+use lb_common::trace::{TRACE_NONE, trace_kind};
 use lb_common::vip::{VipKey, forwarding};
 use lb_common::{ip_proto, jumps};
 
 use crate::flow::Flow;
 use crate::ip::IpPacket;
 use crate::parse::Parsed;
+use crate::trace::{self, Decided};
 use crate::verdict::Verdict;
 use crate::{encap, icmp_error, l2, maps, nat, parse, parse6, select};
 
@@ -102,11 +104,14 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
         };
         if let Some(vip) = vip {
             let flow = Flow { key, hash, slot: flow, new_period, tables };
-            return match vip.forwarding {
+            trace::start(&pkt.tcp());
+            let verdict = match vip.forwarding {
                 forwarding::DSR_IPIP | forwarding::DSR_GUE => encap::balance_encap(ctx, pkt, vip, &flow),
                 forwarding::DSR_L2 => l2::balance_l2(ctx, pkt, vip, &flow),
                 _ => nat::balance_nat(ctx, pkt, vip, &flow),
             };
+            trace::done(ctx, &Decided { key, vip_id: vip.id, kind: trace_kind::VIP, verdict });
+            return verdict;
         }
     }
     // A connection opened straight to a NAT backend's port (not through a VIP): its replies
@@ -123,16 +128,21 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
         && let Some(t) = maps::tables()
     {
         let key = flow_key();
-        if let Some(way) = maps::reverse_way(&key, t.hash(&key), &t) {
-            // SAFETY: a valid map value pointer; the check has vouched for the value.
-            let reverse = unsafe { (*way).value };
-            if reverse.vip_id == REVERSE_DIRECT {
-                return (XDP_PASS, Counter::PassNotVip);
+        trace::start(&pkt.tcp());
+        let (verdict, vip_id) = match maps::reverse_way(&key, t.hash(&key), &t) {
+            Some(way) => {
+                // SAFETY: a valid map value pointer; the check has vouched for the value.
+                let reverse = unsafe { (*way).value };
+                if reverse.vip_id == REVERSE_DIRECT {
+                    return (XDP_PASS, Counter::PassNotVip);
+                }
+                select::reply_seen(&key, way, &pkt.tcp(), &t);
+                (nat::reply_to_client(ctx, pkt, &reverse), reverse.vip_id)
             }
-            select::reply_seen(&key, way, &pkt.tcp(), &t);
-            return nat::reply_to_client(ctx, pkt, &reverse);
-        }
-        return nat::reply_without_entry(ctx, pkt, &key);
+            None => (nat::reply_without_entry(ctx, pkt, &key), TRACE_NONE),
+        };
+        trace::done(ctx, &Decided { key: &key, vip_id, kind: trace_kind::REPLY, verdict });
+        return verdict;
     }
     (XDP_PASS, Counter::PassNotVip)
 }

@@ -25,6 +25,7 @@ mod parse6;
 mod parsed;
 mod select;
 mod table;
+mod trace;
 mod verdict;
 
 use aya_ebpf::macros::xdp;

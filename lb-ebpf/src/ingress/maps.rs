@@ -89,6 +89,18 @@ pub fn count(counter: Counter) {
     }
 }
 
+/// This CPU's count of counter `index` (for `trace`, which compares it across a decision).
+#[inline(always)]
+pub fn counter_value(index: u32) -> u64 {
+    COUNTERS.get(index).copied().unwrap_or(0)
+}
+
+/// This CPU's slot of counter `index` (`lb_trace` counts the verdicts it answers).
+#[inline(always)]
+pub fn counter_ptr(index: u32) -> Option<*mut u64> {
+    COUNTERS.get_ptr_mut(index)
+}
+
 #[inline(always)]
 fn add_traffic(map: &PerCpuArray<Traffic>, index: u32, bytes: u64) {
     if let Some(value) = map.get_ptr_mut(index) {

@@ -26,6 +26,7 @@ use aya::programs::Xdp;
 use aya::sys::{Stats, enable_stats};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FLOW_WAYS, FlowKey, FlowSet, ForwardSet, ReverseSet};
+use lb_common::trace::{TraceControl, TraceFilter};
 use lb_common::{family, ip_proto, ipv4_bytes, map_names, program_names};
 use lb_ctl::dataplane::Dataplane as _;
 use lb_ctl::dataplane::load::{load_decap, program};
@@ -49,6 +50,10 @@ pub(super) struct Path {
     pub(super) budget: u32,
     /// `DataplaneConfig::share_flows` while this row runs (recorded flows are reported).
     pub(super) share: bool,
+    /// A trace runs while this row does (`lb-ctl trace`): a filter that matches no packet of
+    /// the benchmark (another client), so the row shows what a trace costs the packets it does
+    /// not show. Rows without it run with tracing off.
+    pub(super) trace: bool,
 }
 
 /// No budget limit in practice, but the budget is checked.
@@ -243,6 +248,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: true,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "established TCP (NAT)",
@@ -253,6 +259,29 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: true,
             budget: UNSPENT,
             share: false,
+            trace: false,
+        },
+        Path {
+            name: "non-VIP pass, trace on",
+            frame: Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22).bytes(),
+            action: 2,
+            forget: None,
+            target: None,
+            katran: false,
+            budget: UNSPENT,
+            share: false,
+            trace: true,
+        },
+        Path {
+            name: "established TCP (NAT), trace on",
+            frame: established(Frame::tcp(CLIENT, 45000, web, 80)),
+            action: 3,
+            forget: None,
+            target: None,
+            katran: false,
+            budget: UNSPENT,
+            share: false,
+            trace: true,
         },
         Path {
             name: "new TCP flow (SYN, NAT)",
@@ -263,6 +292,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: true,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "new TCP flow (SYN, DSR)",
@@ -273,6 +303,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: true,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "new TCP flow (SYN, DSR, shared)",
@@ -283,6 +314,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: false,
             budget: UNSPENT,
             share: true,
+            trace: false,
         },
         Path {
             name: "SYN, NAT, budget spent",
@@ -293,6 +325,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: false,
             budget: 1,
             share: false,
+            trace: false,
         },
         Path {
             name: "SYN, NAT, set of proven flows",
@@ -303,6 +336,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: false,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "established UDP (NAT)",
@@ -313,6 +347,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: true,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "IPIP encapsulation (DSR)",
@@ -323,6 +358,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: true,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "GUE encapsulation (DSR)",
@@ -333,6 +369,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: false,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "new TCP flow (SYN, GUE)",
@@ -343,6 +380,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: false,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "MAC rewrite (DSR by MAC)",
@@ -353,6 +391,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: false,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
         Path {
             name: "new TCP flow (SYN, L2)",
@@ -363,6 +402,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             katran: false,
             budget: UNSPENT,
             share: false,
+            trace: false,
         },
     ];
     // Warm-up: fill the set of the "set of proven flows" row with proven flows (SYN, then ACK).
@@ -391,6 +431,8 @@ pub(super) struct Tables {
     pub(super) flows: Array<MapData, ForwardSet>,
     pub(super) reverse: Array<MapData, ReverseSet>,
     pub(super) config: Array<MapData, DataplaneConfig>,
+    /// TRACE: a filter set for the rows that trace.
+    pub(super) trace: Array<MapData, TraceControl>,
 }
 
 impl Tables {
@@ -401,6 +443,7 @@ impl Tables {
             flows: Array::try_from(take(map_names::FLOWS)?)?,
             reverse: Array::try_from(take(map_names::REVERSE_FLOWS)?)?,
             config: Array::try_from(take(map_names::CONFIG)?)?,
+            trace: Array::try_from(take(map_names::TRACE)?)?,
         })
     }
 }
@@ -410,6 +453,19 @@ impl Tables {
         let current = self.config.get(&0, 0)?;
         let share_flows = u32::from(path.share);
         self.config.set(0, DataplaneConfig { new_flow_budget: path.budget, share_flows, ..current }, 0)?;
+        let mut trace = TraceControl::default();
+        if path.trace {
+            // A client the benchmark's frames never come from: every packet is checked
+            // against the filter, none is recorded.
+            trace.filters[0] = TraceFilter {
+                client: ipv4_bytes([198, 51, 100, 250]),
+                client_mask: [0xff; 16],
+                client_family: family::IPV4,
+                ..TraceFilter::ANY
+            };
+            trace.active = 1;
+        }
+        self.trace.set(0, trace, 0)?;
         Ok(())
     }
 

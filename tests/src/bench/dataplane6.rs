@@ -51,6 +51,7 @@ pub(super) fn ipv6_rows(dp: &mut AyaDataplane) -> anyhow::Result<Rows> {
         katran: false,
         budget: UNSPENT,
         share: false,
+        trace: false,
     };
     let paths = [
         Path { action: 2, ..row("IPv6 non-VIP pass", Frame6::tcp(CLIENT6, 40000, LB6, 22).bytes(), None) },
