@@ -131,12 +131,14 @@ impl Follower {
         }
         self.apply(current).await;
         let mut client = store.client();
-        let lease = client.lease_grant(LEASE_TTL_SECS, None).await.map_err(|e| etcd(&self.settings, e))?.id();
-        let (mut keeper, mut renewals) = client.lease_keep_alive(lease).await.map_err(|e| etcd(&self.settings, e))?;
+        // The record and the lease have their own task: a change is never held up behind a
+        // record being written (its end ends the session, as a watch error does).
+        let recorder =
+            Recorder { settings: self.settings.clone(), daemon: self.daemon.clone(), view: self.view.clone() };
+        let mut recording = tokio::spawn(recorder.run(store.clone()));
+        let _stop = AbortOnDrop(recording.abort_handle());
         let options = WatchOptions::new().with_prefix().with_start_revision(current.revision + 1);
         let mut watch = client.watch(store.key(STATE), Some(options)).await.map_err(|e| etcd(&self.settings, e))?;
-        let mut ticks = tokio::time::interval(RECORD_PERIOD);
-        let mut last_record = String::new();
         loop {
             tokio::select! {
                 message = watch.message() => {
@@ -170,20 +172,11 @@ impl Follower {
                     }
                     self.apply(current).await;
                 }
-                _ = ticks.tick() => {
-                    keeper.keep_alive().await.map_err(|e| etcd(&self.settings, e))?;
-                    match tokio::time::timeout(REQUEST_TIMEOUT, renewals.message()).await {
-                        Ok(Ok(Some(r))) if r.ttl() > 0 => {}
-                        Ok(Err(e)) => return Err(etcd(&self.settings, e)),
-                        Err(_) => return Err(StoreError::Value(format!("etcd did not renew the node's lease within {REQUEST_TIMEOUT:?}"))),
-                        Ok(_) => return Err(StoreError::Value("the node's lease expired".into())),
-                    }
-                    let record = self.record().await;
-                    if record != last_record {
-                        store.put_node(&self.settings.node, &record, lease).await?;
-                        last_record = record;
-                    }
-                    self.compare_rings(&mut store).await?;
+                ended = &mut recording => {
+                    return Err(match ended {
+                        Ok(Err(e)) => e,
+                        _ => StoreError::Value("the node's record task ended".into()),
+                    });
                 }
             }
         }
@@ -229,6 +222,54 @@ impl Follower {
             tracing::warn!(path = %path.display(), error = %e, "fleet: could not save the applied state");
         }
     }
+}
+
+/// Keeps the node's lease and record: every [`RECORD_PERIOD`], the lease renewed (an etcd
+/// that does not answer within [`REQUEST_TIMEOUT`] counts as lost), the record written when
+/// it changed, and the rings compared with the other nodes'.
+struct Recorder {
+    settings: FleetSettings,
+    daemon: DaemonHandle,
+    view: SharedView,
+}
+
+/// Aborts a task when dropped (a session that ends takes its recorder with it).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Recorder {
+    async fn run(self, mut store: Store) -> Result<(), StoreError> {
+        let mut client = store.client();
+        let lease = client.lease_grant(LEASE_TTL_SECS, None).await.map_err(|e| etcd(&self.settings, e))?.id();
+        let (mut keeper, mut renewals) = client.lease_keep_alive(lease).await.map_err(|e| etcd(&self.settings, e))?;
+        let mut ticks = tokio::time::interval(RECORD_PERIOD);
+        let mut last_record = String::new();
+        loop {
+            ticks.tick().await;
+            keeper.keep_alive().await.map_err(|e| etcd(&self.settings, e))?;
+            match tokio::time::timeout(REQUEST_TIMEOUT, renewals.message()).await {
+                Ok(Ok(Some(r))) if r.ttl() > 0 => {}
+                Ok(Err(e)) => return Err(etcd(&self.settings, e)),
+                Err(_) => {
+                    return Err(StoreError::Value(format!(
+                        "etcd did not renew the node's lease within {REQUEST_TIMEOUT:?}"
+                    )));
+                }
+                Ok(_) => return Err(StoreError::Value("the node's lease expired".into())),
+            }
+            let record = self.record().await;
+            if record != last_record {
+                store.put_node(&self.settings.node, &record, lease).await?;
+                last_record = record;
+            }
+            self.compare_rings(&mut store).await?;
+        }
+    }
 
     /// Whether this node's rings differ from most nodes' (metric, status).
     async fn compare_rings(&self, store: &mut Store) -> Result<(), StoreError> {
@@ -247,11 +288,13 @@ impl Follower {
 
     /// This node's record, as JSON.
     async fn record(&self) -> String {
+        // One lock, released at once (the writer's `status` takes it too).
+        let view = self.view.lock().unwrap().clone();
         let mut record = NodeRecord {
             name: self.settings.node.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
-            applied_revision: self.applied.revision,
-            refused: self.view.lock().unwrap().refused.clone(),
+            applied_revision: view.applied_revision,
+            refused: view.refused,
             ..Default::default()
         };
         let vips = match self.daemon.call(Request::Vips).await {
