@@ -19,6 +19,7 @@
 //!   the backends of its SNI and HTTP routes.
 //! - [`announce`]: announced VIPs as routes in a kernel table, for BIRD.
 //! - [`cluster`]: flow sharing between the balancers of a scale-out group.
+//! - [`fleet`]: a fleet's desired state in etcd, and a node following it.
 //! - [`dsr_probe`]: the probe `backends verify` sends along the data plane's path.
 //! - [`paths`]: every host path (sockets, pins, saved state); [`logging`]: the log and its
 //!   reloadable level.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod daemon;
 pub mod dataplane;
 pub mod dsr_probe;
+pub mod fleet;
 pub mod health;
 pub mod host;
 pub mod logging;

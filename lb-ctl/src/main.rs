@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::FromArgMatches as _;
 use lb_ctl::cli::args::{Cli, Command};
-use lb_ctl::cli::{client, docs, local, start};
+use lb_ctl::cli::{client, docs, fleet, local, start};
 
 /// The daemon serves proxy VIPs in-process: glibc, with tokio's 128-byte aligned blocks cheap.
 #[global_allocator]
@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Command::Decap(command) => local::decap(command).map(|()| ExitCode::SUCCESS),
         Command::BackendSetup(args) => local::backend_setup(&args),
         Command::Export { format, config } => local::export(format, &config),
+        Command::Fleet(command) => fleet::run(command),
         Command::Completions { shell } => docs::completions(shell).map(|()| ExitCode::SUCCESS),
         Command::Man { dir } => docs::man_pages(&dir).map(|()| ExitCode::SUCCESS),
         command => return client::client_command(cli.socket, cli.daemon_iface, command),

@@ -15,7 +15,8 @@ const LLVM_MAJOR: &str = "22";
 /// headless chromium with a font (the status page is tested in a browser; fonts are only
 /// recommended by chromium, and recommends are not installed), BIRD 2 (the scale-out
 /// suite announces VIPs over BGP to a router namespace) and nft (nftables: the export test
-/// checks the generated ruleset with `nft -c`).
+/// checks the generated ruleset with `nft -c`), etcd (the fleet suites
+/// start a real etcd cluster) and protoc (etcd-client's build script compiles etcd's protobufs).
 pub(crate) const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "ethtool",
@@ -27,6 +28,10 @@ pub(crate) const DEBIAN_PACKAGES: &[&str] = &[
     "fonts-liberation",
     "bird2",
     "nftables",
+    // `[fleet]`: the tests start a real etcd; etcd-client's build script needs protoc.
+    "etcd-server",
+    "etcd-client",
+    "protobuf-compiler",
     // The completion tests drive each shell's own completion machinery.
     "zsh",
     "fish",

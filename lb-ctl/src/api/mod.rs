@@ -7,7 +7,8 @@
 //!
 //! Errors answer `{"error": "..."}` with 400 (malformed request, invalid value, config with
 //! mistakes), 404 (unknown VIP or backend, unknown path), 405, 409 (duplicate backend, no free
-//! id) or 500 (data plane failure).
+//! id), 500 (data plane failure) or 503 (a node in a fleet cannot reach etcd to make a
+//! backend change there).
 mod admission;
 pub mod client;
 pub mod request;

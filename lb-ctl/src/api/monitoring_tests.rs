@@ -57,6 +57,11 @@ async fn dashboard_and_alerts_use_only_exported_metrics() {
     let d = Daemon::start(&lb_toml(&proxy_vip)).await;
     let (_, body) = d.client.raw::<()>(Method::GET, "/v1/metrics", None).await.unwrap();
     let text = String::from_utf8(body.to_vec()).unwrap();
+    // A node in a fleet adds its `lb_fleet_*` metrics (made by the same function).
+    let mut fleet = prometheus_client::registry::Registry::with_prefix("lb");
+    crate::fleet::metrics::register(&mut fleet, &Default::default());
+    let mut text = text;
+    prometheus_client::encoding::text::encode(&mut text, &fleet).unwrap();
     let exported: HashSet<String> = text
         .lines()
         .filter(|l| !l.starts_with('#'))

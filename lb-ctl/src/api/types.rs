@@ -226,6 +226,9 @@ pub struct StatusView {
     /// The program was found off the interface (its link detached under the daemon).
     #[serde(default)]
     pub xdp_detached: bool,
+    /// `[fleet]`: the node's link to etcd and the fleet revision it applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::fleet::record::FleetView>,
 }
 
 /// `POST /v1/node/drain` and `/v1/node/undrain`.

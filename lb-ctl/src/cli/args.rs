@@ -56,6 +56,10 @@ pub enum Command {
     /// The VIPs.
     #[command(subcommand)]
     Vips(VipsCommand),
+    /// The fleet's state in etcd (`[fleet]`): push a file's VIPs and backends, see what a
+    /// push would change, and every node's applied revision and rings.
+    #[command(subcommand)]
+    Fleet(super::fleet::FleetCommand),
     /// This balancer as one node of several behind ECMP: drain withdraws every announced VIP
     /// (established flows keep being forwarded); undrain announces them again.
     #[command(subcommand)]

@@ -174,6 +174,7 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         | Command::BackendSetup(_)
         | Command::Proxy { .. }
         | Command::Export { .. }
+        | Command::Fleet(_)
         | Command::Top { .. }
         | Command::Trace(_)
         | Command::Completions { .. }

@@ -7,6 +7,7 @@ mod backend_setup;
 pub mod client;
 pub mod docs;
 pub mod export;
+pub mod fleet;
 pub mod instance;
 pub mod local;
 mod quick;

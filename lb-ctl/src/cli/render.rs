@@ -133,6 +133,9 @@ pub fn status(s: &StatusView) -> String {
     if let Some(dir) = &s.pin_dir {
         out.push_str(&format!("pins        {dir}\n"));
     }
+    if let Some(f) = &s.fleet {
+        out.push_str(&crate::cli::fleet::status_line(f));
+    }
     if s.xdp_detached {
         out.push_str("XDP         DETACHED: the program is off the interface; restart the daemon to attach it again\n");
     }

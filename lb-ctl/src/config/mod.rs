@@ -7,6 +7,7 @@
 mod checker;
 pub mod cluster;
 mod defaults;
+pub mod fleet;
 mod health;
 pub mod hosts;
 pub mod log_level;
@@ -45,6 +46,9 @@ pub struct Config {
     pub daemon: DaemonSettings,
     /// `[cluster]`: the other balancers flows are shared with; None: no sharing.
     pub cluster: Option<cluster::ClusterSettings>,
+    /// `[fleet]`: the VIPs and backends come from etcd (see `crate::fleet`); None: from this
+    /// file.
+    pub fleet: Option<fleet::FleetSettings>,
     /// VIPs in file order.
     pub vips: Vec<VipConfig>,
     /// What is allowed but probably not meant (a VIP with no backends), FILE:LINE like

@@ -11,6 +11,7 @@ pub(super) struct RawFile {
     pub daemon: Option<Spanned<RawDaemon>>,
     pub defaults: Option<Spanned<RawDefaults>>,
     pub cluster: Option<Spanned<RawCluster>>,
+    pub fleet: Option<Spanned<super::fleet::RawFleet>>,
     #[serde(default)]
     pub vip: Vec<Spanned<RawVip>>,
 }

@@ -103,7 +103,7 @@ fn bad_files_give_exact_messages() {
         (
             "unknown top-level key",
             "listen = 1\n".into(),
-            &["lb.toml:1: unknown field `listen`, expected one of `daemon`, `defaults`, `cluster`, `vip`"],
+            &["lb.toml:1: unknown field `listen`, expected one of `daemon`, `defaults`, `cluster`, `fleet`, `vip`"],
         ),
         (
             "unknown enum value",

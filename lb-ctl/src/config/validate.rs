@@ -40,6 +40,7 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
     };
     defaults_log_level(&mut c, &raw, &mut daemon);
     let cluster = raw.cluster.as_ref().and_then(|r| super::cluster::cluster(&mut c, r, path));
+    let fleet = raw.fleet.as_ref().and_then(|r| super::fleet::fleet(&mut c, r, path));
     let defaults = Defaults::of(&raw, text);
     if let Some(h) = defaults.health {
         // Checked where it is written, once (VIPs and backends add their layers to it).
@@ -86,7 +87,7 @@ pub(super) fn parse(text: &str, path: &Path, resolve: &Resolver) -> Result<Confi
                 ),
             });
         }
-        Ok(Config { source: path.to_path_buf(), daemon, cluster, vips, warnings })
+        Ok(Config { source: path.to_path_buf(), daemon, cluster, fleet, vips, warnings })
     } else {
         Err(ConfigError::Invalid(c.problems))
     }

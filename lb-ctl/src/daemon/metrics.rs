@@ -127,6 +127,9 @@ impl Writer {
         if let Some(proxy) = &self.proxy {
             super::proxy_metrics::register(&mut registry, proxy.handle().stats());
         }
+        if let Some((_, view)) = &self.options.fleet {
+            crate::fleet::metrics::register(&mut registry, &view.lock().unwrap());
+        }
         let mut out = String::new();
         encode(&mut out, &registry).map_err(|e| ApiError::internal(format!("encoding metrics: {e}")))?;
         Ok(out)

@@ -51,6 +51,9 @@ enum Command {
     TraceStart(TraceRequest, oneshot::Sender<Result<(usize, mpsc::Receiver<TraceEvent>), ApiError>>),
     /// The trace of this slot ended (its stream was dropped): remove its filter.
     TraceStop(usize),
+    /// The fleet's state (`[fleet]`) to apply as one reload; the answer says what changed,
+    /// or why it was refused (nothing changed then).
+    Fleet(Box<crate::fleet::Snapshot>, oneshot::Sender<Result<String, String>>),
     Stop,
 }
 
@@ -92,14 +95,34 @@ pub enum DaemonError {
 #[derive(Clone)]
 pub struct DaemonHandle {
     tx: mpsc::UnboundedSender<Command>,
+    /// `[fleet]`: backend changes are written to the fleet (every node applies them).
+    fleet: Option<Arc<crate::fleet::edit::FleetEditor>>,
 }
 
 impl DaemonHandle {
     /// Sends `request` to the writer and waits for its answer.
     pub async fn call(&self, request: Request) -> Result<Response, ApiError> {
+        if let Some(fleet) = &self.fleet
+            && let Some(answer) = fleet.handle(&request).await
+        {
+            return answer;
+        }
         let (reply, answer) = oneshot::channel();
         self.tx.send(Command::Call(request, reply)).map_err(|_| ApiError::internal("the daemon is stopping"))?;
         answer.await.map_err(|_| ApiError::internal("the daemon is stopping"))?
+    }
+
+    /// Applies the fleet's state `snapshot` through the writer, as one reload.
+    pub async fn apply_fleet(&self, snapshot: crate::fleet::Snapshot) -> Result<String, String> {
+        let (reply, answer) = oneshot::channel();
+        let stopping = || "the daemon is stopping".to_string();
+        self.tx.send(Command::Fleet(Box::new(snapshot), reply)).map_err(|_| stopping())?;
+        answer.await.map_err(|_| stopping())?
+    }
+
+    /// Whether the writer has stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.tx.is_closed()
     }
 }
 
@@ -146,6 +169,9 @@ pub struct Options {
     pub maps_reused: bool,
     /// The bpffs directory of the pins (shown in the status).
     pub pin_dir: Option<PathBuf>,
+    /// `[fleet]`: the fleet state the configuration was composed with at start (the saved
+    /// one, or empty), and the follower's view of etcd (status, metrics).
+    pub fleet: Option<(crate::fleet::Snapshot, crate::fleet::record::SharedView)>,
 }
 
 /// A started daemon: its writer is running.
@@ -182,6 +208,11 @@ impl Daemon {
         let mut state = State::from_config(&config, &skeleton)?;
         if let Some(saved) = &previous {
             state.restore_api_changes(saved)?;
+        }
+        if let Some((snapshot, _)) = &options.fleet
+            && let Ok((_, drains)) = snapshot.compose(&config.source)
+        {
+            crate::fleet::state::apply_drains(&mut state, &drains)?;
         }
         let report = applier.apply(&mut *dataplane, &MapContents::of(&state))?;
         tracing::info!(
@@ -225,13 +256,23 @@ impl Daemon {
             None => None,
         };
         let traces = trace::Traces::start(dataplane.take_trace());
+        let (config_fleet, config_source) = (config.fleet.clone(), config.source.clone());
+        let options_fleet = options.fleet.as_ref().map(|(_, view)| view.clone());
         let mut writer = Writer::new(dataplane, state, applier, checkers, config, options, plan);
         writer.traces = traces;
         writer.restore_health_changes(previous.as_ref());
         writer.sharing = sharing;
         let (started_tx, started_rx) = oneshot::channel();
         let writer = tokio::task::spawn_blocking(move || writer.run(rx, started_tx));
-        Ok(Daemon { handle: DaemonHandle { tx }, writer: Some(writer), started: Some(started_rx) })
+        let fleet = match (&config_fleet, &options_fleet) {
+            (Some(settings), Some(view)) => Some(Arc::new(crate::fleet::edit::FleetEditor {
+                settings: settings.clone(),
+                config: config_source,
+                view: view.clone(),
+            })),
+            _ => None,
+        };
+        Ok(Daemon { handle: DaemonHandle { tx, fleet }, writer: Some(writer), started: Some(started_rx) })
     }
 
     /// Waits until the writer has started every proxy VIP; an error if one could not (the

@@ -48,11 +48,13 @@ pub async fn serve(
         socket = %listeners.unix.listener.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())).unwrap_or_default(),
         "started"
     );
+    let (config, options, follower) = crate::fleet::follow::starting(config, options);
     let mut daemon = Daemon::start(config, dataplane, options)?;
     if let Err(e) = daemon.started().await {
         daemon.stop().await;
         return Err(e);
     }
+    let following = follower.map(|f| tokio::spawn(f(daemon.handle()).run()));
     let handle = daemon.handle();
     let reloads = tokio::spawn(async move {
         let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
@@ -76,6 +78,9 @@ pub async fn serve(
     // The socket's lock stays held (in `listeners.unix`) until this function returns.
     api::server::serve(daemon.handle(), listeners.unix.listener, listeners.tcp, listeners.limits, shutdown).await;
     reloads.abort();
+    if let Some(task) = following {
+        task.abort();
+    }
     if let Some(task) = metrics {
         task.abort();
     }

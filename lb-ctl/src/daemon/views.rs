@@ -46,6 +46,7 @@ impl Writer {
             pins_restored: self.pins_restored.0,
             pins_restored_at_unix: self.pins_restored.1,
             xdp_detached: self.detached,
+            fleet: self.options.fleet.as_ref().map(|(_, view)| view.lock().unwrap().clone()),
         }
     }
 

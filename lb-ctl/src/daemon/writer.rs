@@ -39,6 +39,9 @@ enum ReloadError {
     /// The data plane or the proxy refused it.
     #[error(transparent)]
     Apply(#[from] ApiError),
+    /// The fleet's state (with the file) cannot be used.
+    #[error("{}", .0.join("\n"))]
+    Fleet(Vec<String>),
 }
 
 pub(super) struct Writer {
@@ -78,6 +81,8 @@ pub(super) struct Writer {
     pub(super) detached: bool,
     /// `lb-ctl trace`: the filters in force and their traces.
     pub(super) traces: super::trace::Traces,
+    /// `[fleet]`: the fleet state in force (reloads compose the file with it).
+    pub(super) fleet: Option<crate::fleet::Snapshot>,
 }
 
 impl Writer {
@@ -90,6 +95,7 @@ impl Writer {
         options: Options,
         resolve_plan: watch::Sender<Plan>,
     ) -> Writer {
+        let fleet = options.fleet.as_ref().map(|(snapshot, _)| snapshot.clone());
         Writer {
             dp,
             state,
@@ -116,6 +122,7 @@ impl Writer {
             pins_restored: (0, None),
             detached: false,
             traces: Default::default(),
+            fleet,
         }
     }
 
@@ -173,6 +180,9 @@ impl Writer {
                 Command::Resolved(answer) => self.on_resolved(answer),
                 Command::SharedFlows(flows) => self.on_shared_flows(&flows),
                 Command::CheckPins => self.check_pins(),
+                Command::Fleet(snapshot, reply) => {
+                    let _ = reply.send(self.apply_fleet(*snapshot));
+                }
                 Command::RefreshNextHops => {
                     if let Err(e) = self.dp.refresh_next_hops() {
                         tracing::warn!(error = %e, "could not start a new next-hop cache generation");
@@ -569,8 +579,32 @@ impl Writer {
         view
     }
 
+    /// The fleet's state: applied as a reload of the file with the fleet's VIPs in it.
+    fn apply_fleet(&mut self, snapshot: crate::fleet::Snapshot) -> Result<String, String> {
+        let previous = self.fleet.replace(snapshot);
+        let result = self.try_reload();
+        if result.is_err() {
+            self.fleet = previous;
+        }
+        let view = match &result {
+            Ok(message) => ReloadView { at_unix: unix_now(), ok: true, message: format!("fleet: {message}") },
+            Err(e) => ReloadView {
+                at_unix: unix_now(),
+                ok: false,
+                message: format!("fleet state refused, nothing changed:\n{e}"),
+            },
+        };
+        self.events.record("fleet", None, None, view.message.clone());
+        self.last_reload = Some(view);
+        result.map_err(|e| e.to_string())
+    }
+
     fn try_reload(&mut self) -> Result<String, ReloadError> {
-        let config = Config::load(&self.config.source)?;
+        // In a fleet the VIPs are the fleet's, whatever the file holds.
+        let (config, drains) = match &self.fleet {
+            Some(snapshot) => snapshot.compose(&self.config.source).map_err(ReloadError::Fleet)?,
+            None => (Config::load(&self.config.source)?, Vec::new()),
+        };
         let (old, new) = (&self.config.daemon, &config.daemon);
         let fixed = [
             ("ring_size", old.ring_size.to_string(), new.ring_size.to_string()),
@@ -585,6 +619,12 @@ impl Writer {
             ("proxy_workers", unset_or(old.proxy_workers), unset_or(new.proxy_workers)),
             ("announce_table", old.announce_table.to_string(), new.announce_table.to_string()),
         ];
+        if self.config.fleet != config.fleet {
+            return Err(ReloadError::Fixed(vec![format!(
+                "{}: [fleet] cannot change without a restart",
+                config.source.display()
+            )]));
+        }
         if self.config.cluster != config.cluster {
             return Err(ReloadError::Fixed(vec![format!(
                 "{}: [cluster] cannot change without a restart",
@@ -605,7 +645,8 @@ impl Writer {
             return Err(ReloadError::Fixed(changed));
         }
         let undone = self.state.api_changes();
-        let next = State::from_config(&config, &self.state)?;
+        let mut next = State::from_config(&config, &self.state)?;
+        crate::fleet::state::apply_drains(&mut next, &drains)?;
         let report = self.commit(next)?;
         let new_level =
             (config.daemon.log_level != self.config.daemon.log_level).then(|| config.daemon.log_level.clone());

@@ -1,5 +1,6 @@
 //! Test helpers: a [`MemoryDataplane`] shared between the code under test and the test, with a
 //! log of the write operations in order.
+pub mod etcd;
 pub mod ports;
 pub mod rig;
 

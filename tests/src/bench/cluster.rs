@@ -1,7 +1,8 @@
 //! `cargo xtask bench cluster` (root, BIRD 2): the scale-out scenario (`cluster::scenario`)
 //! repeated with BFD on and, as the comparison an operator without BFD gets, off (the BGP hold
 //! time, 3 s here, finds a dead node), interleaved. Prints the router's failover after a node
-//! crash and after `node drain`, and the connections broken; asserts nothing.
+//! crash and after `node drain`, and the connections broken; then a fleet's propagation
+//! (`bench::fleet`); asserts nothing.
 use std::time::Duration;
 
 use anyhow::Result;
@@ -59,7 +60,8 @@ pub fn run(repetitions: usize) -> Result<()> {
     println!(
         "(median, min-max over {repetitions} runs; each run ends by removing a backend on every node and killing a node: without flow sharing, the flows ECMP then moves whose ring slot moved break)"
     );
-    absorb_rate()
+    absorb_rate()?;
+    super::fleet::run()
 }
 
 /// How many flow-sharing messages a node absorbs a second: each message's signature checked

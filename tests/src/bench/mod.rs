@@ -5,6 +5,7 @@ pub mod control;
 pub mod cpu;
 pub mod dataplane;
 mod dataplane6;
+pub mod fleet;
 pub mod flood;
 pub mod flows;
 pub mod katran;

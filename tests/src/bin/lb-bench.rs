@@ -54,6 +54,10 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         repetitions: usize,
     },
+    /// A fleet (etcd on loopback, in-memory maps): `backends add` on one node until every node
+    /// has it, and a node restarted after missing a change until it serves it (also the end
+    /// of `cluster`).
+    Fleet,
     /// Packets and connections through lb-ctl, nftables DNAT, HAProxy and nginx in the
     /// namespace lab, interleaved, with plain routing as the floor (root).
     Lab {
@@ -107,6 +111,7 @@ fn main() -> anyhow::Result<()> {
         Bench::Proxy { instructions: false } => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),
         Bench::Cluster { repetitions } => bench::cluster::run(repetitions.max(1)),
+        Bench::Fleet => bench::fleet::run(),
         Bench::Flood { quick } => {
             let options = if quick { bench::flood::Options::quick() } else { bench::flood::Options::default() };
             bench::flood::run(options).map(drop)
