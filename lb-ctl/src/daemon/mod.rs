@@ -7,6 +7,7 @@
 //! difference, and kept only if the data plane accepted it.
 mod events;
 mod explain;
+mod explain_quic;
 mod metric_family;
 mod metrics;
 mod proxy_metrics;
