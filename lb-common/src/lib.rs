@@ -7,6 +7,7 @@
 //! - [`flow`]: connection-table keys and entries, and flows shared between balancers.
 //! - [`config`]: the data plane's runtime settings (the CONFIG map) and port flags.
 //! - [`nexthop`]: cached next hops.
+//! - [`quic`]: QUIC routing by the server id in connection IDs (Katran's encoding).
 //! - [`stats`]: the named counters (every verdict and event) and per-VIP/backend traffic.
 //! - [`trace`]: `lb-ctl trace`'s filters and records.
 //! - [`hash`]: the flow hash; [`csum`]: incremental checksum arithmetic; [`gue`]: GUE's header.
@@ -25,6 +26,7 @@ pub mod flow_key;
 pub mod gue;
 pub mod hash;
 pub mod nexthop;
+pub mod quic;
 pub mod stats;
 pub mod trace;
 pub mod vip;
@@ -56,6 +58,7 @@ pub mod map_names {
     pub const TRACE: &str = "TRACE";
     pub const TRACE_EVENTS: &str = "TRACE_EVENTS";
     pub const TRACE_STATS: &str = "TRACE_STATS";
+    pub const QUIC_SERVERS: &str = "QUIC_SERVERS";
 }
 
 /// JUMPS (a program array) indices: the programs `lb_ingress` hands packets to with a tail
@@ -259,7 +262,8 @@ mod layout_tests {
             id: 3,
             forwarding: 1,
             hash: 1,
-            _pad: [0; 2],
+            flags: crate::quic::VIP_QUIC,
+            _pad: 0,
             encap_source: ipv4_bytes([198, 51, 100, 1]),
             key: VipKey::default(),
         };

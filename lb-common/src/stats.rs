@@ -125,6 +125,22 @@ counters! {
     /// An IPv6 frame or ICMP error whose program (JUMPS, filled by the loader) is missing:
     /// passed untouched.
     PassJumpFailed = "pass_jump_failed",
+    /// QUIC VIP: a long-header packet (Initial, 0-RTT, Handshake, Retry): its connection ID
+    /// is not yet the server's, so the connection table and ring place it.
+    QuicLongHeader = "quic_long_header",
+    /// QUIC VIP: a short-header packet whose connection ID names a server of the VIP that is
+    /// healthy and in the ring: sent to that backend, whatever the client's address.
+    QuicRouted = "quic_routed_by_server_id",
+    /// QUIC VIP: a short-header packet whose server id no backend of the VIP holds, or whose
+    /// backend is drained or down: placed by the connection table and ring.
+    QuicUnknownServer = "quic_unknown_server_id",
+    /// QUIC VIP: a short-header packet whose connection ID names no server (CID version 0, or
+    /// server id 0): placed by the connection table and ring.
+    QuicNoServerId = "quic_no_server_id",
+    /// QUIC VIP: a UDP datagram too short for a QUIC header with a connection ID the
+    /// balancer can read (`lb_common::quic::SHORT_HEADER_BYTES`), or empty: placed by the
+    /// connection table and ring, as any UDP.
+    QuicTruncated = "quic_truncated",
 }
 
 /// Counters of the decapsulation program (DECAP_COUNTERS).

@@ -43,7 +43,9 @@ pub struct VipInfo {
     pub forwarding: u8,
     /// One of [`hash_mode`].
     pub hash: u8,
-    pub _pad: [u8; 2],
+    /// Bits of behaviour: [`crate::quic::VIP_QUIC`].
+    pub flags: u8,
+    pub _pad: u8,
     /// Outer source address of IPIP packets (DSR modes).
     pub encap_source: IpBytes,
     /// The VIP this is the entry of. The VIP_INFO array (indexed by id) lets the program go

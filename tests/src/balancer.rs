@@ -87,7 +87,6 @@ pub fn configure(dp: &mut dyn Dataplane, ring_size: u32, vips: &[VipSpec]) {
             id: v.id,
             forwarding: v.forwarding,
             hash: v.hash,
-            _pad: [0; 2],
             encap_source: ipv4_bytes(v.encap_source.octets()),
             ..Default::default()
         };

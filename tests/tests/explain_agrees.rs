@@ -78,7 +78,9 @@ fn explain_equals_the_programs_choice() {
         panic!("the daemon did not answer");
     });
     let explain = |vip: &str, client_addr: &str| {
-        runtime.block_on(client.explain(&ExplainRequest { vip: vip.into(), client: client_addr.into() })).unwrap()
+        runtime
+            .block_on(client.explain(&ExplainRequest { vip: vip.into(), client: client_addr.into(), quic_cid: None }))
+            .unwrap()
     };
 
     let mut checked = 0;

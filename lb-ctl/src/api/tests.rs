@@ -138,11 +138,11 @@ async fn bad_requests_are_refused_and_change_nothing() {
         ),
         (refused(c.backends(Some("nope")).await), (404, "unknown VIP \"nope\"")),
         (
-            refused(c.explain(&ExplainRequest { vip: "web".into(), client: "somewhere".into() }).await),
+            refused(c.explain(&ExplainRequest { vip: "web".into(), client: "somewhere".into(), quic_cid: None }).await),
             (400, "malformed client address \"somewhere\": expected ADDR or ADDR:PORT (IPv6 as [ADDR]:PORT)"),
         ),
         (
-            refused(c.explain(&ExplainRequest { vip: "dns".into(), client: "192.0.2.1".into() }).await),
+            refused(c.explain(&ExplainRequest { vip: "dns".into(), client: "192.0.2.1".into(), quic_cid: None }).await),
             (400, "VIP \"dns\" hashes the 5-tuple (hash = \"flow\"): give the client as ADDR:PORT"),
         ),
         (
@@ -193,7 +193,11 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
     let hash = client_hash(&ipv4_bytes(client), 7);
     let slot = hash % RING;
     let expected = d.fake.lock().fake.rings[&web][slot as usize];
-    let e = d.client.explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33".into() }).await.unwrap();
+    let e = d
+        .client
+        .explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33".into(), quic_cid: None })
+        .await
+        .unwrap();
     assert_eq!((e.decision, e.hash, e.slot, e.backend_id), (Decision::Ring, Some(hash), Some(slot), Some(expected)));
     let addr = d.list().await.into_iter().find(|b| b.id == expected).unwrap().address;
     assert_eq!(e.backend, Some(addr));
@@ -204,14 +208,22 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
         )
     );
     // With a port: the connection table is checked first.
-    let e = d.client.explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into() }).await.unwrap();
+    let e = d
+        .client
+        .explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into(), quic_cid: None })
+        .await
+        .unwrap();
     assert_eq!(e.decision, Decision::Ring);
     assert!(e.reason.starts_with("not in the connection table: a new flow; ring slot"), "{}", e.reason);
     let other = d.list().await.into_iter().find(|b| b.id != expected && b.vip == "web").unwrap();
     let key = FlowKey::new(ipv4_bytes(client), ipv4_bytes([203, 0, 113, 10]), 40000u16.to_be(), 80u16.to_be(), 6, 4);
     let generation = d.fake.lock().fake.backends[&other.id].generation;
     d.fake.lock().fake.flows.insert(key, FlowEntry { backend_id: other.id, vip_id: web, generation, reply_hash: 0 });
-    let e = d.client.explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into() }).await.unwrap();
+    let e = d
+        .client
+        .explain(&ExplainRequest { vip: "web".into(), client: "192.0.2.33:40000".into(), quic_cid: None })
+        .await
+        .unwrap();
     assert_eq!((e.decision, e.backend), (Decision::Conntrack, Some(other.address)));
     assert_eq!(
         e.reason,
@@ -219,7 +231,11 @@ async fn explain_follows_the_kernel_hash_and_the_connection_table() {
     );
     // hash = "flow": the 5-tuple, ports in network order as the program reads them.
     let hash = flow_hash(&ipv4_bytes(client), &ipv4_bytes([203, 0, 113, 11]), 5353u16.to_be(), 53u16.to_be(), 17, 7);
-    let e = d.client.explain(&ExplainRequest { vip: "dns".into(), client: "192.0.2.33:5353".into() }).await.unwrap();
+    let e = d
+        .client
+        .explain(&ExplainRequest { vip: "dns".into(), client: "192.0.2.33:5353".into(), quic_cid: None })
+        .await
+        .unwrap();
     assert_eq!((e.hash, e.slot), (Some(hash), Some(hash % RING)));
     assert_eq!(e.backend_id, Some(d.fake.lock().fake.rings[&dns][(hash % RING) as usize]));
     d.stop().await;
@@ -508,7 +524,11 @@ async fn explain_places_ipv6_flows_as_the_data_plane_does() {
     let hash = client_hash(&client, 7);
     let slot = hash % RING;
     let expected = d.fake.lock().fake.rings[&web6][slot as usize];
-    let e = d.client.explain(&ExplainRequest { vip: "web6".into(), client: "2001:db8:ffff::33".into() }).await.unwrap();
+    let e = d
+        .client
+        .explain(&ExplainRequest { vip: "web6".into(), client: "2001:db8:ffff::33".into(), quic_cid: None })
+        .await
+        .unwrap();
     assert_eq!((e.decision, e.hash, e.slot, e.backend_id), (Decision::Ring, Some(hash), Some(slot), Some(expected)));
     let addr = d.list().await.into_iter().find(|b| b.id == expected).unwrap().address;
     assert_eq!(e.backend, Some(addr));
@@ -519,11 +539,13 @@ async fn explain_places_ipv6_flows_as_the_data_plane_does() {
     let key = FlowKey::new(client, v6("2001:db8::10"), 40000u16.to_be(), 80u16.to_be(), 6, lb_common::family::IPV6);
     let generation = d.fake.lock().fake.backends[&other.id].generation;
     d.fake.lock().fake.flows.insert(key, FlowEntry { backend_id: other.id, vip_id: web6, generation, reply_hash: 0 });
-    let request = ExplainRequest { vip: "web6".into(), client: "[2001:db8:ffff::33]:40000".into() };
+    let request = ExplainRequest { vip: "web6".into(), client: "[2001:db8:ffff::33]:40000".into(), quic_cid: None };
     let e = d.client.explain(&request).await.unwrap();
     assert_eq!((e.decision, e.backend), (Decision::Conntrack, Some(other.address)));
     // A client of the other family never reaches this VIP.
-    let e = refused(d.client.explain(&ExplainRequest { vip: "web6".into(), client: "192.0.2.33".into() }).await);
+    let e = refused(
+        d.client.explain(&ExplainRequest { vip: "web6".into(), client: "192.0.2.33".into(), quic_cid: None }).await,
+    );
     assert_eq!(e.0, 400);
     d.stop().await;
 }

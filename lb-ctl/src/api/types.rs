@@ -36,6 +36,10 @@ pub struct ExplainRequest {
     pub vip: String,
     /// `ADDR` or `ADDR:PORT`.
     pub client: String,
+    /// A QUIC destination connection ID (hex) the client sends: which backend its server id
+    /// routes to, on a VIP with quic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_cid: Option<String>,
 }
 
 /// Answer to add/remove/drain/undrain.
@@ -276,6 +280,8 @@ pub enum Decision {
     Conntrack,
     /// A new flow: the ring slot of its hash.
     Ring,
+    /// A QUIC short header: the server id in its connection ID names the backend.
+    QuicServerId,
 }
 
 /// `POST /v1/explain`.

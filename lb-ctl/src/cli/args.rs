@@ -105,6 +105,10 @@ pub enum Command {
         /// ADDR, or ADDR:PORT (the port is needed to check the connection table and for
         /// hash = "flow" VIPs); IPv6 as ADDR or [ADDR]:PORT, of the VIP's family.
         client: String,
+        /// A QUIC destination connection ID in hex (as a packet capture shows it): the backend
+        /// its server id routes to, on a VIP with quic.
+        #[arg(long, value_name = "HEX")]
+        quic_cid: Option<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,

@@ -162,8 +162,8 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
             let s = c.stats().await?;
             if as_json { json(&s) } else { render::stats(&s) }
         }
-        Command::Explain { vip, client, json: as_json } => {
-            let e = c.explain(&ExplainRequest { vip, client }).await?;
+        Command::Explain { vip, client, quic_cid, json: as_json } => {
+            let e = c.explain(&ExplainRequest { vip, client, quic_cid }).await?;
             if as_json { json(&e) } else { render::explain(&e) }
         }
         Command::Backends(BackendsCommand::Verify { .. })

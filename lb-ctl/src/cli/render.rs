@@ -280,6 +280,7 @@ pub fn explain(e: &ExplainView) -> String {
     let how = match e.decision {
         Decision::Conntrack => "connection table",
         Decision::Ring => "Maglev ring",
+        Decision::QuicServerId => "QUIC server id",
     };
     format!("{} -> {}: {target}\nby the {how}: {}\n", e.client, e.vip, e.reason)
 }

@@ -12,6 +12,7 @@ mod health;
 pub mod hosts;
 pub mod log_level;
 mod proxy;
+pub mod quic;
 mod raw;
 pub mod rules;
 mod spans;
@@ -155,6 +156,9 @@ pub struct VipSpec {
     /// `[vip.announce]`: announce the VIP's address over the routing daemon while it can be
     /// served (scale-out behind ECMP).
     pub announce: Option<Announce>,
+    /// `quic = true` or `[vip.quic]`: QUIC short-header packets go to the backend their
+    /// connection ID names (UDP VIPs only).
+    pub quic: Option<quic::QuicSpec>,
 }
 
 /// `[vip.announce]`.

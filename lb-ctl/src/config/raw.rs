@@ -78,6 +78,8 @@ pub(super) struct RawVip {
     pub backends: Vec<Spanned<RawBackend>>,
     pub proxy: Option<Spanned<lb_proxy::ProxyOptions>>,
     pub announce: Option<Spanned<RawAnnounce>>,
+    /// `quic = true` or `[vip.quic]` (see `quic.rs`).
+    pub quic: Option<Spanned<super::quic::RawQuic>>,
 }
 
 /// `[vip.announce]`: when this node announces the VIP's address (see `announce/`).
@@ -94,6 +96,7 @@ pub(super) struct RawBackend {
     pub port: Option<Spanned<i64>>,
     pub weight: Option<Spanned<i64>>,
     pub health: Option<Spanned<RawHealth>>,
+    pub quic_server_id: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use super::*;
 
-fn parse(text: &str) -> Result<Config, ConfigError> {
+pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("lb.toml"))
 }
 
-fn errors(text: &str) -> Vec<String> {
+pub(super) fn errors(text: &str) -> Vec<String> {
     match parse(text) {
         Ok(c) => panic!("expected errors, got {c:#?}"),
         Err(e) => e.problems(),
@@ -98,7 +98,7 @@ fn bad_files_give_exact_messages() {
         (
             "unknown key in a backend",
             format!("{VIP}backends = [ {{ address = \"198.51.100.1\", wieght = 3 }} ]\n"),
-            &["lb.toml:5: unknown field `wieght`, expected one of `address`, `port`, `weight`, `health`"],
+            &["lb.toml:5: unknown field `wieght`, expected one of `address`, `port`, `weight`, `health`, `quic_server_id`"],
         ),
         (
             "unknown top-level key",

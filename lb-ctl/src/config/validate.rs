@@ -369,6 +369,7 @@ fn vip<'a>(
     }
     // The VIP's own check (its mistakes are reported once: problems are deduplicated).
     let own_health = health(c, &at, &vip_health);
+    let quic = super::quic::quic(c, &at, v, protocol, forwarding);
 
     if c.problems.len() > before {
         return None;
@@ -386,6 +387,7 @@ fn vip<'a>(
         health: own_health,
         proxy: if forwarding.is_xdp() { None } else { super::proxy::options(c, &at, v, defaults, index, protocol) },
         announce,
+        quic,
     };
     Some(VipConfig { spec, backends, hosts, line })
 }

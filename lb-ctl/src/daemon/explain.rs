@@ -5,6 +5,7 @@ use lb_common::backend::BACKEND_NONE;
 use lb_common::flow::FlowKey;
 use lb_common::hash::{ring_hash, ring_slot};
 
+use super::explain_quic::QuicRoute;
 use super::writer::Writer;
 use crate::api::ApiError;
 use crate::api::types::{Decision, ExplainRequest, ExplainView};
@@ -62,6 +63,18 @@ impl Writer {
         }
         let key = FlowKey::new(src, dst, port.unwrap_or(0).to_be(), v.port.to_be(), protocol, family);
         let mut notes = Vec::new();
+        if let Some(cid) = &r.quic_cid {
+            match super::explain_quic::route(v, cid, &self.dp.quic_servers()?)? {
+                QuicRoute::Routed { backend, why } => {
+                    view.decision = Decision::QuicServerId;
+                    view.backend = Some(backend.address);
+                    view.backend_id = Some(backend.id);
+                    view.reason = format!("{why}: short-header packets go there whatever the client's address");
+                    return Ok(view);
+                }
+                QuicRoute::FallsBack(why) => notes.push(why),
+            }
+        }
         if port.is_some() {
             match self.dp.lookup_flow(&key)? {
                 Some(entry) => match v.backends.iter().find(|b| b.id == entry.backend_id) {

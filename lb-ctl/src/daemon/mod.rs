@@ -7,6 +7,7 @@
 //! difference, and kept only if the data plane accepted it.
 mod events;
 mod explain;
+mod explain_quic;
 mod metric_family;
 mod metrics;
 mod proxy_metrics;
@@ -194,7 +195,9 @@ impl Daemon {
                 // first apply removes what the file lacks. Fresh maps (the pins were lost,
                 // e.g. bpffs was cleared) hold nothing: everything is written, CONFIG first.
                 let applier = if options.maps_reused {
-                    Applier::assuming(MapContents::of(&skeleton))
+                    // The saved ids say nothing of QUIC server ids: the maps do.
+                    let quic_servers = dataplane.quic_servers()?.into_iter().collect();
+                    Applier::assuming(MapContents { quic_servers, ..MapContents::of(&skeleton) })
                 } else {
                     tracing::warn!(
                         "saved ids but no pinned maps: writing every map afresh (established flows were lost with the maps)"

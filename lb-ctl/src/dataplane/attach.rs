@@ -100,12 +100,13 @@ pub fn ensure_bpffs() -> Result<()> {
 
 /// This build's layout of every pinned map: name, key and value sizes, and the entries where
 /// this build or the configuration fixes them.
-fn pinned_layouts(ring_size: u32, flow_table_size: u32) -> [(&'static str, usize, usize, Option<u32>); 12] {
+fn pinned_layouts(ring_size: u32, flow_table_size: u32) -> [(&'static str, usize, usize, Option<u32>); 13] {
     [
         (map_names::VIPS, size_of::<VipKey>(), size_of::<VipInfo>(), None),
         (map_names::VIP_INFO, 4, size_of::<VipInfo>(), None),
         (map_names::BACKENDS, 4, size_of::<Backend>(), None),
         (map_names::NAT_BACKENDS, size_of::<VipKey>(), 4, None),
+        (map_names::QUIC_SERVERS, size_of::<lb_common::quic::QuicServerKey>(), 4, None),
         (map_names::RINGS, 4, 4, Some(MAX_VIPS * ring_size)),
         (map_names::FLOWS, 4, size_of::<ForwardSet>(), Some(flow_sets(flow_table_size))),
         (map_names::REVERSE_FLOWS, 4, size_of::<ReverseSet>(), Some(flow_sets(flow_table_size))),

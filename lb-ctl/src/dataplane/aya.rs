@@ -8,6 +8,7 @@ use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey, ForwardSet, table_hash};
 use lb_common::limits::MAX_VIPS;
 use lb_common::map_names;
+use lb_common::quic::QuicServerKey;
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
@@ -253,6 +254,26 @@ impl Dataplane for AyaDataplane {
                 Err(e) => Err(map_err(map_names::NAT_BACKENDS)(e)),
             },
         }
+    }
+
+    fn set_quic_server(&mut self, key: QuicServerKey, backend_id: Option<u32>) -> Result<()> {
+        let name = map_names::QUIC_SERVERS;
+        let mut map: BpfHashMap<&mut MapData, QuicServerKey, u32> =
+            BpfHashMap::try_from(self.map_mut(name)?).map_err(map_err(name))?;
+        match backend_id {
+            Some(id) => map.insert(key, id, 0).map_err(map_err(name)),
+            None => match map.remove(&key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Err(e) => Err(map_err(name)(e)),
+            },
+        }
+    }
+
+    fn quic_servers(&self) -> Result<Vec<(QuicServerKey, u32)>> {
+        let name = map_names::QUIC_SERVERS;
+        let map: BpfHashMap<&MapData, QuicServerKey, u32> =
+            BpfHashMap::try_from(self.map(name)?).map_err(map_err(name))?;
+        map.iter().collect::<std::result::Result<Vec<_>, _>>().map_err(map_err(name))
     }
 
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {

@@ -27,6 +27,7 @@ pub const PINNED_MAPS: &[&str] = &[
     map_names::VIP_STATS,
     map_names::BACKEND_STATS,
     map_names::NAT_BACKENDS,
+    map_names::QUIC_SERVERS,
 ];
 
 /// How to load the balancer.

@@ -6,6 +6,7 @@ use lb_common::backend::{BACKEND_NONE, Backend, NatBackendKey, backend_generatio
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey, SharedFlow};
 use lb_common::limits::{MAX_BACKENDS, MAX_VIPS};
+use lb_common::quic::QuicServerKey;
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
@@ -21,6 +22,7 @@ pub struct MemoryDataplane {
     pub rings: HashMap<u32, Vec<u32>>,
     pub port_flags: HashMap<u16, u32>,
     pub nat_backends: HashMap<NatBackendKey, u32>,
+    pub quic_servers: HashMap<QuicServerKey, u32>,
     pub flows: HashMap<FlowKey, FlowEntry>,
     pub vip_traffic: HashMap<u32, Traffic>,
     pub backend_traffic: HashMap<u32, Traffic>,
@@ -79,6 +81,16 @@ impl Dataplane for MemoryDataplane {
             None => self.nat_backends.remove(&key),
         };
         Ok(())
+    }
+    fn set_quic_server(&mut self, key: QuicServerKey, backend_id: Option<u32>) -> Result<()> {
+        match backend_id {
+            Some(id) => self.quic_servers.insert(key, id),
+            None => self.quic_servers.remove(&key),
+        };
+        Ok(())
+    }
+    fn quic_servers(&self) -> Result<Vec<(QuicServerKey, u32)>> {
+        Ok(self.quic_servers.iter().map(|(k, b)| (*k, *b)).collect())
     }
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
         check("VIP id", vip_id, MAX_VIPS)?;

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use lb_common::backend::{Backend, NatBackendKey};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{FlowEntry, FlowKey, SharedFlow};
+use lb_common::quic::QuicServerKey;
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
@@ -66,6 +67,13 @@ pub trait Dataplane: Send {
     /// Sets (Some: the VIP id, or `NAT_BACKEND_SHARED`) or clears the NAT_BACKENDS entry of a
     /// NAT backend's reply source.
     fn set_nat_backend(&mut self, key: NatBackendKey, vip: Option<u32>) -> Result<()>;
+    /// Sets (Some: the backend id) or clears the QUIC_SERVERS entry of a QUIC VIP's server id.
+    fn set_quic_server(&mut self, key: QuicServerKey, backend_id: Option<u32>) -> Result<()>;
+    /// Every QUIC_SERVERS entry: what a restarted daemon finds in pinned maps, so its first
+    /// apply removes what the file no longer has.
+    fn quic_servers(&self) -> Result<Vec<(QuicServerKey, u32)>> {
+        Ok(Vec::new())
+    }
     /// Writes `(slot, backend id)` pairs of VIP `vip_id`'s ring. The planner sends only the
     /// slots that changed: the data plane keeps no copy of the rings.
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()>;

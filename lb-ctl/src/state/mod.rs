@@ -418,4 +418,6 @@ fn carried_health(old: Health, checked: bool) -> Health {
 }
 
 #[cfg(test)]
+mod quic_tests;
+#[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend, NAT_BACKEND_SHARED, NatBackendKey};
 use lb_common::config::{DataplaneConfig, port_flags};
 use lb_common::maglev::{RingMember, build_ring};
+use lb_common::quic::{QuicServerKey, VIP_QUIC};
 use lb_common::vip::{VipInfo, VipKey, forwarding};
 use lb_common::{ip_bytes, ip_proto, ring_key};
 
@@ -41,6 +42,9 @@ pub struct MapContents {
     pub port_flags: BTreeMap<u16, u32>,
     /// NAT backends' reply sources → the VIP they serve (`NAT_BACKEND_SHARED` if several).
     pub nat_backends: HashMap<NatBackendKey, u32>,
+    /// QUIC VIPs' server ids → the backend id that holds each, for backends that may take
+    /// connections (in the ring, weight above 0): a drained or down backend's id routes nothing.
+    pub quic_servers: BTreeMap<QuicServerKey, u32>,
 }
 
 /// The ring members of a VIP: healthy backends with their weight (0 while drained). With no
@@ -106,7 +110,8 @@ impl MapContents {
                     Forwarding::Nat | Forwarding::Proxy => forwarding::NAT,
                 },
                 hash: v.hash.wire(),
-                _pad: [0; 2],
+                flags: if v.quic.is_some() { VIP_QUIC } else { 0 },
+                _pad: 0,
                 encap_source,
                 key: vip_key(v),
             };
@@ -135,7 +140,16 @@ impl MapContents {
                         if udp { port_flags::NAT_BACKEND_UDP } else { port_flags::NAT_BACKEND_TCP };
                 }
             }
-            out.rings.insert(v.id, ring_input(v));
+            let ring = ring_input(v);
+            if let Some(quic) = &v.quic {
+                for (id, _, _) in ring.members.iter().filter(|(_, weight, _)| *weight > 0) {
+                    let b = v.backends.iter().find(|b| b.id == *id);
+                    if let Some(server_id) = b.and_then(|b| quic.server_ids.get(&b.address)) {
+                        out.quic_servers.insert(QuicServerKey { vip_id: v.id, server_id: *server_id }, *id);
+                    }
+                }
+            }
+            out.rings.insert(v.id, ring);
         }
         out
     }
@@ -152,6 +166,7 @@ pub struct ApplyReport {
     pub rings_written: usize,
     pub port_flags: usize,
     pub nat_backends: usize,
+    pub quic_servers: usize,
 }
 
 impl ApplyReport {
@@ -162,9 +177,10 @@ impl ApplyReport {
 
 /// Tracks what has been written and writes only the difference.
 ///
-/// Order of operations, so that the data plane never sees a ring slot naming a missing
-/// backend, nor a VIP without its ring: config; new/changed backends; rings; VIPs; port
-/// flags that gain bits; then removed VIPs (and their rings cleared); removed backends; port
+/// Order of operations, so that the data plane never sees a ring slot (or QUIC server id)
+/// naming a missing backend, nor a VIP without its ring: config; new/changed backends; rings;
+/// VIPs; port flags that gain bits; NAT backends; QUIC server ids (new, then gone); then
+/// removed VIPs (and their rings cleared); removed backends; port
 /// flags that lose bits. What was written is recorded operation by operation, so after a
 /// failed syscall the next apply redoes exactly what is still missing.
 #[derive(Debug, Default)]
@@ -270,6 +286,21 @@ impl Applier {
                 self.applied.nat_backends.insert(*key, *vip);
                 report.nat_backends += 1;
             }
+        }
+        for (key, backend_id) in &want.quic_servers {
+            if self.applied.quic_servers.get(key) != Some(backend_id) {
+                dp.set_quic_server(*key, Some(*backend_id))?;
+                self.applied.quic_servers.insert(*key, *backend_id);
+                report.quic_servers += 1;
+            }
+        }
+        // Before VIPs and backends go: no server id may name a backend that is gone.
+        let gone: Vec<QuicServerKey> =
+            self.applied.quic_servers.keys().filter(|k| !want.quic_servers.contains_key(*k)).copied().collect();
+        for key in gone {
+            dp.set_quic_server(key, None)?;
+            self.applied.quic_servers.remove(&key);
+            report.quic_servers += 1;
         }
         let gone: Vec<(VipKey, VipInfo)> =
             self.applied.vips.iter().filter(|(k, _)| !want.vips.contains_key(*k)).map(|(k, v)| (*k, *v)).collect();

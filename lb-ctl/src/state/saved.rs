@@ -146,6 +146,7 @@ impl State {
                     health: None,
                     proxy: None,
                     announce: None,
+                    quic: None,
                 },
                 backends: backends
                     .iter()

@@ -98,6 +98,12 @@ impl Dataplane for SharedFake {
     fn set_nat_backend(&mut self, key: NatBackendKey, vip: Option<u32>) -> Result<()> {
         self.lock().fake.set_nat_backend(key, vip)
     }
+    fn set_quic_server(&mut self, key: lb_common::quic::QuicServerKey, backend_id: Option<u32>) -> Result<()> {
+        self.lock().fake.set_quic_server(key, backend_id)
+    }
+    fn quic_servers(&self) -> Result<Vec<(lb_common::quic::QuicServerKey, u32)>> {
+        self.lock().fake.quic_servers()
+    }
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
         let mut g = self.lock();
         g.ops.push(Op::WriteRing(vip_id));

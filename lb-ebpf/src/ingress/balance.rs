@@ -15,7 +15,7 @@ use crate::ip::IpPacket;
 use crate::parse::Parsed;
 use crate::trace::{self, Decided};
 use crate::verdict::Verdict;
-use crate::{encap, icmp_error, l2, maps, nat, parse, parse6, select};
+use crate::{encap, icmp_error, l2, maps, nat, parse, parse6, quic, select};
 
 /// `lb_ingress`: IPv4 is balanced here; IPv6 frames and ICMP errors go on to their programs.
 #[inline(always)]
@@ -103,7 +103,8 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
             _ => maps::vip(&vip_key),
         };
         if let Some(vip) = vip {
-            let flow = Flow { key, hash, slot: flow, new_period, tables };
+            let server = quic::server(ctx, pkt, vip);
+            let flow = Flow { key, hash, slot: flow, new_period, tables, server };
             trace::start(&pkt.tcp());
             let verdict = match vip.forwarding {
                 forwarding::DSR_IPIP | forwarding::DSR_GUE => encap::balance_encap(ctx, pkt, vip, &flow),

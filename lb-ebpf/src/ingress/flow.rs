@@ -1,4 +1,5 @@
 //! A VIP packet's flow: its connection-table key, hash and way.
+use lb_common::backend::Backend;
 use lb_common::flow::{FlowEntry, FlowKey, FlowSlot};
 
 use crate::table::Tables;
@@ -13,4 +14,7 @@ pub struct Flow<'a> {
     /// (`table::REPLY_CHECK_SHIFT`).
     pub new_period: bool,
     pub tables: Option<Tables>,
+    /// The backend the packet's QUIC connection ID names (`quic::server`): it goes there,
+    /// whatever the connection table and ring say.
+    pub server: Option<(u32, &'static Backend)>,
 }

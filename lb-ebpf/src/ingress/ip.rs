@@ -28,6 +28,8 @@ pub trait IpPacket {
     fn protocol(&self) -> u8;
     /// Source and destination ports, network order.
     fn ports(&self) -> (u16, u16);
+    /// The start of the L4 header (its first 8 bytes are inside the packet: parse checked).
+    fn l4_header(&self) -> *const u8;
     /// Source and destination addresses in the maps' 16-byte form.
     fn addresses(&self) -> (IpBytes, IpBytes);
     fn tcp(&self) -> TcpFlags;
@@ -61,6 +63,10 @@ impl IpPacket for Ipv4Packet {
     #[inline(always)]
     fn ports(&self) -> (u16, u16) {
         unsafe { (*self.src_port, *self.dst_port) }
+    }
+    #[inline(always)]
+    fn l4_header(&self) -> *const u8 {
+        self.src_port as *const u8
     }
     #[inline(always)]
     fn addresses(&self) -> (IpBytes, IpBytes) {
@@ -133,6 +139,10 @@ impl IpPacket for Ipv6Packet {
     fn ports(&self) -> (u16, u16) {
         // SAFETY: parse() checked the headers (likewise below).
         unsafe { (*self.src_port, *self.dst_port) }
+    }
+    #[inline(always)]
+    fn l4_header(&self) -> *const u8 {
+        self.src_port as *const u8
     }
     #[inline(always)]
     fn addresses(&self) -> (IpBytes, IpBytes) {

@@ -23,6 +23,7 @@ mod nat;
 mod parse;
 mod parse6;
 mod parsed;
+mod quic;
 mod select;
 mod table;
 mod trace;

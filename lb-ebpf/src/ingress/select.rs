@@ -20,10 +20,10 @@ use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, forwarding};
 
 use crate::flow::Flow;
-use crate::maps;
 use crate::parse::TcpFlags;
 use crate::table::{self, Recorded, Tables};
 use crate::verdict::Verdict;
+use crate::{maps, quic};
 
 pub struct Choice {
     pub backend_id: u32,
@@ -48,6 +48,7 @@ pub fn choose(vip: &VipInfo, flow: &Flow, tcp: &TcpFlags) -> Result<Choice, Verd
         let entry = unsafe { (*slot).value };
         if !opens_connection
             && entry.vip_id == vip.id
+            && quic::agrees(flow, entry.backend_id)
             && let Some(backend) = maps::backend(entry.backend_id)
             && backend.is_active()
             && backend.generation == entry.generation
@@ -75,7 +76,7 @@ pub fn choose(vip: &VipInfo, flow: &Flow, tcp: &TcpFlags) -> Result<Choice, Verd
         // A new connection on a known 5-tuple starts unproven; a flow moved off a removed
         // backend has already proven itself.
         let proven = !opens_connection;
-        let (backend_id, backend) = from_ring(vip, flow, &t)?;
+        let (backend_id, backend) = place(vip, flow, &t)?;
         let entry = flow_entry(vip, flow.key, backend_id, backend, nat, &t);
         table::replace(slot, flow.hash, &entry, proven, &t);
         if nat {
@@ -84,7 +85,7 @@ pub fn choose(vip: &VipInfo, flow: &Flow, tcp: &TcpFlags) -> Result<Choice, Verd
         maps::count(if opens_connection { Counter::FlowNew } else { Counter::FlowRerouted });
         return Ok(Choice { backend_id, backend });
     }
-    let (backend_id, backend) = from_ring(vip, flow, &t)?;
+    let (backend_id, backend) = place(vip, flow, &t)?;
     // A TCP packet without SYN belongs to a connection already open (whose entry the table
     // lost, or that another balancer placed): it has proven itself. SYNs and UDP have not.
     let proven = tcp.continues_connection();
@@ -185,6 +186,16 @@ pub fn reply_seen(reply: &FlowKey, way: *mut FlowSlot<ReverseEntry>, tcp: &TcpFl
         if let Some((slot, _)) = maps::flow(&forward, t.hash(&forward), t) {
             table::close(slot);
         }
+    }
+}
+
+/// Where a flow the table does not place goes: the backend its QUIC connection ID names, else
+/// the ring.
+#[inline(always)]
+fn place(vip: &VipInfo, flow: &Flow, t: &Tables) -> Result<(u32, &'static Backend), Verdict> {
+    match flow.server {
+        Some(server) => Ok(server),
+        None => from_ring(vip, flow, t),
     }
 }
 

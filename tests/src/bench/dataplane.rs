@@ -204,6 +204,7 @@ fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
 fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Rows> {
     let vips = vips();
     configure(dp, &vips);
+    let quic = super::quic::established_short_header(dp, vips.len() as u32)?;
     let events = dp.take_flow_events();
     let tables = Tables::take(dp)?;
 
@@ -412,7 +413,7 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             [L4::TcpSyn, L4::TcpAck].map(|l4| Frame::tcp(CLIENT, *port, web, 80).with(|f| f.l4 = l4).bytes())
         })
         .collect();
-    Ok(Rows { paths: paths.into(), tables, events, warm })
+    Ok(Rows { paths: paths.into_iter().chain([quic]).collect(), tables, events, warm })
 }
 
 /// One family's rows, in its own balancer.

@@ -11,5 +11,6 @@ pub mod flows;
 pub mod katran;
 pub mod lab;
 pub mod proxy;
+mod quic;
 pub mod report;
 pub mod stats;
