@@ -8,6 +8,7 @@
 //! - [`config`]: the data plane's runtime settings (the CONFIG map) and port flags.
 //! - [`nexthop`]: cached next hops.
 //! - [`stats`]: the named counters (every verdict and event) and per-VIP/backend traffic.
+//! - [`layout`]: the layout version of the pinned maps, and what each older one differed in.
 //! - [`hash`]: the flow hash; [`csum`]: incremental checksum arithmetic; [`gue`]: GUE's header.
 //! - `maglev` (feature `user`): the weighted Maglev ring builder.
 //! - Below: map and program names, tail-call indices, limits and protocol numbers.
@@ -23,6 +24,7 @@ pub mod flow;
 pub mod flow_key;
 pub mod gue;
 pub mod hash;
+pub mod layout;
 pub mod nexthop;
 pub mod stats;
 pub mod vip;
