@@ -25,6 +25,7 @@ pub mod lab;
 pub mod netns;
 pub mod packets;
 pub mod privileges;
+pub mod soak;
 pub mod testrun;
 
 /// The `lb-ctl` binary the root suites drive: `LB_CTL_BIN`, else the workspace's debug build,

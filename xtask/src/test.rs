@@ -1,6 +1,6 @@
 //! `cargo xtask test`: setup when needed, then every suite. The root suites (golden packets,
 //! end to end) run one test at a time: they share the kernel's network state.
-use crate::util::{cmd, is_root, step};
+use crate::util::{cmd, cmd_env, is_root, step};
 
 pub fn run() -> anyhow::Result<()> {
     crate::setup::run()?;
@@ -59,7 +59,13 @@ pub fn run() -> anyhow::Result<()> {
     step("building the lb-ctl binary the end-to-end suites drive");
     cmd("cargo", &["build", "-p", "lb-ctl"])?;
     step("root suites: golden packets through the real XDP programs, namespace end to end");
-    cmd("cargo", &["test", "-p", "lb-tests", "--", "--test-threads=1"])?;
+    cmd("cargo", &["test", "-p", "lb-tests", "--", "--test-threads=1", "--skip", "soak"])?;
+    step("soak: a 2-minute seeded pass of `cargo xtask soak` (resources bounded, no connection broken)");
+    cmd_env(
+        "cargo",
+        &["test", "-p", "lb-tests", "--test", "soak", "--", "--test-threads=1"],
+        &[("LB_SOAK_MINUTES", "2"), ("LB_SOAK_SEED", "1")],
+    )?;
     println!("all suites passed");
     Ok(())
 }
