@@ -7,8 +7,11 @@ fn main() -> anyhow::Result<()> {
     let root_dir = ebpf_dir()?;
     // The objects also depend on lb-common's layouts and functions.
     println!("cargo:rerun-if-changed={root_dir}/../lb-common");
+    // The test-only previous layout (feature layout-v1-test) must reach the program too.
+    let features: &[&str] =
+        if std::env::var_os("CARGO_FEATURE_LAYOUT_V1_TEST").is_some() { &["layout-v1-test"] } else { &[] };
     aya_build::build_ebpf(
-        [aya_build::Package { name: "lb-ebpf", root_dir: &root_dir, ..Default::default() }],
+        [aya_build::Package { name: "lb-ebpf", root_dir: &root_dir, features, ..Default::default() }],
         aya_build::Toolchain::default(),
     )
     .context("building the XDP programs (run `cargo xtask setup` if the toolchain is missing)")?;

@@ -58,10 +58,16 @@ pub fn protects(used: u32, now: u32) -> bool {
 /// FLOWS value: the backend this flow is pinned to, bound to its VIP and to the generation of
 /// the backend id (`Backend::generation`): an entry matches only while the id still holds the
 /// backend it was recorded for.
+///
+/// Layout version 2 (`crate::layout`); version 1 had `vip_id` first (feature `layout-v1-test`
+/// builds it, to prove the migration).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowEntry {
+    #[cfg(feature = "layout-v1-test")]
+    pub vip_id: u32,
     pub backend_id: u32,
+    #[cfg(not(feature = "layout-v1-test"))]
     pub vip_id: u32,
     pub generation: u32,
     /// NAT: the table hash of the reply's key (backend → client), so a hit finds the flow's

@@ -10,6 +10,7 @@
 //! - [`quic`]: QUIC routing by the server id in connection IDs (Katran's encoding).
 //! - [`stats`]: the named counters (every verdict and event) and per-VIP/backend traffic.
 //! - [`trace`]: `lb-ctl trace`'s filters and records.
+//! - [`layout`]: the layout version of the pinned maps, and what each older one differed in.
 //! - [`hash`]: the flow hash; [`csum`]: incremental checksum arithmetic; [`gue`]: GUE's header.
 //! - `maglev` (feature `user`): the weighted Maglev ring builder.
 //! - Below: map and program names, tail-call indices, limits and protocol numbers.
@@ -25,6 +26,7 @@ pub mod flow;
 pub mod flow_key;
 pub mod gue;
 pub mod hash;
+pub mod layout;
 pub mod nexthop;
 pub mod quic;
 pub mod stats;

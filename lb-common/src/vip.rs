@@ -34,18 +34,25 @@ pub mod hash_mode {
 }
 
 /// VIPS map value.
+///
+/// Layout version 2 (`crate::layout`); version 1 had `id` after `_pad` (feature
+/// `layout-v1-test` builds it, to prove the migration).
 #[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipInfo {
     /// Index of this VIP's ring in RINGS and of its counters in VIP_STATS.
+    #[cfg(not(feature = "layout-v1-test"))]
     pub id: u32,
     /// One of [`forwarding`].
     pub forwarding: u8,
     /// One of [`hash_mode`].
     pub hash: u8,
-    /// Bits of behaviour: [`crate::quic::VIP_QUIC`].
+    /// Bits of behaviour: [`crate::quic::VIP_QUIC`] (0 in maps pinned before it, as the
+    /// padding byte it took was).
     pub flags: u8,
     pub _pad: u8,
+    #[cfg(feature = "layout-v1-test")]
+    pub id: u32,
     /// Outer source address of IPIP packets (DSR modes).
     pub encap_source: IpBytes,
     /// The VIP this is the entry of. The VIP_INFO array (indexed by id) lets the program go

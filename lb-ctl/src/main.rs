@@ -26,6 +26,7 @@ fn main() -> ExitCode {
             let socket = cli.socket.or_else(|| std::env::var_os("LB_CTL_SOCKET").map(PathBuf::from));
             local::detach(&iface, pin_dir, state_dir, socket, announce_table).map(|()| ExitCode::SUCCESS)
         }
+        Command::UpgradeCheck { iface, config, pin_dir } => local::upgrade_check(&iface, &config, pin_dir),
         Command::Decap(command) => local::decap(command).map(|()| ExitCode::SUCCESS),
         Command::BackendSetup(args) => local::backend_setup(&args),
         Command::Export { format, config } => local::export(format, &config),

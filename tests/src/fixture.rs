@@ -142,6 +142,11 @@ pub fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
 /// The balancer loaded with the fixture's ring size and empty maps (not attached: driven with
 /// BPF_PROG_TEST_RUN).
 pub fn balancer() -> AyaDataplane {
-    let options = lb_ctl::dataplane::load::LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: FLOW_TABLE };
+    let options = lb_ctl::dataplane::load::LoadOptions {
+        pin_dir: None,
+        ring_size: RING,
+        flow_table_size: FLOW_TABLE,
+        fresh: Vec::new(),
+    };
     AyaDataplane::new(lb_ctl::dataplane::load::load_ingress(&options).expect("loading lb_ingress"), RING)
 }

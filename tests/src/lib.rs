@@ -25,6 +25,7 @@ pub mod lab;
 pub mod netns;
 pub mod packets;
 pub mod privileges;
+pub mod soak;
 pub mod testrun;
 
 /// The `lb-ctl` binary the root suites drive: `LB_CTL_BIN`, else the workspace's debug build,
@@ -33,6 +34,33 @@ pub mod testrun;
 pub fn lb_ctl_bin() -> std::path::PathBuf {
     static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(build_lb_ctl).clone()
+}
+
+/// lb-ctl built with the maps in layout version 1 (feature `layout-v1-test`), the "previous
+/// release" an upgrade test starts from; `LB_CTL_V1_BIN` overrides it. Built into a target
+/// directory of its own (`<target>/layout-v1`), so the build under test is not replaced.
+pub fn lb_ctl_v1_bin() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(path) = std::env::var_os("LB_CTL_V1_BIN") {
+            return path.into();
+        }
+        let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| workspace.join("target"))
+            .join("layout-v1");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--quiet", "-p", "lb-ctl", "--features", "layout-v1-test", "--target-dir"])
+            .arg(&target)
+            .current_dir(&workspace)
+            .status()
+            .expect("running cargo build -p lb-ctl --features layout-v1-test");
+        assert!(status.success(), "cargo build -p lb-ctl --features layout-v1-test failed");
+        target.join("debug/lb-ctl")
+    })
+    .clone()
 }
 
 fn build_lb_ctl() -> std::path::PathBuf {

@@ -7,6 +7,7 @@ mod fuzz;
 mod install;
 mod package;
 mod setup;
+mod soak;
 mod test;
 mod util;
 
@@ -58,6 +59,17 @@ enum Task {
     },
     /// Build target/debian/lb-ctl_VERSION_ARCH.deb holding the same files (for /usr).
     Package,
+    /// The soak run (root): the namespace lab under every load and fault at once for N
+    /// minutes, sampling the daemon's resources; fails if one grows without bound or a
+    /// connection to a healthy backend breaks. Report in target/soak-report.md.
+    Soak {
+        /// How long to run.
+        #[arg(long, default_value_t = 60)]
+        minutes: u64,
+        /// Seed of the fault schedule (the same seed, the same schedule).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,5 +81,6 @@ fn main() -> anyhow::Result<()> {
         Task::Bench { args } => bench::run(&args),
         Task::Install { prefix, uninstall } => install::run(prefix, uninstall),
         Task::Package => package::run(),
+        Task::Soak { minutes, seed } => soak::run(minutes, seed),
     }
 }

@@ -1,6 +1,6 @@
 //! `cargo xtask test`: setup when needed, then every suite. The root suites (golden packets,
 //! end to end) run one test at a time: they share the kernel's network state.
-use crate::util::{cmd, is_root, step};
+use crate::util::{cmd, cmd_env, is_root, step};
 
 pub fn run() -> anyhow::Result<()> {
     crate::setup::run()?;
@@ -56,10 +56,30 @@ pub fn run() -> anyhow::Result<()> {
         "cargo",
         &["test", "-p", "lb-common", "-p", "lb-ctl", "-p", "lb-proxy", "-p", "xtask", "--features", "lb-common/user"],
     )?;
+    // The upgrade suite's "previous release": built in the same target directory (only the
+    // three crates the feature touches compile again, not every dependency), then set apart
+    // before the build under test takes target/debug/lb-ctl back.
+    step("building the previous map layout's lb-ctl (feature layout-v1-test) for the upgrade suite");
+    cmd("cargo", &["build", "-p", "lb-ctl", "--features", "layout-v1-test"])?;
+    let target = crate::util::target_dir();
+    let v1 = target.join("layout-v1");
+    std::fs::create_dir_all(&v1)?;
+    std::fs::copy(target.join("debug/lb-ctl"), v1.join("lb-ctl"))?;
     step("building the lb-ctl binary the end-to-end suites drive");
     cmd("cargo", &["build", "-p", "lb-ctl"])?;
     step("root suites: golden packets through the real XDP programs, namespace end to end");
-    cmd("cargo", &["test", "-p", "lb-tests", "--", "--test-threads=1"])?;
+    let v1_bin = v1.join("lb-ctl").display().to_string();
+    cmd_env(
+        "cargo",
+        &["test", "-p", "lb-tests", "--", "--test-threads=1", "--skip", "soak"],
+        &[("LB_CTL_V1_BIN", v1_bin.as_str())],
+    )?;
+    step("soak: a 2-minute seeded pass of `cargo xtask soak` (resources bounded, no connection broken)");
+    cmd_env(
+        "cargo",
+        &["test", "-p", "lb-tests", "--test", "soak", "--", "--test-threads=1"],
+        &[("LB_SOAK_MINUTES", "2"), ("LB_SOAK_SEED", "1")],
+    )?;
     println!("all suites passed");
     Ok(())
 }

@@ -10,7 +10,16 @@ pub fn step(what: &str) {
 
 /// Runs a command with inherited output; fails if it fails.
 pub fn cmd(program: &str, args: &[&str]) -> anyhow::Result<()> {
-    let status = Command::new(program).args(args).status().with_context(|| format!("starting {program}"))?;
+    cmd_env(program, args, &[])
+}
+
+/// Runs a command with extra environment variables; fails if it fails.
+pub fn cmd_env(program: &str, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<()> {
+    let status = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .with_context(|| format!("starting {program}"))?;
     if !status.success() {
         bail!("{program} {} failed: {status}", args.join(" "));
     }

@@ -50,6 +50,19 @@ pub enum Command {
         #[arg(long, default_value_t = crate::config::DEFAULT_ANNOUNCE_TABLE)]
         announce_table: u32,
     },
+    /// Say what `attach` of this build would do with the maps pinned for IFACE: reuse them,
+    /// migrate the ones of an older layout (connections kept), or refuse. Changes nothing;
+    /// exits 1 when a start would be refused.
+    UpgradeCheck {
+        /// Interface the balancer is attached to.
+        iface: String,
+        /// lb.toml the start would use (its ring_size and flow_table_size must match the pins).
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+        /// bpffs directory of the maps (default /sys/fs/bpf/lb-ctl/IFACE).
+        #[arg(long)]
+        pin_dir: Option<PathBuf>,
+    },
     /// Backends of the VIPs.
     #[command(subcommand)]
     Backends(BackendsCommand),

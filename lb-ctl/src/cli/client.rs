@@ -170,6 +170,7 @@ async fn run_client(c: &Client, command: Command) -> Result<String, ClientError>
         | Command::Attach(_)
         | Command::Validate { .. }
         | Command::Detach { .. }
+        | Command::UpgradeCheck { .. }
         | Command::Decap(_)
         | Command::BackendSetup(_)
         | Command::Proxy { .. }

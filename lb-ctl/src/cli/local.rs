@@ -1,4 +1,4 @@
-//! Commands that run here, without a daemon: `validate`, `export`, `detach`, `decap`.
+//! Commands that run here, without a daemon: `validate`, `export`, `detach`, `upgrade-check`, `decap`.
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -28,6 +28,52 @@ pub fn validate(path: &Path) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// `lb-ctl upgrade-check`: what a start of this build would do with the pins it finds.
+pub fn upgrade_check(iface: &str, config: &Path, pin_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    use crate::dataplane::layout::{self, Action};
+    let config = match Config::load(config) {
+        Ok(c) => c,
+        Err(e) => bail!("{} has mistakes:\n{e}", config.display()),
+    };
+    let paths = AttachPaths::balancer(iface, pin_dir, None);
+    let dir = paths.pin_dir.display();
+    let this = lb_common::layout::LAYOUT_VERSION;
+    let plan = match layout::plan(&paths.pin_dir, config.daemon.ring_size, config.daemon.flow_table_size) {
+        Ok(plan) => plan,
+        Err(e) => {
+            println!("refuse: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if !plan.found() {
+        println!("create: nothing is pinned in {dir}; a start makes every map (layout version {this})");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut versions: Vec<u32> = plan.recorded.values().copied().collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let found = match versions.is_empty() {
+        true => "no recorded layout version".to_string(),
+        false => format!("layout version {}", versions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")),
+    };
+    println!("pins in {dir}: {found}; this build: layout version {this}");
+    for (name, action) in &plan.maps {
+        match action {
+            Action::Reuse => println!("  reuse    {name}"),
+            Action::Create => println!("  create   {name} (new in this build)"),
+            Action::Migrate { from, what, .. } => println!("  migrate  {name} from version {from}: {what}"),
+        }
+    }
+    let migrated = plan.migrations().len();
+    match migrated {
+        0 => println!("reuse: a start keeps every map as it is, and every connection"),
+        n => println!(
+            "migrate: a start copies {n} maps into this build's layout, swaps the program, and keeps every connection"
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `lb-ctl export`: the configuration as a peer balancer's; a file with mistakes prints them

@@ -1,28 +1,23 @@
 //! Putting the balancer on an interface so that it outlives the daemon: maps *and* the XDP link
 //! are pinned under a per-interface bpffs directory ([`crate::paths`]). A restarted daemon
 //! reuses the maps (connection table included) and swaps its freshly loaded program into the
-//! pinned link atomically, so packets never see a gap; `detach` unpins everything, which
+//! pinned link atomically, so packets never see a gap. Pinned maps of an older layout are
+//! migrated first ([`super::layout`], [`super::migrate`]). `detach` unpins everything, which
 //! removes the program, and the saved ids with it. The same for the DSR decapsulator on
 //! backends.
-use std::mem::size_of;
 use std::path::Path;
 
-use aya::maps::MapInfo;
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{XdpMode, xdp::XdpLink};
 use ipnet::IpNet;
-use lb_common::backend::Backend;
-use lb_common::config::DataplaneConfig;
-use lb_common::flow::{ForwardSet, ReverseSet, flow_sets};
-use lb_common::limits::{MAX_BACKENDS, MAX_VIPS, PORTS};
-use lb_common::stats::{Counter, Traffic};
-use lb_common::vip::{VipInfo, VipKey};
+use lb_common::layout::LAYOUT_VERSION;
 use lb_common::{map_names, program_names};
 
 use super::aya::AyaDataplane;
 use super::load::{self, AttachMode, LoadOptions};
 use super::pins::PinKeeper;
 use super::{DataplaneError, Result};
+use super::{layout, migrate};
 use crate::paths::{self, AttachPaths};
 
 /// The pinned XDP link's file name inside a pin directory.
@@ -46,6 +41,8 @@ pub struct Opened {
     pub native_refused: Option<String>,
     /// The maps were found pinned (a restart): the connection table was kept.
     pub reused_maps: bool,
+    /// The pinned maps of an older layout that were migrated to this build's.
+    pub migrated_maps: Vec<&'static str>,
     /// A pinned link existed and now runs the new program (no detach in between).
     pub replaced_program: bool,
 }
@@ -98,57 +95,6 @@ pub fn ensure_bpffs() -> Result<()> {
     Ok(())
 }
 
-/// This build's layout of every pinned map: name, key and value sizes, and the entries where
-/// this build or the configuration fixes them.
-fn pinned_layouts(ring_size: u32, flow_table_size: u32) -> [(&'static str, usize, usize, Option<u32>); 13] {
-    [
-        (map_names::VIPS, size_of::<VipKey>(), size_of::<VipInfo>(), None),
-        (map_names::VIP_INFO, 4, size_of::<VipInfo>(), None),
-        (map_names::BACKENDS, 4, size_of::<Backend>(), None),
-        (map_names::NAT_BACKENDS, size_of::<VipKey>(), 4, None),
-        (map_names::QUIC_SERVERS, size_of::<lb_common::quic::QuicServerKey>(), 4, None),
-        (map_names::RINGS, 4, 4, Some(MAX_VIPS * ring_size)),
-        (map_names::FLOWS, 4, size_of::<ForwardSet>(), Some(flow_sets(flow_table_size))),
-        (map_names::REVERSE_FLOWS, 4, size_of::<ReverseSet>(), Some(flow_sets(flow_table_size))),
-        (map_names::PORT_FLAGS, 4, 4, Some(PORTS)),
-        (map_names::CONFIG, 4, size_of::<DataplaneConfig>(), Some(1)),
-        // Counters and statistics too: a build with more counters would write past a pinned
-        // map of fewer (silently lost), and read the others' figures in the wrong places.
-        (map_names::COUNTERS, 4, size_of::<u64>(), Some(Counter::COUNT)),
-        (map_names::VIP_STATS, 4, size_of::<Traffic>(), Some(MAX_VIPS)),
-        (map_names::BACKEND_STATS, 4, size_of::<Traffic>(), Some(MAX_BACKENDS)),
-    ]
-}
-
-/// Refuses pinned maps that this build cannot use: other layouts (another version) or other
-/// sizes (ring or connection-table size changed). Reusing them would corrupt the data plane.
-fn check_pinned(dir: &Path, ring_size: u32, flow_table_size: u32) -> Result<bool> {
-    let mut found = false;
-    for (name, key, value, entries) in &pinned_layouts(ring_size, flow_table_size) {
-        let path = dir.join(name);
-        if !path.exists() {
-            continue;
-        }
-        found = true;
-        let info = MapInfo::from_pin(&path).map_err(|e| err(format!("{}: {e}", path.display())))?;
-        let mismatch = info.key_size() as usize != *key
-            || info.value_size() as usize != *value
-            || entries.is_some_and(|n| n != info.max_entries());
-        if mismatch {
-            return Err(err(format!(
-                "the maps pinned in {} were made by another lb-ctl version or with another \
-                 ring_size/flow_table_size ({name}: {} entries of {}+{} bytes); keep the old \
-                 settings, or run `lb-ctl detach` first (this drops the connection table)",
-                dir.display(),
-                info.max_entries(),
-                info.key_size(),
-                info.value_size()
-            )));
-        }
-    }
-    Ok(found)
-}
-
 /// Loads the balancer with its maps pinned in (or reused from) `options.paths.pin_dir` and puts
 /// it on `iface`: into the pinned link if there is one, else attached anew and pinned. In
 /// `auto` mode a driver that refuses native XDP gets the program in skb mode, with a warning
@@ -156,17 +102,35 @@ fn check_pinned(dir: &Path, ring_size: u32, flow_table_size: u32) -> Result<bool
 pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
     ensure_bpffs()?;
     let pin_dir = &options.paths.pin_dir;
-    let reused_maps = check_pinned(pin_dir, options.ring_size, options.flow_table_size)?;
+    let plan = layout::plan(pin_dir, options.ring_size, options.flow_table_size)?;
+    let reused_maps = plan.found();
+    let moves = plan.migrations();
+    let migrated_maps: Vec<&'static str> = moves.iter().map(|m| m.0).collect();
+    // Staged maps of a start that died mid-migration are stale copies: start over.
+    migrate::remove_staged(pin_dir, load::PINNED_MAPS);
     let loaded = load::load_ingress(&LoadOptions {
         pin_dir: Some(pin_dir.clone()),
         ring_size: options.ring_size,
         flow_table_size: options.flow_table_size,
+        fresh: migrated_maps.clone(),
     })
     .and_then(|mut ebpf| {
-        let attached = put_on(&mut ebpf, program_names::INGRESS, iface, options.mode, &options.paths)?;
-        Ok((ebpf, attached))
+        // The old program forwards through the old maps until the swap.
+        let migrating = match moves.is_empty() {
+            true => None,
+            false => Some(migrate::Migrating::copy(&ebpf, pin_dir, &moves)?),
+        };
+        match put_on(&mut ebpf, program_names::INGRESS, iface, options.mode, &options.paths) {
+            Ok(attached) => Ok((ebpf, attached, migrating)),
+            Err(e) => {
+                if let Some(m) = migrating {
+                    m.abandon();
+                }
+                Err(e)
+            }
+        }
     });
-    let (ebpf, (mode, native_refused, replaced_program)) = match loaded {
+    let (ebpf, (mode, native_refused, replaced_program), migrating) = match loaded {
         Ok(done) => done,
         Err(e) => {
             // A failed first attach (no such interface, a driver refusing XDP) leaves nothing
@@ -177,13 +141,26 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
             return Err(e);
         }
     };
+    if let Some(migrating) = migrating {
+        let moved = migrating.finish()?;
+        tracing::info!(
+            maps = ?migrated_maps,
+            from = ?plan.recorded.values().min(),
+            to = LAYOUT_VERSION,
+            copied = moved.copied,
+            recopied = moved.recopied,
+            kept_new = moved.kept_new,
+            "migrated the pinned maps to this build's layout"
+        );
+    }
+    layout::write_header(pin_dir)?;
     let mut dataplane = AyaDataplane::new(ebpf, options.ring_size);
     // The daemon's own reference on the link: removed pins no longer take the program off.
     let link_path = pin_dir.join(LINK);
     if link_path.exists() {
         dataplane.keep_pins(PinKeeper::open(pin_dir, &link_path)?);
     }
-    let opened = Opened { dataplane, mode, native_refused, reused_maps, replaced_program };
+    let opened = Opened { dataplane, mode, native_refused, reused_maps, migrated_maps, replaced_program };
     if let Some(why) = &opened.native_refused {
         tracing::warn!(
             interface = iface,
@@ -333,20 +310,5 @@ pub fn detach_decap_at(paths: &AttachPaths) -> Result<()> {
     match std::fs::remove_dir(&paths.pin_dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(format!("{}: {e}", paths.pin_dir.display()))),
         _ => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_pinned_map_is_checked_before_it_is_reused() {
-        let checked: Vec<&str> = pinned_layouts(65537, 1 << 16).iter().map(|l| l.0).collect();
-        let mut pinned = load::PINNED_MAPS.to_vec();
-        let mut sorted = checked.clone();
-        pinned.sort_unstable();
-        sorted.sort_unstable();
-        assert_eq!(sorted, pinned, "a pinned map without a checked layout would be reused blind");
     }
 }

@@ -166,6 +166,17 @@ impl AyaDataplane {
     }
 }
 
+/// Whether a map operation failed only because the key is not there: aya reports a lookup's
+/// miss as `KeyNotFound` but a delete's as the syscall's ENOENT (a daemon restarted on pinned
+/// maps clears NAT_BACKENDS entries it cannot know are gone).
+fn not_found(e: &aya::maps::MapError) -> bool {
+    match e {
+        aya::maps::MapError::KeyNotFound => true,
+        aya::maps::MapError::SyscallError(s) => s.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
+}
+
 impl Dataplane for AyaDataplane {
     fn check_pins(&mut self) -> Result<PinCheck> {
         let Some(keeper) = &self.pins else { return Ok(PinCheck::default()) };
@@ -213,7 +224,7 @@ impl Dataplane for AyaDataplane {
         let mut vips = self.vips_mut()?;
         let id = match vips.get(key, 0) {
             Ok(info) => info.id,
-            Err(aya::maps::MapError::KeyNotFound) => return Ok(()),
+            Err(e) if not_found(&e) => return Ok(()),
             Err(e) => return Err(map_err(map_names::VIPS)(e)),
         };
         vips.remove(key).map_err(map_err(map_names::VIPS))?;
@@ -250,7 +261,8 @@ impl Dataplane for AyaDataplane {
         match vip {
             Some(vip) => map.insert(key, vip, 0).map_err(map_err(map_names::NAT_BACKENDS)),
             None => match map.remove(&key) {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Ok(()) => Ok(()),
+                Err(e) if not_found(&e) => Ok(()),
                 Err(e) => Err(map_err(map_names::NAT_BACKENDS)(e)),
             },
         }

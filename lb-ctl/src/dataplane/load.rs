@@ -39,11 +39,14 @@ pub struct LoadOptions {
     pub ring_size: u32,
     /// Connection-table entries (flows; the tables hold `flow_sets` of it in sets).
     pub flow_table_size: u32,
+    /// Maps made anew even though pinned (an older layout being migrated): not opened from
+    /// their pins.
+    pub fresh: Vec<&'static str>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { pin_dir: None, ring_size: DEFAULT_RING_SIZE, flow_table_size: DEFAULT_FLOWS }
+        Self { pin_dir: None, ring_size: DEFAULT_RING_SIZE, flow_table_size: DEFAULT_FLOWS, fresh: Vec::new() }
     }
 }
 
@@ -64,7 +67,11 @@ pub fn load_ingress(options: &LoadOptions) -> Result<Ebpf> {
     check_objects()?;
     let rings = MAX_VIPS.checked_mul(options.ring_size).ok_or_else(|| load_error("ring size", "too large"))?;
     let pin_paths: Vec<(&str, PathBuf)> = match &options.pin_dir {
-        Some(dir) => PINNED_MAPS.iter().map(|name| (*name, dir.join(name))).collect(),
+        Some(dir) => PINNED_MAPS
+            .iter()
+            .filter(|name| !options.fresh.contains(name))
+            .map(|name| (*name, dir.join(name)))
+            .collect(),
         None => Vec::new(),
     };
     if let Some(dir) = &options.pin_dir {
@@ -224,6 +231,11 @@ pub fn attach(ebpf: &mut Ebpf, name: &str, iface: &str, mode: AttachMode) -> Res
 
 /// Removes the pinned maps of a balancer (after `detach`); returns how many there were.
 pub fn remove_pins(dir: &Path) -> std::io::Result<usize> {
+    // The layout record and maps a migration left staged go with them, uncounted.
+    for name in PINNED_MAPS {
+        let _ = std::fs::remove_file(super::migrate::staged_path(dir, name));
+    }
+    let _ = std::fs::remove_file(dir.join(super::layout::HEADER));
     let mut removed = 0;
     for name in PINNED_MAPS {
         match std::fs::remove_file(dir.join(name)) {

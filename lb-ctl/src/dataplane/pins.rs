@@ -100,6 +100,11 @@ impl PinKeeper {
             obj_pin(&self.link, &self.link_path)?;
             restored.push("XDP link".into());
         }
+        // The layout record too, so the next start knows what it finds (sizes alone do not).
+        if !self.dir.join(super::layout::HEADER).exists() {
+            super::layout::write_header(&self.dir)?;
+            restored.push("layout record".into());
+        }
         Ok(restored)
     }
 

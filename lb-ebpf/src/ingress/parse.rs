@@ -6,8 +6,8 @@ use lb_common::ip_proto;
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv4Hdr;
 
-use crate::{maps, parse6};
 pub use crate::parsed::{IcmpError, Ipv4Packet, Parsed, TcpFlags};
+use crate::{maps, parse6};
 
 /// ICMP destination unreachable (every code: fragmentation needed, port unreachable, ...).
 const ICMP_DEST_UNREACH: u8 = 3;

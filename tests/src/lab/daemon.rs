@@ -34,6 +34,9 @@ pub struct Daemon {
     child: Option<Child>,
     /// A file the daemon sees as /etc/hosts (bind-mounted in a mount namespace of its own).
     hosts: Option<PathBuf>,
+    /// The lb-ctl that `attach` runs (the build under test unless changed: an upgrade test
+    /// runs an older layout's build first).
+    bin: PathBuf,
 }
 
 impl Daemon {
@@ -51,7 +54,13 @@ impl Daemon {
             pins: PathBuf::from("/sys/fs/bpf").join(run_name(tag)),
             child: None,
             hosts: None,
+            bin: crate::lb_ctl_bin(),
         }
+    }
+
+    /// Runs `attach` with the lb-ctl at `bin` from now on (the next start).
+    pub fn set_bin(&mut self, bin: &Path) {
+        self.bin = bin.to_path_buf();
     }
 
     /// Makes the daemon resolve host names with `path` as its /etc/hosts: it runs in a mount
@@ -116,7 +125,7 @@ impl Daemon {
                 .arg(hosts);
         }
         command
-            .arg(crate::lb_ctl_bin())
+            .arg(&self.bin)
             .args(["attach", &self.iface])
             .args(&self.args)
             .arg("--config")

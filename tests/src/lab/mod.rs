@@ -17,10 +17,12 @@ use lb_ctl::dataplane::load::{AttachMode, attach, load_decap};
 use crate::netns::{Netns, die_with_parent};
 
 mod daemon;
+mod dsr;
 mod hold;
 mod http;
 
 pub use daemon::{Daemon, Entry};
+pub use dsr::DecapPins;
 pub use hold::{Ending, Hold};
 pub use http::{http_get, http_post, pattern_byte, spread, wait_for_listener};
 
