@@ -58,7 +58,7 @@ pub fn server<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo) -> Option<(
     };
     let key = QuicServerKey { vip_id: vip.id, server_id };
     // SAFETY: the value is only read; userspace replaces entries whole.
-    let found = unsafe { QUIC_SERVERS.get(&key) }.copied();
+    let found = unsafe { QUIC_SERVERS.get(key) }.copied();
     match found.and_then(|id| maps::backend(id).filter(|b| b.is_active()).map(|b| (id, b))) {
         Some(server) => {
             maps::count(Counter::QuicRouted);

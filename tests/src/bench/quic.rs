@@ -61,5 +61,6 @@ pub(super) fn established_short_header(dp: &mut AyaDataplane, vip_id: u32) -> an
         katran: false,
         budget: UNSPENT,
         share: false,
+        trace: false,
     })
 }
