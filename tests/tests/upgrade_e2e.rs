@@ -235,11 +235,12 @@ fn upgrade_to_another_layout_breaks_no_connection_and_a_downgrade_is_refused() {
     let (code, check) = upgrade_check(&lab, &d, &older);
     println!("upgrade-check (older build, newer pins):\n{check}");
     assert_eq!(code, Some(1), "{check}");
-    assert!(check.contains("newer lb-ctl (layout version 2)") && check.contains("migrates from"), "{check}");
+    let newer_version = format!("newer lb-ctl (layout version {})", lb_common::layout::LAYOUT_VERSION);
+    assert!(check.contains(&newer_version) && check.contains("migrates from"), "{check}");
     d.set_bin(&older);
     let (status, log) = d.attach_expecting_failure(Entry::Nsenter);
     assert!(!status.success(), "the older build started on newer pins:\n{log}");
-    assert!(log.contains("newer lb-ctl (layout version 2)"), "{log}");
+    assert!(log.contains(&newer_version), "{log}");
     assert_eq!(mapping(&cns), after_reload, "the pinned balancer forwards as before the refused start");
     d.set_bin(&newer);
     d.start();

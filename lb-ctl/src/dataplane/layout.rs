@@ -112,7 +112,8 @@ pub fn layouts(ring_size: u32, flow_table_size: u32) -> [MapLayout; 13] {
         layout(map_names::VIP_INFO, 4, size_of::<VipInfo>(), None, 2, VIP_INFO_V1),
         layout(map_names::BACKENDS, 4, size_of::<Backend>(), None, 1, &[]),
         layout(map_names::NAT_BACKENDS, size_of::<VipKey>(), 4, None, 1, &[]),
-        layout(map_names::QUIC_SERVERS, size_of::<lb_common::quic::QuicServerKey>(), 4, None, 3, &[]),
+        // New in version 3, unchanged since: no older build pinned another layout of it.
+        layout(map_names::QUIC_SERVERS, size_of::<lb_common::quic::QuicServerKey>(), 4, None, 1, &[]),
         layout(map_names::RINGS, 4, 4, Some(MAX_VIPS * ring_size), 1, &[]),
         layout(map_names::FLOWS, 4, size_of::<ForwardSet>(), flows, 2, FLOWS_V1),
         layout(map_names::REVERSE_FLOWS, 4, size_of::<ReverseSet>(), flows, 1, &[]),
