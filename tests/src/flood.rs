@@ -48,13 +48,24 @@ pub struct KeepAlive {
 }
 
 impl KeepAlive {
+    /// Connections to an L4 VIP: each must stay on the backend its first request reached.
     pub fn start(client_ns: &str, target: SocketAddrV4, connections: usize) -> KeepAlive {
+        Self::spawn(client_ns, target, connections, true)
+    }
+
+    /// Connections to an HTTP proxy VIP, which balances each request anew: any backend may
+    /// answer, but the connection must keep answering.
+    pub fn start_per_request(client_ns: &str, target: SocketAddrV4, connections: usize) -> KeepAlive {
+        Self::spawn(client_ns, target, connections, false)
+    }
+
+    fn spawn(client_ns: &str, target: SocketAddrV4, connections: usize, pinned: bool) -> KeepAlive {
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicU64::new(0));
         let threads = (0..connections)
             .map(|i| {
                 let (stop, ns, requests) = (stop.clone(), client_ns.to_string(), requests.clone());
-                std::thread::spawn(move || keep_alive(i, target, &stop, &ns, &requests))
+                std::thread::spawn(move || keep_alive(i, target, pinned, &stop, &ns, &requests))
             })
             .collect();
         KeepAlive { stop, threads, requests }
@@ -75,6 +86,7 @@ impl KeepAlive {
 fn keep_alive(
     i: usize,
     target: SocketAddrV4,
+    pinned: bool,
     stop: &AtomicBool,
     client_ns: &str,
     requests: &AtomicU64,
@@ -112,7 +124,7 @@ fn keep_alive(
         let mut body = vec![0u8; length];
         reader.read_exact(&mut body).map_err(|e| format!("body: {e}"))?;
         let name = String::from_utf8_lossy(&body).trim().to_string();
-        if *backend.get_or_insert_with(|| name.clone()) != name {
+        if pinned && *backend.get_or_insert_with(|| name.clone()) != name {
             return Err(format!("moved from {backend:?} to {name}"));
         }
         requests.fetch_add(1, Relaxed);

@@ -78,6 +78,41 @@ impl Series {
             .collect()
     }
 
+    /// A line chart of the series as SVG: minutes since the start across, the value up.
+    pub fn svg_chart(&self) -> anyhow::Result<String> {
+        use plotters::prelude::*;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (640, 240)).into_drawing_area();
+            root.fill(&WHITE)?;
+            let (min, max) = self.range();
+            let pad = ((max - min) * 0.1).max(max.abs() * 0.01).max(1.0);
+            let (low, high) = ((min - pad).max(0.0), max + pad);
+            let end = self.points.last().map_or(1.0, |p| p.0 / 60.0).max(1.0);
+            let mut chart = ChartBuilder::on(&root)
+                .caption(format!("{} ({})", self.name, self.unit), ("sans-serif", 16))
+                .margin(8)
+                .x_label_area_size(32)
+                .y_label_area_size(64)
+                .build_cartesian_2d(0.0..end, low..high)?;
+            chart.configure_mesh().x_desc("minutes").light_line_style(WHITE.mix(0.0)).draw()?;
+            chart.draw_series(LineSeries::new(self.points.iter().map(|p| (p.0 / 60.0, p.1)), &BLUE))?;
+            root.present()?;
+        }
+        Ok(svg)
+    }
+
+    /// A file name for the series' chart: its name in lower case, words joined by dashes.
+    pub fn slug(&self) -> String {
+        let words: Vec<String> = self
+            .name
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        words.join("-")
+    }
+
     fn range(&self) -> (f64, f64) {
         let values = self.points.iter().map(|p| p.1);
         (values.clone().fold(f64::INFINITY, f64::min), values.fold(f64::NEG_INFINITY, f64::max))
@@ -145,6 +180,14 @@ mod tests {
             s.push(t, f(t));
         }
         s
+    }
+
+    #[test]
+    fn a_chart_is_an_svg_with_the_series_name() {
+        let s = Series { name: "daemon RSS".into(), unit: "KiB".into(), ..series(|t| 100.0 + t) };
+        let svg = s.svg_chart().unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("daemon RSS (KiB)") && svg.contains("<polyline"), "{svg}");
+        assert_eq!(s.slug(), "daemon-rss");
     }
 
     #[test]

@@ -2,16 +2,19 @@
 //! the seeded pass `cargo xtask test` runs; `cargo xtask soak --minutes N` for long runs),
 //! with the fault schedule drawn from `LB_SOAK_SEED` (default 1).
 //!
-//! Load: keep-alive connections over the NAT VIP `web` and the DSR VIP `dsr`, short
-//! connections over `web`, `dsr`, the proxy VIP `proxy` and the NAT VIP `flap`, and a SYN flood
-//! at a steady rate. Faults, on a seeded schedule: reloads with a changing file (weights of
+//! Load: keep-alive connections over the NAT VIP `web` and the DSR VIP `dsr` for the whole
+//! run, and over the proxy VIP `proxy` from the daemon's restart on (the proxy is the daemon's
+//! own: its `kill -9` ends the connections it holds, and the ones opened after must then last
+//! to the end); short connections over `web`, `dsr`, `proxy` and the NAT VIP `flap`; and a SYN
+//! flood at a steady rate. Faults, on a seeded schedule: reloads with a changing file (weights of
 //! `web`, so its ring moves under the keep-alive connections), backend 2 killed and restarted
 //! (`flap`'s only backend in the file), a backend added to and removed from `flap` through the
 //! API (a new port each time), `node drain` (refused: nothing is announced) and `undrain`, and one `kill -9` of the daemon and
 //! a restart.
 //!
-//! Every few seconds it samples the daemon's RSS, descriptors and tasks, the flow table's
-//! occupancy, the log's growth, and the counters; at the end it reports (to
+//! Every few seconds it samples the daemon's RSS, descriptors and tasks, the memory of the BPF
+//! maps it holds (a map left behind by a reload or a restart would show as growth), the flow
+//! table's occupancy, the log's growth, and the counters; at the end it reports (to
 //! `LB_SOAK_REPORT` if set, and stdout) and fails if a resource grows without bound
 //! (`lb_tests::soak`), a keep-alive connection broke (all of them are on backends that never
 //! fail), a short connection to a healthy backend failed, or a NAT reply leaked. Needs root.
@@ -35,6 +38,8 @@ use lb_tests::soak::{Series, report};
 const WEB: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
 const DSR: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
 const FLAP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 30);
+/// The proxy VIP: the balancer's own address on the client side (`LB_CLIENT_SIDE`).
+const PROXY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const PROXY_PORT: u16 = 8081;
 const CLIENTS: usize = 16;
 const KEEP_ALIVE: usize = 6;
@@ -112,6 +117,21 @@ fn process(pid: u32) -> Option<(f64, f64, f64)> {
     Some((rss, count("fd")?, count("task")?))
 }
 
+/// The memory the kernel charges for the BPF maps process `pid` holds, in KiB: the sum of
+/// `memlock` over its descriptors that are maps (`map_type` in their fdinfo).
+fn map_memory(pid: u32) -> Option<f64> {
+    let mut bytes = 0u64;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?.flatten() {
+        let Ok(info) = std::fs::read_to_string(entry.path()) else { continue };
+        if !info.lines().any(|l| l.starts_with("map_type:")) {
+            continue;
+        }
+        let memlock = info.lines().find_map(|l| l.strip_prefix("memlock:")).and_then(|v| v.trim().parse::<u64>().ok());
+        bytes += memlock.unwrap_or(0);
+    }
+    Some(bytes as f64 / 1024.0)
+}
+
 /// Short connections, one after another over every VIP, counted per VIP: ok, failed, and
 /// failed while the daemon was down (the proxy VIP is served by the daemon itself, so a
 /// `kill -9` takes it away until the restart).
@@ -122,7 +142,7 @@ struct Shorts {
 }
 
 const SHORT_TARGETS: [(&str, Ipv4Addr, u16); 4] =
-    [("web", WEB, 80), ("dsr", DSR, 80), ("proxy", Ipv4Addr::new(192, 0, 2, 1), PROXY_PORT), ("flap", FLAP, 80)];
+    [("web", WEB, 80), ("dsr", DSR, 80), ("proxy", PROXY, PROXY_PORT), ("flap", FLAP, 80)];
 
 impl Shorts {
     fn start(client_ns: &str, deadline: Instant, daemon_down: Arc<AtomicBool>) -> Shorts {
@@ -222,6 +242,7 @@ fn soak() {
     let mut rss = Series::new("daemon RSS", "KiB", 4096.0, 0.10);
     let mut fds = Series::new("daemon descriptors", "fds", 8.0, 0.10);
     let mut tasks = Series::new("daemon tasks", "tasks", 4.0, 0.10);
+    let mut map_kib = Series::new("BPF map memory held by the daemon", "KiB", 64.0, 0.05);
     let mut flows = Series::new("flow table entries", "ways", 256.0, 0.10);
     let mut evictions = Series::new("flow table evictions (flow_table_full)", "per s", 2000.0, 0.5);
     let mut log_rate = Series::new("log volume", "bytes/s", 512.0, 0.5);
@@ -231,6 +252,7 @@ fn soak() {
     let (mut next_sample, mut next_fault) = (started, started + FAULT_EVERY);
     let (mut killed, mut flapped_down, mut added, mut api_port) = (false, false, false, 0u32);
     let kill_at = started + run / 3;
+    let mut proxy_conns = None;
     while Instant::now() < deadline {
         lb_tests::lab::stop_if_interrupted();
         let now = Instant::now();
@@ -245,6 +267,10 @@ fn soak() {
                     fds.points.clear();
                     tasks.points.clear();
                     series_count.points.clear();
+                    map_kib.points.clear();
+                }
+                if let Some(kib) = d.pid().and_then(map_memory) {
+                    map_kib.push(t, kib);
                 }
                 rss.push(t, r);
                 fds.push(t, f);
@@ -276,6 +302,12 @@ fn soak() {
             // The proxy VIP listens once the daemon's start has applied the file.
             std::thread::sleep(Duration::from_secs(1));
             daemon_down.store(false, Ordering::Relaxed);
+            {
+                let _in = enter_named(&cns);
+                wait_for_listener(SocketAddr::from((PROXY, PROXY_PORT)), Duration::from_secs(10));
+            }
+            proxy_conns =
+                Some(KeepAlive::start_per_request(&cns, SocketAddrV4::new(PROXY, PROXY_PORT), KEEP_ALIVE / 2));
             *events.entry("daemon kill -9 and restart").or_default() += 1;
             last_evicted = None;
             last_log = std::fs::metadata(d.log()).map(|m| m.len()).unwrap_or(0);
@@ -334,6 +366,9 @@ fn soak() {
     let shorts = shorts.finish();
     let broken_web = web_conns.stop();
     let broken_dsr = dsr_conns.stop();
+    let proxy_conns = proxy_conns.expect("the daemon was restarted, and the proxy connections opened");
+    let proxy_requests = proxy_conns.requests.load(Ordering::Relaxed);
+    let broken_proxy = proxy_conns.stop();
     let leaked = leaks.stop();
     let text = metrics(&d.socket());
     let counters: Vec<(String, u64)> = text
@@ -349,6 +384,8 @@ fn soak() {
     let mut connections: Vec<(String, u64)> = vec![
         ("keep-alive connections over web (NAT) broken".into(), broken_web.len() as u64),
         ("keep-alive connections over dsr (DSR) broken".into(), broken_dsr.len() as u64),
+        ("keep-alive connections over proxy (opened after the restart) broken".into(), broken_proxy.len() as u64),
+        ("requests on the proxy keep-alive connections".into(), proxy_requests),
         ("NAT replies leaked with a backend's address".into(), leaked),
         ("spoofed SYNs sent".into(), sent.frames),
     ];
@@ -361,24 +398,34 @@ fn soak() {
     for (event, n) in &events {
         connections.push((format!("fault: {event}"), u64::from(*n)));
     }
-    let series = [rss, fds, tasks, series_count, flows, evictions, log_rate];
+    let series = [rss, fds, tasks, map_kib, series_count, flows, evictions, log_rate];
     let settings = format!(
         "{minutes} minutes, seed {seed}; the namespace lab (4 backends, {CLIENTS} client addresses, 2 cores shared); \
          a sample every {} s, a fault every {} s; SYN flood at {FLOOD_PPS} pps; flow_table_size 4096.",
         SAMPLE.as_secs(),
         FAULT_EVERY.as_secs()
     );
-    let text = report(&settings, &connections, &series, &counters);
+    let mut text = report(&settings, &connections, &series, &counters);
     println!("{text}");
-    if let Some(path) = std::env::var_os("LB_SOAK_REPORT") {
+    if let Some(path) = std::env::var_os("LB_SOAK_REPORT").map(std::path::PathBuf::from) {
+        // The charts go in `soak/` beside the report, linked relative to it: the report and
+        // its directory move together (docs/benchmarks.md and docs/soak/).
+        let charts = path.parent().unwrap_or(Path::new(".")).join("soak");
+        std::fs::create_dir_all(&charts).unwrap();
+        text.push_str("\n### Charts\n\n");
+        for s in &series {
+            std::fs::write(charts.join(format!("{}.svg", s.slug())), s.svg_chart().unwrap()).unwrap();
+            text.push_str(&format!("![{}](soak/{}.svg)\n", s.name, s.slug()));
+        }
         std::fs::write(&path, &text).unwrap();
     }
     let unbounded: Vec<String> = series.iter().filter_map(Series::unbounded).collect();
     assert!(unbounded.is_empty(), "resources growing without bound:\n{}", unbounded.join("\n"));
     assert!(
-        broken_web.is_empty() && broken_dsr.is_empty(),
-        "keep-alive connections broke:\n{broken_web:?}\n{broken_dsr:?}"
+        broken_web.is_empty() && broken_dsr.is_empty() && broken_proxy.is_empty(),
+        "keep-alive connections broke:\n{broken_web:?}\n{broken_dsr:?}\n{broken_proxy:?}"
     );
+    assert!(proxy_requests > 0, "no request went over the proxy keep-alive connections");
     assert_eq!(leaked, 0, "NAT replies leaked");
     for (name, ok, failed, while_down) in shorts {
         assert!(ok > 0, "no short connection to {name} succeeded");
