@@ -17,7 +17,7 @@ use crate::netns::Netns;
 /// in native mode to `eth0` of `host`, the lab's balancer.
 pub fn attach_ingress(host: &Netns, ring_size: u32, flow_table_size: u32) -> anyhow::Result<AyaDataplane> {
     let _in = host.enter();
-    let mut ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size, flow_table_size, fresh: Vec::new() })?;
+    let mut ebpf = load_ingress(&LoadOptions { pin_dir: None, ring_size, flow_table_size, ..LoadOptions::default() })?;
     attach(&mut ebpf, lb_common::program_names::INGRESS, "eth0", AttachMode::Native)?;
     Ok(AyaDataplane::new(ebpf, ring_size))
 }

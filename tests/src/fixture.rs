@@ -142,11 +142,17 @@ pub fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
 /// The balancer loaded with the fixture's ring size and empty maps (not attached: driven with
 /// BPF_PROG_TEST_RUN).
 pub fn balancer() -> AyaDataplane {
+    balancer_loaded(false)
+}
+
+/// [`balancer`], loaded with its debug messages on (`debug_messages`) or off.
+pub fn balancer_loaded(debug_messages: bool) -> AyaDataplane {
     let options = lb_ctl::dataplane::load::LoadOptions {
         pin_dir: None,
         ring_size: RING,
         flow_table_size: FLOW_TABLE,
-        fresh: Vec::new(),
+        debug_messages,
+        ..Default::default()
     };
     AyaDataplane::new(lb_ctl::dataplane::load::load_ingress(&options).expect("loading lb_ingress"), RING)
 }

@@ -17,7 +17,7 @@ use super::aya::AyaDataplane;
 use super::load::{self, AttachMode, LoadOptions};
 use super::pins::PinKeeper;
 use super::{DataplaneError, Result};
-use super::{layout, migrate};
+use super::{layout, messages, migrate};
 use crate::paths::{self, AttachPaths};
 
 /// The pinned XDP link's file name inside a pin directory.
@@ -113,6 +113,7 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
         ring_size: options.ring_size,
         flow_table_size: options.flow_table_size,
         fresh: migrated_maps.clone(),
+        debug_messages: messages::wanted(),
     })
     .and_then(|mut ebpf| {
         // The old program forwards through the old maps until the swap.
@@ -154,6 +155,8 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
         );
     }
     layout::write_header(pin_dir)?;
+    let mut ebpf = ebpf;
+    messages::forward(&mut ebpf)?;
     let mut dataplane = AyaDataplane::new(ebpf, options.ring_size);
     // The daemon's own reference on the link: removed pins no longer take the program off.
     let link_path = pin_dir.join(LINK);

@@ -10,7 +10,7 @@ use lb_common::flow::flow_sets;
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RING_SIZE, MAX_VIPS};
 use lb_common::map_names;
 
-use super::{DataplaneError, Result, objects};
+use super::{DataplaneError, Result, messages, objects};
 
 /// The maps the balancer keeps across restarts when pinned: all of them, so a restarted daemon
 /// finds the connection table, rings and counters as they were.
@@ -42,11 +42,19 @@ pub struct LoadOptions {
     /// Maps made anew even though pinned (an older layout being migrated): not opened from
     /// their pins.
     pub fresh: Vec<&'static str>,
+    /// The program makes its debug messages (`messages`): fixed for the program's life.
+    pub debug_messages: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { pin_dir: None, ring_size: DEFAULT_RING_SIZE, flow_table_size: DEFAULT_FLOWS, fresh: Vec::new() }
+        Self {
+            pin_dir: None,
+            ring_size: DEFAULT_RING_SIZE,
+            flow_table_size: DEFAULT_FLOWS,
+            fresh: Vec::new(),
+            debug_messages: false,
+        }
     }
 }
 
@@ -78,7 +86,9 @@ pub fn load_ingress(options: &LoadOptions) -> Result<Ebpf> {
         std::fs::create_dir_all(dir).map_err(|e| load_error(&format!("creating {}", dir.display()), e))?;
     }
     let mut loader = EbpfLoader::new();
+    let level = messages::level(options.debug_messages);
     loader
+        .override_global(messages::LEVEL_GLOBAL, &level, true)
         .map_max_entries(map_names::RINGS, rings)
         .map_max_entries(map_names::FLOWS, flow_sets(options.flow_table_size))
         .map_max_entries(map_names::REVERSE_FLOWS, flow_sets(options.flow_table_size));

@@ -19,6 +19,7 @@ pub mod aya;
 pub mod layout;
 pub mod load;
 pub mod memory;
+pub mod messages;
 pub mod migrate;
 pub mod objects;
 pub mod pins;

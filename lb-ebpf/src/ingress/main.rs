@@ -19,6 +19,7 @@ mod icmp_error;
 mod ip;
 mod l2;
 mod maps;
+mod messages;
 mod nat;
 mod parse;
 mod parse6;
@@ -41,6 +42,7 @@ use lb_ebpf as _;
 pub fn lb_ingress(ctx: XdpContext) -> u32 {
     let (action, reason) = balance::try_balance(&ctx);
     maps::count(reason);
+    messages::verdict(&ctx, action, reason);
     action
 }
 
@@ -50,6 +52,8 @@ pub fn lb_ingress(ctx: XdpContext) -> u32 {
 pub fn lb_ingress_v6(ctx: XdpContext) -> u32 {
     let (action, reason) = balance::try_balance_v6(&ctx);
     maps::count(reason);
+    // No `messages::verdict` here: the message's calls would take this program's stack
+    // (about 500 of its 512 bytes) past the limit.
     action
 }
 

@@ -56,7 +56,7 @@ fn frame(i: u32, vip: [u8; 4]) -> Vec<u8> {
 
 /// A balancer with a table of `table_ways`, configured with the fixture's VIPs.
 fn balancer(table_ways: u32) -> anyhow::Result<AyaDataplane> {
-    let options = LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: table_ways, fresh: Vec::new() };
+    let options = LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: table_ways, ..LoadOptions::default() };
     let mut dp = AyaDataplane::new(load_ingress(&options)?, RING);
     configure(&mut dp, &vips());
     Ok(dp)
