@@ -148,6 +148,9 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
     let katran = katran.as_mut().map(|k| k.parts()).transpose()?;
     let results = measure(&mut groups, bare, katran, g0, options.rounds.max(1))?;
     report_ratios(&results);
+    if options.only.as_deref().is_none_or(|only| only.contains("told")) {
+        super::messages::run(bare, g0, options.rounds.max(1))?;
+    }
     Ok(results.into_iter().map(|r| r.cost).collect())
 }
 
@@ -194,7 +197,7 @@ fn report_ratios(results: &[RowResult]) {
 }
 
 /// Median, 25th and 75th percentiles.
-fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
+pub(super) fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let at = |q: usize| v[(v.len() - 1) * q / 4];
     (at(2), at(1), at(3))
