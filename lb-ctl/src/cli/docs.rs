@@ -19,33 +19,23 @@ const SOCKET_COMMANDS: &[&str] = &["proxy", "detach"];
 /// `--iface` are hidden on the subcommands that do not use them (they are still accepted
 /// there, as before, and ignored).
 pub fn command() -> clap::Command {
-    let mut command = Cli::command();
-    // Built first: the global options are copied into every subcommand by the build.
-    command.build();
+    let command = Cli::command();
+    let globals: Vec<clap::Arg> = command.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
     let names: Vec<String> = command.get_subcommands().map(|s| s.get_name().to_string()).collect();
-    for name in names {
+    names.into_iter().fold(command, |command, name| {
         let hidden: &[&str] = match name.as_str() {
             n if DAEMON_COMMANDS.contains(&n) => &[],
             n if SOCKET_COMMANDS.contains(&n) => &["daemon_iface"],
             _ => &["socket", "daemon_iface"],
         };
-        command = command.mut_subcommand(name, |s| hide(s, hidden));
-    }
-    command
-}
-
-/// `c` and its subcommands with the options `ids` hidden.
-fn hide(mut c: clap::Command, ids: &[&str]) -> clap::Command {
-    for id in ids {
-        if c.get_arguments().any(|a| a.get_id() == id) {
-            c = c.mut_arg(id, |a| a.hide(true));
-        }
-    }
-    let names: Vec<String> = c.get_subcommands().map(|s| s.get_name().to_string()).collect();
-    for name in names {
-        c = c.mut_subcommand(name, |s| hide(s, ids));
-    }
-    c
+        // The subcommand gets its own hidden copy of each (global too, so its subcommands have
+        // it), which the build then does not copy over from the top. Hiding the copies a build
+        // made instead leaves clap's index of long flags pointing at the wrong arguments
+        // (`attach --help` read as `--iface` without a value).
+        let copies: Vec<clap::Arg> =
+            globals.iter().filter(|a| hidden.contains(&a.get_id().as_str())).map(|a| a.clone().hide(true)).collect();
+        command.mut_subcommand(name, |s| s.args(copies))
+    })
 }
 
 pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
@@ -98,4 +88,38 @@ pub fn man_pages(dir: &Path) -> anyhow::Result<()> {
     clap_mangen::generate_to(command(), dir)
         .with_context(|| format!("writing the man pages into {}", dir.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command path: `["attach"]`, `["backends", "add"]`, ...
+    fn paths(c: &clap::Command, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+        for sub in c.get_subcommands() {
+            let mut path = prefix.clone();
+            path.push(sub.get_name().to_string());
+            out.push(path.clone());
+            paths(sub, path, out);
+        }
+    }
+
+    #[test]
+    fn every_command_shows_its_help() {
+        let mut all = Vec::new();
+        paths(&command(), Vec::new(), &mut all);
+        all.retain(|path| !path.iter().any(|p| p == "help"));
+        let failed: Vec<String> = all
+            .iter()
+            .filter_map(|path| {
+                let args = std::iter::once("lb-ctl").chain(path.iter().map(String::as_str)).chain(["--help"]);
+                match command().try_get_matches_from(args) {
+                    Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => None,
+                    Err(e) => Some(format!("{}: {e}", path.join(" "))),
+                    Ok(_) => Some(format!("{}: no help", path.join(" "))),
+                }
+            })
+            .collect();
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+    }
 }
