@@ -190,14 +190,18 @@ impl Daemon {
         let previous = options.ids_file.as_deref().and_then(load_saved);
         let (skeleton, mut applier) = match &previous {
             Some(saved) => {
-                let skeleton = State::from_saved(saved);
+                let mut skeleton = State::from_saved(saved);
                 // Maps found pinned hold the previous run's entries: assume them, so the
                 // first apply removes what the file lacks. Fresh maps (the pins were lost,
                 // e.g. bpffs was cleared) hold nothing: everything is written, CONFIG first.
                 let applier = if options.maps_reused {
-                    // The saved ids say nothing of QUIC server ids: the maps do.
+                    // The saved ids say nothing of VIPs' settings (forwarding, hash, QUIC), of
+                    // which VIPs the proxy serves, or of QUIC server ids: the maps do.
+                    let vips = dataplane.vips()?;
+                    skeleton = skeleton.as_found(&vips);
                     let quic_servers = dataplane.quic_servers()?.into_iter().collect();
-                    Applier::assuming(MapContents { quic_servers, ..MapContents::of(&skeleton) })
+                    let vips = vips.into_iter().collect();
+                    Applier::assuming(MapContents { vips, quic_servers, ..MapContents::of(&skeleton) })
                 } else {
                     tracing::warn!(
                         "saved ids but no pinned maps: writing every map afresh (established flows were lost with the maps)"

@@ -2,8 +2,8 @@
 use std::time::Duration;
 
 use crate::state::Health;
-use crate::testing::SharedFake;
 use crate::testing::rig::{Daemon, RING, lb_toml, refused};
+use crate::testing::{Op, SharedFake};
 
 #[tokio::test]
 async fn reload_applies_the_difference_and_a_bad_file_changes_nothing() {
@@ -295,5 +295,38 @@ async fn a_node_drain_without_announced_vips_is_refused() {
     let e = d.client.node(true).await.unwrap_err().to_string();
     assert!(e.contains("no VIP of this daemon is announced") && e.contains("nothing was changed"), "{e}");
     assert!(!d.client.status().await.unwrap().node_drained);
+    d.stop().await;
+}
+
+/// A file changed while the daemon was stopped is applied in full at the next start: the maps
+/// the restart finds hold what the last run wrote, which the saved ids alone do not say (they
+/// keep no forwarding, hash or QUIC setting). Before, a restart assumed NAT and client-IP hash
+/// for every saved VIP, so a VIP changed from `hash = "flow"` to the default kept its old
+/// hash in the maps, and the file's proxy VIPs were "removed" from maps they never were in.
+#[tokio::test]
+async fn a_restart_applies_what_changed_in_the_file_meanwhile() {
+    let fake = SharedFake::default();
+    let proxy = format!(
+        "\n[[vip]]\nname = \"site\"\naddress = \"127.0.0.1\"\nport = {}\nprotocol = \"http\"\n\
+         forwarding = \"proxy\"\nbackends = [ {{ address = \"127.0.0.1\", port = 9 }} ]\n",
+        crate::testing::ports::free_port()
+    );
+    let proxy = proxy.as_str();
+    let d = Daemon::start_on(tempfile::tempdir().unwrap(), fake.clone(), &lb_toml(proxy)).await;
+    let dns = |fake: &SharedFake| {
+        let inner = fake.lock();
+        inner.fake.vips.values().find(|v| v.key.port == 53u16.to_be()).copied().expect("dns is in the maps")
+    };
+    assert_eq!(dns(&fake).hash, lb_common::vip::hash_mode::FLOW);
+    let dir = d.stop().await;
+    fake.take_ops();
+    // dns loses `hash = "flow"` while the daemon is stopped.
+    let text = lb_toml(proxy).replace("hash = \"flow\"\n", "");
+    std::fs::write(dir.path().join("lb.toml"), &text).unwrap();
+    let d = Daemon::start_on(dir, fake.clone(), &text).await;
+    assert_eq!(dns(&fake).hash, lb_common::vip::hash_mode::CLIENT_IP, "the new hash reached the maps");
+    let removed: Vec<Op> =
+        fake.take_ops().into_iter().filter(|op| matches!(op, Op::RemoveVip(_) | Op::RemoveBackend(_))).collect();
+    assert!(removed.is_empty(), "nothing was in the maps to remove: {removed:?}");
     d.stop().await;
 }

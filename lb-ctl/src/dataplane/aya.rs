@@ -281,6 +281,13 @@ impl Dataplane for AyaDataplane {
         }
     }
 
+    fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>> {
+        let name = map_names::VIPS;
+        let map: BpfHashMap<&MapData, VipKey, VipInfo> =
+            BpfHashMap::try_from(self.map(name)?).map_err(map_err(name))?;
+        map.iter().collect::<std::result::Result<Vec<_>, _>>().map_err(map_err(name))
+    }
+
     fn quic_servers(&self) -> Result<Vec<(QuicServerKey, u32)>> {
         let name = map_names::QUIC_SERVERS;
         let map: BpfHashMap<&MapData, QuicServerKey, u32> =

@@ -92,6 +92,9 @@ impl Dataplane for MemoryDataplane {
     fn quic_servers(&self) -> Result<Vec<(QuicServerKey, u32)>> {
         Ok(self.quic_servers.iter().map(|(k, b)| (*k, *b)).collect())
     }
+    fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>> {
+        Ok(self.vips.iter().map(|(k, v)| (*k, *v)).collect())
+    }
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
         check("VIP id", vip_id, MAX_VIPS)?;
         let size = self.config.ring_size;

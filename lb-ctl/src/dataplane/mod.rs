@@ -77,6 +77,9 @@ pub trait Dataplane: Send {
     fn quic_servers(&self) -> Result<Vec<(QuicServerKey, u32)>> {
         Ok(Vec::new())
     }
+    /// Every VIPS entry: what a restarted daemon finds in pinned maps (the saved ids keep no
+    /// forwarding, hash or QUIC setting), so its first apply writes what the file changed.
+    fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>>;
     /// Writes `(slot, backend id)` pairs of VIP `vip_id`'s ring. The planner sends only the
     /// slots that changed: the data plane keeps no copy of the rings.
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()>;

@@ -174,6 +174,25 @@ impl State {
         State { vips, vip_ids, backend_ids, node_drained: saved.node_drained, ..State::default() }
     }
 
+    /// The skeleton's VIPs as the maps a restart found hold them (`found`: VIPS): each one's
+    /// forwarding, and the ones the maps lack are the proxy's. The skeleton then says what the
+    /// maps hold (`MapContents::of`): the first apply writes what the file changed, and removes
+    /// only what is there.
+    pub fn as_found(mut self, found: &[(lb_common::vip::VipKey, lb_common::vip::VipInfo)]) -> State {
+        use lb_common::vip::forwarding;
+        for v in &mut self.vips {
+            let key = super::plan::vip_key(v);
+            v.spec.forwarding = match found.iter().find(|(k, _)| *k == key).map(|(_, info)| info.forwarding) {
+                None => Forwarding::Proxy,
+                Some(forwarding::DSR_IPIP) => Forwarding::DsrIpip,
+                Some(forwarding::DSR_L2) => Forwarding::DsrL2,
+                Some(forwarding::DSR_GUE) => Forwarding::DsrGue,
+                Some(_) => Forwarding::Nat,
+            };
+        }
+        self
+    }
+
     /// Makes again, after a restart, the API changes a previous run saved: added backends come
     /// back with their ids and last known health, drains and removals hold. Changes about
     /// VIPs the file no longer has are dropped (and logged).

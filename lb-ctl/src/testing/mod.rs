@@ -104,6 +104,9 @@ impl Dataplane for SharedFake {
     fn quic_servers(&self) -> Result<Vec<(lb_common::quic::QuicServerKey, u32)>> {
         self.lock().fake.quic_servers()
     }
+    fn vips(&self) -> Result<Vec<(VipKey, VipInfo)>> {
+        self.lock().fake.vips()
+    }
     fn write_ring_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<()> {
         let mut g = self.lock();
         g.ops.push(Op::WriteRing(vip_id));
