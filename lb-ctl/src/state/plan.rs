@@ -1,5 +1,6 @@
 //! From [`State`] to map contents, and applying only the difference to a [`Dataplane`].
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use lb_common::backend::{BACKEND_ACTIVE, BACKEND_NONE, Backend, NAT_BACKEND_SHARED, NatBackendKey};
 use lb_common::config::{DataplaneConfig, port_flags};
@@ -183,21 +184,52 @@ impl ApplyReport {
 /// removed VIPs (and their rings cleared); removed backends; port
 /// flags that lose bits. What was written is recorded operation by operation, so after a
 /// failed syscall the next apply redoes exactly what is still missing.
-#[derive(Debug, Default)]
+///
+/// A port's NAT-backend bit outlives the last backend answering from that port by
+/// [`NAT_PORT_LINGER`]: the replies such a backend still has in flight (an RST, the end of a
+/// response) find their reply entries and leave from the VIP. Without the bit they would pass
+/// as not ours, and the host would route them on with the backend's own address.
+#[derive(Debug)]
 pub struct Applier {
     /// What the maps hold, rings as their inputs: the one record of the maps' contents.
     applied: MapContents,
     /// The rings built from `applied.rings`, as written.
     built: BTreeMap<u32, Vec<u32>>,
+    /// Ports whose NAT-backend bits are kept though no backend wants them: since when.
+    lingering: BTreeMap<u16, Instant>,
+    linger: Duration,
+}
+
+/// How long a port keeps its NAT-backend bit after its last backend went; cleared by the
+/// first apply after that.
+pub const NAT_PORT_LINGER: Duration = Duration::from_secs(60);
+
+const NAT_BACKEND_BITS: u32 = port_flags::NAT_BACKEND_TCP | port_flags::NAT_BACKEND_UDP;
+
+impl Default for Applier {
+    fn default() -> Applier {
+        Applier {
+            applied: MapContents::default(),
+            built: BTreeMap::new(),
+            lingering: BTreeMap::new(),
+            linger: NAT_PORT_LINGER,
+        }
+    }
 }
 
 impl Applier {
+    /// How long NAT-backend port bits linger ([`NAT_PORT_LINGER`]; tests shorten it).
+    pub fn with_linger(mut self, linger: Duration) -> Applier {
+        self.linger = linger;
+        self
+    }
+
     /// An applier that assumes the maps already hold `contents` except the rings (written on
     /// the first apply). Used after a restart on pinned maps, so entries of the previous run
     /// that the new state lacks are removed.
     pub fn assuming(mut contents: MapContents) -> Applier {
         contents.rings.clear();
-        Applier { applied: contents, built: BTreeMap::new() }
+        Applier { applied: contents, ..Applier::default() }
     }
 
     /// What the maps hold as far as this applier knows.
@@ -274,9 +306,11 @@ impl Applier {
         for (port, flags) in &want.port_flags {
             let old = self.applied.port_flags.get(port).copied().unwrap_or(0);
             if old != *flags && flags & !old != 0 {
-                // Gains bits (it may lose others at the same time: one write does both).
-                dp.set_port_flags(*port, *flags)?;
-                self.applied.port_flags.insert(*port, *flags);
+                // Gains bits (it may lose others at the same time: one write does both, but
+                // the NAT-backend bits linger, as below).
+                let flags = flags | (old & NAT_BACKEND_BITS);
+                dp.set_port_flags(*port, flags)?;
+                self.applied.port_flags.insert(*port, flags);
                 report.port_flags += 1;
             }
         }
@@ -334,9 +368,18 @@ impl Applier {
             report.nat_backends += 1;
         }
         let ports: Vec<u16> = self.applied.port_flags.keys().chain(want.port_flags.keys()).copied().collect();
+        let now = Instant::now();
         for port in ports {
             let old = self.applied.port_flags.get(&port).copied().unwrap_or(0);
-            let new = want.port_flags.get(&port).copied().unwrap_or(0);
+            let mut new = want.port_flags.get(&port).copied().unwrap_or(0);
+            let lost = old & !new & NAT_BACKEND_BITS;
+            if lost == 0 {
+                self.lingering.remove(&port);
+            } else if now.duration_since(*self.lingering.entry(port).or_insert(now)) < self.linger {
+                new |= lost;
+            } else {
+                self.lingering.remove(&port);
+            }
             if old != new {
                 dp.set_port_flags(port, new)?;
                 if new == 0 {
