@@ -11,6 +11,7 @@ use crate::cluster::{Cluster, VIP, backend_addr, node_addr};
 use crate::lab::{Daemon, wait_for_listener};
 
 pub mod etcd;
+pub mod scenario;
 pub mod traffic;
 
 pub use etcd::EtcdCluster;
