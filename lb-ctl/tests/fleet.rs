@@ -2,8 +2,9 @@
 //! --fake-dataplane` nodes following it (maps in memory, everything else the real daemon),
 //! and the real CLI: push, a backend added on one node reaching both with equal rings, etcd
 //! lost (forwarding state kept, changes refused with a clear message), a node restarted
-//! without etcd (its saved state served), catching up on reconnect, and a malformed value
-//! refused while the last good state stays.
+//! without etcd (its saved state served), catching up on reconnect, a malformed value
+//! refused while the last good state stays, and a node's backend changes made over its one
+//! etcd connection.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -245,4 +246,33 @@ fn a_malformed_value_in_etcd_is_refused_and_the_last_good_state_stays() {
     stdout_of(&lb_ctl(&["fleet", "push", file.to_str().unwrap()]));
     wait_for("the good state applied", || node.json(&["status", "--json"])["fleet"]["refused"].is_null());
     assert_ne!(node.rings(), rings, "the weight changed the ring");
+}
+
+/// Local ports of every TCP connection to `etcd` (TIME_WAIT ones too: they stay a minute).
+fn ports_to(etcd: &Etcd) -> std::collections::BTreeSet<String> {
+    let port = etcd.endpoint.rsplit(':').next().unwrap();
+    let out = Command::new("ss").args(["-Htan", "dst", &format!("127.0.0.1:{port}")]).output().expect("ss (iproute2)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3)?.rsplit(':').next().map(String::from))
+        .collect()
+}
+
+#[test]
+fn backend_changes_on_a_node_use_its_one_etcd_connection() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let prefix = "/lb/e2e3";
+    let file = root.path().join("fleet.toml");
+    std::fs::write(&file, pushed(&etcd, prefix)).unwrap();
+    stdout_of(&lb_ctl(&["fleet", "push", file.to_str().unwrap()]));
+    let node = Node::start(root.path(), &etcd, prefix, "a");
+    wait_for("the fleet's VIP", || node.rings().iter().any(|(n, d)| n == "web" && d.is_some()));
+    wait_for("the node's record", || node.json(&["status", "--json"])["fleet"]["connected"] == true);
+    let before = ports_to(&etcd);
+    for i in 0..5 {
+        node.ok(&["backends", "add", "web", &format!("198.51.100.{}:8080", 20 + i)]);
+    }
+    let new: Vec<String> = ports_to(&etcd).difference(&before).cloned().collect();
+    assert!(new.is_empty(), "five changes opened connections to etcd from ports {new:?} (before: {before:?})");
 }

@@ -11,13 +11,15 @@
 //! - [`fuzz`]: the data-plane fuzzer's generator; [`flood`]: spoofed SYN floods and keep-alive
 //!   clients.
 //! - [`lab`]: the one namespace lab (topology, the daemon under test, HTTP client) the suites,
-//!   the demo and the benchmarks share; [`cluster`]: the scale-out lab with BIRD.
+//!   the demo and the benchmarks share; [`cluster`]: the scale-out lab with BIRD; [`fleet`]:
+//!   that lab with an etcd cluster and nodes following the fleet in it.
 //! - `bench`: every benchmark (`lb-bench`).
 pub mod balancer;
 pub mod bench;
 pub mod cluster;
 pub mod fixture;
 pub mod fixture6;
+pub mod fleet;
 pub mod flood;
 pub mod fuzz;
 pub mod golden;

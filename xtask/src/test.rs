@@ -67,7 +67,9 @@ pub fn run() -> anyhow::Result<()> {
     std::fs::copy(target.join("debug/lb-ctl"), v1.join("lb-ctl"))?;
     step("building the lb-ctl binary the end-to-end suites drive");
     cmd("cargo", &["build", "-p", "lb-ctl"])?;
-    step("root suites: golden packets through the real XDP programs, namespace end to end");
+    step(
+        "root suites: golden packets through the real XDP programs, namespace end to end (scale-out with BIRD, the fleet with etcd: fleet_e2e)",
+    );
     let v1_bin = v1.join("lb-ctl").display().to_string();
     cmd_env(
         "cargo",

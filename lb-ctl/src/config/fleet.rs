@@ -186,10 +186,14 @@ impl Config {
     /// etcd key); a problem in it is reported without a line (the text is composed).
     pub fn with_fleet(path: &Path, fleet: &FileTables, name: &str) -> Result<Config, ConfigError> {
         let mut whole = table(&toml_text(path)?, &path.display().to_string())?;
-        let own: Vec<IpAddr> = match &Config::load(path)?.fleet {
-            Some(f) => f.encap_source.clone(),
-            None => Vec::new(),
-        };
+        // This node's own addresses, read from the text: the composed file is validated below
+        // (with its [fleet] table), so the node's file is parsed once, not loaded again.
+        let own: Vec<IpAddr> = whole
+            .get("fleet")
+            .and_then(|f| f.get("encap_source"))
+            .and_then(|e| e.as_array())
+            .map(|list| list.iter().filter_map(|e| e.as_str()?.parse().ok()).collect())
+            .unwrap_or_default();
         whole.remove("defaults");
         if let Some(d) = &fleet.defaults {
             whole.insert("defaults".into(), toml::Value::Table(d.clone()));

@@ -31,6 +31,12 @@ pub struct FleetEditor {
     pub view: SharedView,
 }
 
+/// Why an attempt failed: etcd (worth a new connection), or the change itself.
+enum Failure {
+    Etcd(StoreError),
+    Api(ApiError),
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     Add,
@@ -59,17 +65,35 @@ impl FleetEditor {
                 self.settings.prefix
             ))
         };
-        let mut store = Store::connect(&self.settings).await.map_err(unreachable)?;
+        // The daemon's one connection; after a failure once more from a new one (to another
+        // member if that one is gone), since the cluster may serve where a member does not.
+        let mut result = self.attempt(kind, r).await;
+        if let Err(Failure::Etcd(_)) = &result {
+            Store::forget(&self.settings);
+            result = self.attempt(kind, r).await;
+        }
+        match result {
+            Ok(changed) => Ok(changed),
+            Err(Failure::Etcd(e)) => {
+                Store::forget(&self.settings);
+                Err(unreachable(e))
+            }
+            Err(Failure::Api(e)) => Err(e),
+        }
+    }
+
+    async fn attempt(&self, kind: Kind, r: &BackendRequest) -> Result<Changed, Failure> {
+        let mut store = Store::shared(&self.settings).await.map_err(Failure::Etcd)?;
         for _ in 0..ATTEMPTS {
-            let seen = store.read().await.map_err(unreachable)?;
-            let (label, backend, next) = edited(&seen, kind, r, &self.config)?;
+            let seen = store.read().await.map_err(Failure::Etcd)?;
+            let (label, backend, next) = edited(&seen, kind, r, &self.config).map_err(Failure::Api)?;
             match store.write(&seen, &next.values, &format!("backends change on node {}", self.settings.node)).await {
                 Ok(revision) => return Ok(self.answer(kind, label, backend, revision).await),
                 Err(StoreError::Conflict(_)) => continue,
-                Err(e) => return Err(unreachable(e)),
+                Err(e) => return Err(Failure::Etcd(e)),
             }
         }
-        Err(unavailable("the fleet kept changing under this change; nothing was written: try again"))
+        Err(Failure::Api(unavailable("the fleet kept changing under this change; nothing was written: try again")))
     }
 
     async fn answer(&self, kind: Kind, vip: String, backend: SocketAddr, revision: i64) -> Changed {

@@ -97,6 +97,8 @@ impl Follower {
                 Ok(()) => continue, // the watch asked for a full read (compaction)
                 Err(e) => e,
             };
+            // The next session (and the next backend change) connects again.
+            Store::forget(&self.settings);
             if self.daemon.is_stopped() {
                 return;
             }
@@ -119,7 +121,7 @@ impl Follower {
 
     /// One connection: full read, apply, watch until an error.
     async fn session(&mut self, current: &mut Snapshot) -> Result<(), StoreError> {
-        let mut store = Store::connect(&self.settings).await?;
+        let mut store = Store::shared(&self.settings).await?;
         *current = store.read().await?;
         {
             let mut view = self.view.lock().unwrap();

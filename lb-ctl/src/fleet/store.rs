@@ -1,6 +1,7 @@
 //! The etcd side: connect with `[fleet]`'s settings, read the fleet's state at one revision,
 //! write a new state in one transaction guarded by the revision it was read at.
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -36,40 +37,102 @@ pub enum StoreError {
     Value(String),
 }
 
-/// A connection to the fleet's keys.
+/// The index (in `[fleet] endpoints`) of the member that served last: tried first.
+static PREFERRED: AtomicUsize = AtomicUsize::new(0);
+
+type Shared = std::sync::Mutex<Vec<(FleetSettings, Store)>>;
+
+fn shared_slot() -> &'static Shared {
+    static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
+    SHARED.get_or_init(Default::default)
+}
+
+fn connect_options(settings: &FleetSettings) -> Result<ConnectOptions, StoreError> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(REQUEST_TIMEOUT)
+        .with_timeout(REQUEST_TIMEOUT)
+        .with_keep_alive(Duration::from_secs(1), REQUEST_TIMEOUT)
+        // A member cut off from the quorum must not answer with stale state.
+        .with_require_leader(true);
+    if settings.ca_file.is_some() || settings.cert_file.is_some() {
+        let read =
+            |p: &std::path::Path| std::fs::read(p).map_err(|e| StoreError::Tls(format!("fleet: {}: {e}", p.display())));
+        let mut tls = TlsOptions::new();
+        if let Some(ca) = &settings.ca_file {
+            tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        }
+        if let (Some(cert), Some(key)) = (&settings.cert_file, &settings.key_file) {
+            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
+        options = options.with_tls(tls);
+    }
+    Ok(options)
+}
+
+/// A client of the member at `endpoint`, once it answered a request: the connection is made
+/// lazily, and with `require_leader` a member without a leader refuses.
+async fn pin(endpoint: &str, prefix: &str, options: ConnectOptions) -> Result<Client, etcd_client::Error> {
+    let mut client = Client::connect([endpoint], Some(options)).await?;
+    client.get(format!("{prefix}/{GENERATION}"), Some(GetOptions::new().with_count_only())).await?;
+    Ok(client)
+}
+
+/// A connection to the fleet's keys (one member of the etcd cluster).
 #[derive(Clone)]
 pub struct Store {
     client: Client,
     prefix: String,
+    /// The member it talks to (named in errors).
     endpoints: String,
 }
 
 impl Store {
-    /// Connects to `settings.endpoints` (any member serves).
+    /// Connects to one member of `settings.endpoints` that serves: the one that served last
+    /// first, then the others in turn. One member at a time, as etcd's own clients do: a
+    /// client balancing requests over every endpoint fails those it sends to a dead member
+    /// (`tcp connect error` with one member of three down), where the cluster serves.
     pub async fn connect(settings: &FleetSettings) -> Result<Store, StoreError> {
-        let endpoints = settings.endpoints.join(",");
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(REQUEST_TIMEOUT)
-            .with_timeout(REQUEST_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(1), REQUEST_TIMEOUT)
-            // A partitioned member must not answer with stale state.
-            .with_require_leader(true);
-        if settings.ca_file.is_some() || settings.cert_file.is_some() {
-            let read = |p: &std::path::Path| {
-                std::fs::read(p).map_err(|e| StoreError::Tls(format!("fleet: {}: {e}", p.display())))
-            };
-            let mut tls = TlsOptions::new();
-            if let Some(ca) = &settings.ca_file {
-                tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        let options = connect_options(settings)?;
+        let count = settings.endpoints.len();
+        let first = PREFERRED.load(Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..count {
+            let k = (first + i) % count;
+            let endpoint = &settings.endpoints[k];
+            match pin(endpoint, &settings.prefix, options.clone()).await {
+                Ok(client) => {
+                    PREFERRED.store(k, Ordering::Relaxed);
+                    return Ok(Store { client, prefix: settings.prefix.clone(), endpoints: endpoint.clone() });
+                }
+                Err(e) => {
+                    tracing::debug!(endpoint = %endpoint, error = %e, "fleet: etcd member does not serve; trying the next");
+                    last = Some(e);
+                }
             }
-            if let (Some(cert), Some(key)) = (&settings.cert_file, &settings.key_file) {
-                tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
-            }
-            options = options.with_tls(tls);
         }
-        let etcd = |source| StoreError::Etcd { endpoints: endpoints.clone(), source };
-        let client = Client::connect(&settings.endpoints, Some(options)).await.map_err(etcd)?;
-        Ok(Store { client, prefix: settings.prefix.clone(), endpoints })
+        let source = last.unwrap_or_else(|| etcd_client::Error::InvalidArgs("no endpoints".into()));
+        Err(StoreError::Etcd { endpoints: settings.endpoints.join(","), source })
+    }
+
+    /// The process's connection to the fleet of `settings`, shared by the node's follower
+    /// and its backend changes (one client per daemon, not one per request); connected on
+    /// first use and again after [`Store::forget`].
+    pub async fn shared(settings: &FleetSettings) -> Result<Store, StoreError> {
+        if let Some(store) = shared_slot().lock().unwrap().iter().find(|(s, _)| s == settings).map(|(_, st)| st.clone())
+        {
+            return Ok(store);
+        }
+        let store = Store::connect(settings).await?;
+        let mut slot = shared_slot().lock().unwrap();
+        slot.retain(|(s, _)| s != settings);
+        slot.push((settings.clone(), store.clone()));
+        Ok(store)
+    }
+
+    /// Drops the shared connection after it failed: the next [`Store::shared`] connects
+    /// again (to another member if this one is gone).
+    pub fn forget(settings: &FleetSettings) {
+        shared_slot().lock().unwrap().retain(|(s, _)| s != settings);
     }
 
     fn etcd(&self, source: etcd_client::Error) -> StoreError {

@@ -182,3 +182,18 @@ fn a_diff_names_each_backend_change() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_dead_member_among_the_endpoints_fails_no_request() {
+    let etcd = Etcd::start();
+    let dead = format!("http://127.0.0.1:{}", crate::testing::ports::free_port());
+    let mut settings = settings(&etcd, "/lb/t-dead", "n0");
+    // First in the list, as a member that crashed would be for some nodes.
+    settings.endpoints.insert(0, dead);
+    for _ in 0..20 {
+        let mut store = Store::connect(&settings).await.expect("a live member serves");
+        for _ in 0..5 {
+            store.read().await.expect("every request goes to a live member");
+        }
+    }
+}

@@ -121,6 +121,35 @@ fn demo_cluster() -> Result<()> {
         out.moved_to_survivor
     ));
     ensure!(out.broken.is_empty(), "broken connections: {:#?}", out.broken);
+    drop(daemons);
+    drop(cluster);
+    demo_fleet(&backend_bin.to_string_lossy())
+}
+
+/// The second part of `demo cluster`: the same lab with a fleet in etcd
+/// ([`lb_tests::fleet::scenario`]).
+fn demo_fleet(backend_bin: &str) -> Result<()> {
+    use lb_tests::fleet::{etcd::MEMBERS, scenario};
+    const NODES: usize = 4;
+    step(&format!(
+        "the fleet: the same lab again with a {MEMBERS}-member etcd cluster (Debian's etcd, each member in a namespace of its own) on the segment, {NODES} nodes whose files hold no VIP and follow the fleet, its VIP pushed once with `lb-ctl fleet push`"
+    ));
+    let mut lab = scenario::start("f", backend_bin, NODES);
+    check_interrupt()?;
+    step(
+        "while connections stream: a backend added once on node 0, the etcd leader killed, node 3 cut off from etcd while a backend is removed then rejoining, a malformed value put into etcd",
+    );
+    let out = scenario::run(&mut lab, &mut |line| println!("    {line}"));
+    let sum =
+        |f: &dyn Fn(&lb_tests::fleet::traffic::Tally) -> usize| out.steps.iter().map(|(_, t)| f(t)).sum::<usize>();
+    step(&format!(
+        "fleet: {} connections, {} broken, {} of {} bytes lost",
+        sum(&|t| t.connections),
+        sum(&|t| t.broken.len()),
+        sum(&|t| t.bytes_lost),
+        sum(&|t| t.bytes)
+    ));
+    ensure!(out.clean(), "broken connections: {:#?}", out.steps);
     Ok(())
 }
 
