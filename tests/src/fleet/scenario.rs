@@ -184,8 +184,9 @@ pub fn run(lab: &mut FleetLab, say: &mut dyn FnMut(String)) -> Outcome {
     }
     assert_eq!(lab.rings(), healed, "the refused value changed no ring");
     assert_eq!(all.iter().map(|i| lab.backends(*i)).collect::<Vec<_>>(), backends);
-    let text = lab.fleet_status_text();
-    assert!(text.contains("refused"), "{text}");
+    // `fleet status` reads the nodes' records in etcd, which each node rewrites after it
+    // refused: wait for them rather than read them once.
+    wait(lab, "`fleet status` showing the refusal", || lab.fleet_status_text().contains("refused"));
     say("(d) a malformed value put into etcd: refused by every node, rings unchanged".into());
     out.settle(say, "(d) malformed value", Tally::of(h, c));
     out
