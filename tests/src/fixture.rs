@@ -36,7 +36,12 @@ pub fn mac_of(addr: [u8; 4]) -> Mac {
 
 /// The namespace the FIB lookups run in: g0 faces clients and most backends, h0 one more
 /// backend (for redirects). Neighbours are static.
+///
+/// The calling thread is pinned to its CPU: the golden cases run one after another on the
+/// program's per-CPU state (a case about the next-hop cache expects what an earlier case
+/// cached), which a thread moved to another CPU would not find.
 pub fn lab() -> Netns {
+    crate::testrun::pin_to_this_cpu().expect("pinning the test to its CPU");
     // Unique per call: the golden tests of one process run in parallel threads.
     static LABS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let ns = Netns::new(&format!("gold{}", LABS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));

@@ -34,3 +34,22 @@ pub fn action_name(action: u32) -> &'static str {
         _ => "unknown",
     }
 }
+
+/// Pins this thread to the CPU it runs on, and returns that CPU. The program keeps per-CPU
+/// state (the next-hop cache, the new-flow budget, Katran's connection table): a test or a
+/// benchmark that moved between CPUs mid-run would find another CPU's.
+pub fn pin_to_this_cpu() -> anyhow::Result<u32> {
+    // SAFETY: plain libc calls on this thread, with a cpu_set_t of the size given.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        anyhow::ensure!(cpu >= 0, "sched_getcpu: {}", std::io::Error::last_os_error());
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        anyhow::ensure!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0,
+            "pinning to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        );
+        Ok(cpu as u32)
+    }
+}

@@ -13,11 +13,11 @@ use lb_common::trace::{TRACE_NONE, TraceControl, TraceFilter, TraceRecord, trace
 use lb_common::{family, ipv4_bytes, program_names};
 use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::load::program;
-use lb_tests::bench::katran::pin_to_this_cpu;
 use lb_tests::fixture::*;
 use lb_tests::netns::ifindex;
 use lb_tests::packets::{Frame, L4};
 use lb_tests::privileges::require_root;
+use lb_tests::testrun::pin_to_this_cpu;
 use lb_tests::testrun::run_xdp;
 
 const VIP_WEB: [u8; 4] = [203, 0, 113, 10];

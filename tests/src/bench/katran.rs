@@ -227,20 +227,4 @@ fn lru_map(size: u32) -> anyhow::Result<(HashMap<MapData, FlowKey, RealPosLru>, 
     Ok((HashMap::try_from(Map::LruHashMap(MapData::from_fd(fd)?))?, attach))
 }
 
-/// Pins this thread to the CPU it runs on (every program of a run then shares that CPU's caches
-/// and Katran finds that CPU's table), and returns that CPU.
-pub fn pin_to_this_cpu() -> anyhow::Result<u32> {
-    // SAFETY: plain libc calls on this thread, with a cpu_set_t of the size given.
-    unsafe {
-        let cpu = libc::sched_getcpu();
-        anyhow::ensure!(cpu >= 0, "sched_getcpu: {}", std::io::Error::last_os_error());
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        anyhow::ensure!(
-            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0,
-            "pinning to CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        );
-        Ok(cpu as u32)
-    }
-}
+pub use crate::testrun::pin_to_this_cpu;
