@@ -133,6 +133,17 @@ impl Drop for Node {
     }
 }
 
+/// The operator's file pushed to `prefix` (written as `fleet.toml` in `root`), and node `a`
+/// started and serving the fleet's VIP.
+fn one_node_following(root: &Path, etcd: &Etcd, prefix: &str) -> (PathBuf, Node) {
+    let file = root.join("fleet.toml");
+    std::fs::write(&file, pushed(etcd, prefix)).unwrap();
+    stdout_of(&lb_ctl(&["fleet", "push", file.to_str().unwrap()]));
+    let node = Node::start(root, etcd, prefix, "a");
+    wait_for("the fleet's VIP", || node.rings().iter().any(|(n, d)| n == "web" && d.is_some()));
+    (file, node)
+}
+
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !done() {
@@ -218,11 +229,7 @@ fn a_malformed_value_in_etcd_is_refused_and_the_last_good_state_stays() {
     let etcd = Etcd::start();
     let root = tempfile::tempdir().unwrap();
     let prefix = "/lb/e2e2";
-    let file = root.path().join("fleet.toml");
-    std::fs::write(&file, pushed(&etcd, prefix)).unwrap();
-    stdout_of(&lb_ctl(&["fleet", "push", file.to_str().unwrap()]));
-    let node = Node::start(root.path(), &etcd, prefix, "a");
-    wait_for("the fleet's VIP", || node.rings().iter().any(|(n, d)| n == "web" && d.is_some()));
+    let (file, node) = one_node_following(root.path(), &etcd, prefix);
     let rings = node.rings();
     let key = format!("{prefix}/state/vips/203.0.113.10:80/tcp");
     etcd.ctl(&["put", &key, "address = "]);
@@ -263,11 +270,7 @@ fn backend_changes_on_a_node_use_its_one_etcd_connection() {
     let etcd = Etcd::start();
     let root = tempfile::tempdir().unwrap();
     let prefix = "/lb/e2e3";
-    let file = root.path().join("fleet.toml");
-    std::fs::write(&file, pushed(&etcd, prefix)).unwrap();
-    stdout_of(&lb_ctl(&["fleet", "push", file.to_str().unwrap()]));
-    let node = Node::start(root.path(), &etcd, prefix, "a");
-    wait_for("the fleet's VIP", || node.rings().iter().any(|(n, d)| n == "web" && d.is_some()));
+    let (_, node) = one_node_following(root.path(), &etcd, prefix);
     wait_for("the node's record", || node.json(&["status", "--json"])["fleet"]["connected"] == true);
     let before = ports_to(&etcd);
     for i in 0..5 {

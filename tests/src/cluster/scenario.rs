@@ -120,14 +120,21 @@ fn cluster_table(node: usize) -> String {
 }
 
 fn node_config(socket: &std::path::Path, bird: &std::path::Path, node: usize, share: bool) -> String {
-    let backends: Vec<String> = (0..BACKENDS).map(|j| format!("{{ address = \"{}\" }}", backend_addr(j))).collect();
     format!(
-        "[daemon]\n\
-         api_socket = \"{}\"\n\
-         bird_socket = \"{}\"\n\
-         \n\
-         {}\
-         [[vip]]\n\
+        "[daemon]\napi_socket = \"{}\"\nbird_socket = \"{}\"\n\n{}{}",
+        socket.display(),
+        bird.display(),
+        if share { cluster_table(node) } else { String::new() },
+        web_vip(node, BACKENDS)
+    )
+}
+
+/// The lab's `[[vip]]` table: the DSR VIP `web`, encapsulated from node `node`, with backends
+/// `0..backends` (the cluster's node files, and the file the fleet's operator pushes).
+pub fn web_vip(node: usize, backends: usize) -> String {
+    let backends: Vec<String> = (0..backends).map(|j| format!("{{ address = \"{}\" }}", backend_addr(j))).collect();
+    format!(
+        "[[vip]]\n\
          name = \"web\"\n\
          address = \"{VIP}\"\n\
          port = 80\n\
@@ -137,9 +144,6 @@ fn node_config(socket: &std::path::Path, bird: &std::path::Path, node: usize, sh
          health = {{ kind = \"http\", path = \"/health\", interval = \"200ms\", timeout = \"100ms\" }}\n\
          announce = {{ min_healthy = 2 }}\n\
          backends = [ {} ]\n",
-        socket.display(),
-        bird.display(),
-        if share { cluster_table(node) } else { String::new() },
         node_addr(node),
         backends.join(", ")
     )

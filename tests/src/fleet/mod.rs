@@ -41,23 +41,7 @@ fn fleet_table(etcd: &EtcdCluster, node: &str, extra: &str) -> String {
 
 /// The file the operator pushes: the DSR VIP with backends `0..initial`.
 fn operator_file(etcd: &EtcdCluster, initial: usize) -> String {
-    let backends: Vec<String> = (0..initial).map(|j| format!("{{ address = \"{}\" }}", backend_addr(j))).collect();
-    format!(
-        "{}\n\
-         [[vip]]\n\
-         name = \"web\"\n\
-         address = \"{VIP}\"\n\
-         port = 80\n\
-         forwarding = \"dsr-ipip\"\n\
-         hash = \"flow\"\n\
-         encap_source = \"{}\"\n\
-         health = {{ kind = \"http\", path = \"/health\", interval = \"200ms\", timeout = \"100ms\" }}\n\
-         announce = {{ min_healthy = 2 }}\n\
-         backends = [ {} ]\n",
-        fleet_table(etcd, "operator", ""),
-        node_addr(0),
-        backends.join(", ")
-    )
+    format!("{}\n{}", fleet_table(etcd, "operator", ""), crate::cluster::scenario::web_vip(0, initial))
 }
 
 /// Node `i`'s own file: its daemon settings and `[fleet]`, no VIP.
