@@ -61,6 +61,7 @@ pub mod map_names {
     pub const TRACE_EVENTS: &str = "TRACE_EVENTS";
     pub const TRACE_STATS: &str = "TRACE_STATS";
     pub const QUIC_SERVERS: &str = "QUIC_SERVERS";
+    pub const VIP_INDEX: &str = "VIP_INDEX";
 }
 
 /// JUMPS (a program array) indices: the programs `lb_ingress` hands packets to with a tail

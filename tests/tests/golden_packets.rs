@@ -341,3 +341,96 @@ fn counters_of_an_older_pinned_map_read_as_zero() {
     let per_cpu = dp.counters_per_cpu().expect("per-CPU counters of a smaller map");
     assert!(per_cpu.iter().all(|cpu| cpu.len() == Counter::ALL.len()), "{per_cpu:?}");
 }
+
+/// VIP_INDEX, on a balancer of its own: a VIP the index names, one whose slot it shares with
+/// another VIP (found through VIPS), a stale slot, and a non-VIP address on a VIP's port whose
+/// slot names a VIP: each gets the verdict and the bytes it would get without the index.
+#[test]
+fn new_flows_find_their_vip_through_the_index_or_vips() {
+    use aya::maps::Array;
+    use lb_common::vip::index;
+    if !require_root("new_flows_find_their_vip_through_the_index_or_vips") {
+        return;
+    }
+    let ns = lab();
+    let _inside = ns.enter();
+    let g0 = ifindex("g0");
+    let mut dp = balancer();
+    let mut vips = vips();
+    let web_key = vip_key(&vips[0]);
+    let web_slot = index::slot(&web_key);
+    // Documentation addresses that are no VIP of the fixture.
+    let taken: Vec<[u8; 4]> = vips.iter().map(|v| v.addr).collect();
+    let free = || {
+        [[192, 0, 2], [198, 51, 100], [203, 0, 113]]
+            .into_iter()
+            .flat_map(|net| (1..=254).map(move |n| [net[0], net[1], net[2], n]))
+            .filter(|a| !taken.contains(a))
+    };
+    let slot_of = |addr: [u8; 4], port: u16| index::slot(&vip_key(&twin(addr, port)));
+    // A second VIP whose key hashes to the web VIP's slot, and an address on a VIP port that
+    // is no VIP and hashes there too.
+    let (twin_addr, twin_port) =
+        (1000..=u16::MAX).find_map(|port| free().find(|a| slot_of(*a, port) == web_slot).map(|a| (a, port))).unwrap();
+    let stranger = free().find(|a| *a != twin_addr && slot_of(*a, 80) == web_slot).map(|a| (a, 80));
+    let stranger = stranger
+        .or_else(|| free().find(|a| *a != twin_addr && slot_of(*a, twin_port) == web_slot).map(|a| (a, twin_port)))
+        .expect("an address on port 80 or the twin's port that hashes to the web VIP's slot");
+    let twin_id = vips.len();
+    vips.push(twin(twin_addr, twin_port));
+    configure(&mut dp, &vips);
+    let read_slot = |dp: &mut AyaDataplane| {
+        let map = dp.ebpf_mut().map_mut(lb_common::map_names::VIP_INDEX).unwrap();
+        Array::<_, u32>::try_from(map).unwrap().get(&web_slot, 0).unwrap()
+    };
+    let mut failed = Vec::new();
+    let mut run = |dp: &mut AyaDataplane, c: Case| {
+        if let Err(e) = run_case(dp, g0, &c) {
+            failed.push(format!("{}: {e}", c.name));
+        }
+    };
+    let web = (golden::VIP_WEB, 80);
+    let web_backend = by_hash(&vips[0], client_hash(&ipv4_bytes(CLIENT), SEED));
+    let syn = |(addr, port): ([u8; 4], u16), src_port: u16, backend: ([u8; 4], u16), name: &'static str| {
+        let f = Frame::tcp(CLIENT, src_port, addr, port);
+        let out = nat_out(&f, (CLIENT, src_port), backend, LB_MAC, mac_of(backend.0));
+        let mut c = case(name, f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
+        c.events = vec![Counter::FlowNew];
+        c
+    };
+    let passed = |(addr, port): ([u8; 4], u16), name: &'static str| {
+        case(name, Frame::tcp(CLIENT, 41000, addr, port).bytes(), XDP_PASS, None, Counter::PassNotVip)
+    };
+
+    assert_eq!(read_slot(&mut dp), index::NONE, "a slot two VIPs hash to names neither");
+    run(&mut dp, syn(web, 41000, web_backend, "index: a shared slot, the VIP found through VIPS"));
+    run(&mut dp, syn((twin_addr, twin_port), 41000, (B2, 8080), "index: the other VIP of the shared slot"));
+    run(&mut dp, passed(stranger, "index: a shared slot, an address that is no VIP: passed"));
+
+    dp.remove_vip(&vip_key(&vips[twin_id])).unwrap();
+    assert_eq!(read_slot(&mut dp), 1, "the slot names the VIP left (id 0, written as 1)");
+    run(&mut dp, syn(web, 41001, web_backend, "index: the slot names the VIP"));
+    run(&mut dp, passed(stranger, "index: a named slot, an address that is no VIP: passed"));
+    run(&mut dp, passed((twin_addr, twin_port), "index: the removed VIP's address: passed"));
+
+    // A slot naming another VIP (as while VIP_INFO is being rewritten): VIP_INFO's key
+    // disagrees, VIPS answers.
+    {
+        let map = dp.ebpf_mut().map_mut(lb_common::map_names::VIP_INDEX).unwrap();
+        Array::<_, u32>::try_from(map).unwrap().set(web_slot, 3, 0).unwrap();
+    }
+    run(&mut dp, syn(web, 41002, web_backend, "index: a stale slot, the VIP found through VIPS"));
+    assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
+}
+
+/// A NAT VIP on TCP `port` at `addr`, with one backend of its own (id 20: B2, port 8080).
+fn twin(addr: [u8; 4], port: u16) -> Vip {
+    Vip {
+        addr,
+        port,
+        protocol: ip_proto::TCP,
+        forwarding: lb_common::vip::forwarding::NAT,
+        hash: lb_common::vip::hash_mode::CLIENT_IP,
+        backends: vec![(20, B2, 8080)],
+    }
+}

@@ -10,7 +10,7 @@ use lb_common::limits::MAX_VIPS;
 use lb_common::map_names;
 use lb_common::quic::QuicServerKey;
 use lb_common::stats::{Counter, Traffic};
-use lb_common::vip::{VipInfo, VipKey};
+use lb_common::vip::{VipInfo, VipKey, index};
 
 use super::array_mmap::ArrayMmap;
 use super::rings_mmap::RingsMmap;
@@ -71,7 +71,29 @@ impl AyaDataplane {
             .and_then(|a| a.get(&0, 0).ok())
             .unwrap_or_default();
         let table_seed = if config.table_seed != 0 { config.table_seed } else { random_seed() };
-        Self { ebpf, ring_size, config, rings_mmap, flow_sets, table_seed, flows_mmap, pins: None }
+        let mut dataplane = Self { ebpf, ring_size, config, rings_mmap, flow_sets, table_seed, flows_mmap, pins: None };
+        // VIPS may be pinned with VIPs in it; the index is the program's own. Without it new
+        // flows are placed all the same, through VIPS.
+        if let Err(e) = dataplane.write_vip_index(None) {
+            tracing::warn!(error = %e, "VIP_INDEX not written: new flows find their VIP in VIPS, more slowly");
+        }
+        dataplane
+    }
+
+    /// Writes VIP_INDEX from what VIPS holds now: the slot `key` hashes to, or every slot.
+    fn write_vip_index(&mut self, key: Option<&VipKey>) -> Result<()> {
+        let vips = self.vips()?;
+        let slots: Vec<u32> = match key {
+            Some(key) => vec![index::slot(key)],
+            None => (0..index::SLOTS).collect(),
+        };
+        let name = map_names::VIP_INDEX;
+        let mut map = self.array_mut::<u32>(name)?;
+        for slot in slots {
+            let entry = index::entry(vips.iter().filter(|(k, _)| index::slot(k) == slot).map(|(_, info)| info.id));
+            map.set(slot, entry, 0).map_err(map_err(name))?;
+        }
+        Ok(())
     }
 
     /// Makes the data plane keep the balancer's pins (see [`Dataplane::check_pins`]).
@@ -217,7 +239,8 @@ impl Dataplane for AyaDataplane {
         let info = VipInfo { key, ..info };
         // VIP_INFO first: a connection-table hit may only find a VIP that VIPS also has.
         self.array_mut::<VipInfo>(map_names::VIP_INFO)?.set(info.id, info, 0).map_err(map_err(map_names::VIP_INFO))?;
-        self.vips_mut()?.insert(key, info, 0).map_err(map_err(map_names::VIPS))
+        self.vips_mut()?.insert(key, info, 0).map_err(map_err(map_names::VIPS))?;
+        self.write_vip_index(Some(&key))
     }
 
     fn remove_vip(&mut self, key: &VipKey) -> Result<()> {
@@ -230,7 +253,8 @@ impl Dataplane for AyaDataplane {
         vips.remove(key).map_err(map_err(map_names::VIPS))?;
         self.array_mut::<VipInfo>(map_names::VIP_INFO)?
             .set(id, VipInfo::default(), 0)
-            .map_err(map_err(map_names::VIP_INFO))
+            .map_err(map_err(map_names::VIP_INFO))?;
+        self.write_vip_index(Some(key))
     }
 
     fn upsert_backend(&mut self, id: u32, backend: Backend) -> Result<()> {

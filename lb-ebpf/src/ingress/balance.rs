@@ -8,7 +8,7 @@ use lb_common::flow::{FlowKey, REVERSE_DIRECT};
 use lb_common::stats::Counter;
 use lb_common::trace::{TRACE_NONE, trace_kind};
 use lb_common::vip::{VipKey, forwarding};
-use lb_common::{ip_proto, jumps};
+use lb_common::{family, ip_proto, jumps};
 
 use crate::flow::Flow;
 use crate::ip::IpPacket;
@@ -100,6 +100,7 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
         let vip_key = VipKey { addr: key.dst, port: dst_port, protocol, family: P::FAMILY };
         let vip = match by_flow {
             Some(vip) if vip.key == vip_key => Some(vip),
+            _ if P::FAMILY == family::IPV4 => maps::vip_indexed(&vip_key),
             _ => maps::vip(&vip_key),
         };
         if let Some(vip) = vip {
