@@ -472,6 +472,17 @@ fn past_the_new_flow_budget_flows_are_placed_unrecorded() {
     );
     let recorded = |port: u16| dp.lookup_flow(&flow_key(CLIENT, WEB, port, 80)).unwrap().is_some();
     assert_eq!([recorded(44000), recorded(44001), recorded(44002)], [true, true, false]);
+    // The next window gives a new budget (the program reads the clock again at its first new
+    // flow of a later kernel tick).
+    let window = monotonic_ns() >> 30;
+    while monotonic_ns() >> 30 == window {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    run_all(&mut dp, vec![with_events(syn(44003), &[Counter::FlowNew])]);
+    assert!(
+        dp.lookup_flow(&flow_key(CLIENT, WEB, 44003, 80)).unwrap().is_some(),
+        "a new window's first flow is recorded"
+    );
 }
 
 #[test]
