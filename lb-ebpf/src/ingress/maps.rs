@@ -171,7 +171,8 @@ pub fn vip(key: &VipKey) -> Option<&'static VipInfo> {
 /// As [`vip`], through VIP_INDEX and VIP_INFO when the index names the VIP: two array lookups
 /// instead of VIPS's hash lookup (about 45 ns here, most of what finding the VIP of a new
 /// flow cost). The index is only a hint, checked against VIP_INFO's key. lb_ingress_v6 keeps
-/// to [`vip`]: the index's lookups took its stack past 512 bytes.
+/// to [`vip`]: inlined, the index's lookups took its stack past 512 bytes; as a function of
+/// their own, its verification past the verifier's million instructions.
 #[inline(always)]
 pub fn vip_indexed(key: &VipKey) -> Option<&'static VipInfo> {
     let indexed = VIP_INDEX.get(index::slot(key)).and_then(|entry| index::id(*entry)).and_then(vip_info);
