@@ -99,11 +99,13 @@ pub struct Options {
     pub only: Option<String>,
     /// A Katran checkout with its BPF programs built (or its balancer.bpf.o): Katran runs too.
     pub katran: Option<std::path::PathBuf>,
+    /// Sample the rows with `perf` and print where lb_ingress spent its time, by source line.
+    pub profile: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { rounds: ROUNDS, only: None, katran: None }
+        Options { rounds: ROUNDS, only: None, katran: None, profile: false }
     }
 }
 
@@ -146,7 +148,13 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
         None => None,
     };
     let katran = katran.as_mut().map(|k| k.parts()).transpose()?;
+    let sampler = options.profile.then(|| super::line_profile::Sampler::start(cpu)).transpose()?;
     let results = measure(&mut groups, bare, katran, g0, options.rounds.max(1))?;
+    if let Some(sampler) = sampler {
+        let samples = sampler.stop()?;
+        samples.report(groups[0].ours, program_names::INGRESS)?;
+        samples.report(groups[1].ours, program_names::INGRESS_V6)?;
+    }
     report_ratios(&results);
     if options.only.as_deref().is_none_or(|only| only.contains("told")) {
         super::messages::run(bare, g0, options.rounds.max(1))?;

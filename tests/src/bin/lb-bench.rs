@@ -24,6 +24,10 @@ enum Bench {
         /// balancer.bpf.o): Katran runs beside lb_ingress on the same frames.
         #[arg(long)]
         katran: Option<std::path::PathBuf>,
+        /// Sample the rows with perf (cpu-clock) and print where lb_ingress and lb_ingress_v6
+        /// spent their time, by source line.
+        #[arg(long)]
+        profile: bool,
     },
     /// ns per packet of an established flow as the flows grow from 1 to 1,000,000 (root).
     Flows {
@@ -103,8 +107,8 @@ static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
-        Bench::Dataplane { rounds, only, katran } => {
-            bench::dataplane::run_with(&bench::dataplane::Options { rounds, only, katran }).map(drop)
+        Bench::Dataplane { rounds, only, katran, profile } => {
+            bench::dataplane::run_with(&bench::dataplane::Options { rounds, only, katran, profile }).map(drop)
         }
         Bench::Flows { katran } => bench::flows::run(katran.as_deref()).map(drop),
         Bench::Proxy { instructions: true } => bench::proxy::instructions::run(),
