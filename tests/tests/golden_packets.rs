@@ -434,3 +434,18 @@ fn twin(addr: [u8; 4], port: u16) -> Vip {
         backends: vec![(20, B2, 8080)],
     }
 }
+
+/// `bench dataplane --profile` places samples by the program's line table: read from the
+/// kernel, it must name lb_ingress's own source for its first instruction and throughout.
+#[test]
+fn the_profile_line_table_maps_lb_ingress_to_its_source() {
+    use lb_tests::bench::line_profile::LineTable;
+    if !require_root("the_profile_line_table_maps_lb_ingress_to_its_source") {
+        return;
+    }
+    let mut dp = balancer();
+    let table = LineTable::of(program(dp.ebpf_mut(), program_names::INGRESS).unwrap()).unwrap();
+    assert!(table.len() > 1000, "{} line records", table.len());
+    assert!(table.line_at(0).contains("@ main.rs:"), "entry: {}", table.line_at(0));
+    assert!(table.line_at(1 << 12).contains(".rs:"), "{}", table.line_at(1 << 12));
+}

@@ -88,17 +88,19 @@ impl Samples {
 }
 
 /// The JIT offsets where each source line's code starts, in order.
-struct LineTable {
+pub struct LineTable {
     starts: Vec<(u64, String)>,
 }
 
 impl LineTable {
-    fn line_at(&self, offset: u64) -> &str {
+    /// The source line (`text  @ file:line`) of the code at `offset` in the JIT image.
+    pub fn line_at(&self, offset: u64) -> &str {
         let at = self.starts.partition_point(|(start, _)| *start <= offset);
         at.checked_sub(1).map_or("(before the first line record)", |i| self.starts[i].1.as_str())
     }
 
-    fn of(program: &Xdp) -> Result<LineTable> {
+    /// The line table of a loaded program.
+    pub fn of(program: &Xdp) -> Result<LineTable> {
         let fd = program.fd()?.as_fd().as_raw_fd();
         let mut first = ProgInfo::get(fd, ProgInfo::zeroed())?;
         let (lines, ksyms) = (first.u32(NR_LINE_INFO) as usize, first.u32(NR_JITED_KSYMS) as usize);
@@ -133,6 +135,15 @@ impl LineTable {
             .collect();
         starts.sort_by_key(|(start, _)| *start);
         Ok(LineTable { starts })
+    }
+
+    /// Line records in the table.
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
     }
 }
 

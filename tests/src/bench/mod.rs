@@ -10,7 +10,7 @@ pub mod flood;
 pub mod flows;
 pub mod katran;
 pub mod lab;
-mod line_profile;
+pub mod line_profile;
 mod messages;
 pub mod proxy;
 mod quic;
