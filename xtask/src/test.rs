@@ -7,6 +7,7 @@ pub fn run() -> anyhow::Result<()> {
     if !is_root() {
         println!("note: not root: the golden-packet and end-to-end suites will print SKIPPED");
     }
+    warn_if_short_of_disk();
     step("formatting (cargo fmt --check, rustfmt.toml)");
     cmd("cargo", &["fmt", "--all", "--check"])?;
     step("lints: host crates (stable clippy, warnings are errors)");
@@ -84,4 +85,25 @@ pub fn run() -> anyhow::Result<()> {
     )?;
     println!("all suites passed");
     Ok(())
+}
+
+/// About what a full run writes under target/ from a clean clone (measured: 6.8 GB).
+const DISK_NEEDED_GIB: u64 = 8;
+
+/// Says so up front when the disk under target/ has less room than a full run writes: a disk
+/// that fills mid-link shows only as the linker dying with SIGBUS, far into the run.
+fn warn_if_short_of_disk() {
+    let target = crate::util::target_dir();
+    let dir = if target.exists() { target } else { std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")) };
+    let free = crate::util::output("df", &["--output=avail", "-B1", &dir.display().to_string()])
+        .and_then(|out| out.lines().nth(1).and_then(|l| l.trim().parse::<u64>().ok()));
+    if let Some(free) = free
+        && free < DISK_NEEDED_GIB << 30
+    {
+        println!(
+            "warning: {:.1} GiB free under {}; a full test run writes about {DISK_NEEDED_GIB} GiB there, and a link that fills the disk fails with SIGBUS",
+            free as f64 / (1u64 << 30) as f64,
+            dir.display()
+        );
+    }
 }
