@@ -111,6 +111,11 @@ impl Golden {
     pub fn run(&mut self, c: Case) {
         self.results.push((c.name, run_case(&mut self.dp, self.ingress, &c)));
     }
+
+    /// The cases that failed, each as `name: why`.
+    pub fn failures(&self) -> Vec<String> {
+        self.results.iter().filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}: {e}"))).collect()
+    }
 }
 
 /// Runs one case through the balancer's lb_ingress and prints its outcome.

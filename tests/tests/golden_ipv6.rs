@@ -35,8 +35,7 @@ fn ipv6_golden_packets_through_lb_ingress() {
     golden6::nat::too_big(&mut g);
     golden6::icmp::errors_about_flows(&mut g, &vips);
 
-    let failed: Vec<String> =
-        g.results.iter().filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}: {e}"))).collect();
+    let failed = g.failures();
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
 }
 

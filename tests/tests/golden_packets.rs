@@ -61,7 +61,7 @@ fn golden_packets_through_lb_ingress() {
         .collect();
     assert!(missing.is_empty(), "verdicts no golden case exercised: {missing:?}");
 
-    let failed: Vec<_> = g.results.iter().filter_map(|(n, r)| r.as_ref().err().map(|e| format!("{n}: {e}"))).collect();
+    let failed = g.failures();
     println!("{} golden cases, {} failed", g.results.len(), failed.len());
     assert!(g.results.len() >= 25);
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
@@ -77,10 +77,9 @@ fn connection_table_set_evicts_its_least_recently_used_flow() {
     }
     let ns = lab();
     let _inside = ns.enter();
-    let g0 = ifindex("g0");
-    let mut dp = balancer();
+    let mut g = Golden { dp: balancer(), ingress: ifindex("g0"), results: Vec::new() };
     let vips = vips();
-    configure(&mut dp, &vips);
+    configure(&mut g.dp, &vips);
     let flow_vip = &vips[8];
     let flow_addr = flow_vip.addr;
     let pick = |port: u16| {
@@ -89,18 +88,12 @@ fn connection_table_set_evicts_its_least_recently_used_flow() {
             flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(flow_addr), port.to_be(), 80u16.to_be(), ip_proto::TCP, SEED),
         )
     };
-    let set_of = |port: u16| dp.flow_set_of(&flow_key(CLIENT, flow_addr, port, 80));
+    let set_of = |port: u16| g.dp.flow_set_of(&flow_key(CLIENT, flow_addr, port, 80));
     let same_set: Vec<u16> = (50000..=u16::MAX).filter(|p| set_of(*p) == set_of(50000)).take(FLOW_WAYS + 1).collect();
     let nat_flow = |port: u16, l4: L4| {
         let f = Frame::tcp(CLIENT, port, flow_addr, 80).with(|f| f.l4 = l4);
         let out = nat_out(&f, (CLIENT, port), pick(port), LB_MAC, mac_of(pick(port).0));
         (f, out)
-    };
-    let mut failed = Vec::new();
-    let mut run = |dp: &mut AyaDataplane, c: Case| {
-        if let Err(e) = run_case(dp, g0, &c) {
-            failed.push(format!("{}: {e}", c.name));
-        }
     };
     // Ways are stamped with the kernel tick (jiffies): 25 ms is several ticks at any HZ >= 100.
     let tick = || std::thread::sleep(std::time::Duration::from_millis(25));
@@ -119,14 +112,14 @@ fn connection_table_set_evicts_its_least_recently_used_flow() {
             Counter::ForwardTx,
         );
         c.events = vec![Counter::FlowNew];
-        run(&mut dp, c);
+        g.run(c);
         tick();
     }
     let (f, out) = nat_flow(same_set[0], L4::TcpAck);
     let mut c =
         case("table: the 1st flow sends again (now the most recent)", f.bytes(), XDP_TX, Some(out), Counter::ForwardTx);
     c.events = vec![Counter::FlowHit];
-    run(&mut dp, c);
+    g.run(c);
     tick();
     let (f, out) = nat_flow(same_set[FLOW_WAYS], L4::TcpSyn);
     let mut c = case(
@@ -137,9 +130,10 @@ fn connection_table_set_evicts_its_least_recently_used_flow() {
         Counter::ForwardTx,
     );
     c.events = vec![Counter::FlowTableFull];
-    run(&mut dp, c);
+    g.run(c);
+    let failed = g.failures();
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
-    let recorded = |port: u16| dp.lookup_flow(&flow_key(CLIENT, flow_addr, port, 80)).unwrap().is_some();
+    let recorded = |port: u16| g.dp.lookup_flow(&flow_key(CLIENT, flow_addr, port, 80)).unwrap().is_some();
     let kept: Vec<bool> = same_set.iter().map(|p| recorded(*p)).collect();
     assert_eq!(kept, [true, false, true, true, true], "ways after the eviction, ports {same_set:?}");
 }
@@ -354,8 +348,7 @@ fn new_flows_find_their_vip_through_the_index_or_vips() {
     }
     let ns = lab();
     let _inside = ns.enter();
-    let g0 = ifindex("g0");
-    let mut dp = balancer();
+    let mut g = Golden { dp: balancer(), ingress: ifindex("g0"), results: Vec::new() };
     let mut vips = vips();
     let web_key = vip_key(&vips[0]);
     let web_slot = index::slot(&web_key);
@@ -378,16 +371,10 @@ fn new_flows_find_their_vip_through_the_index_or_vips() {
         .expect("an address on port 80 or the twin's port that hashes to the web VIP's slot");
     let twin_id = vips.len();
     vips.push(twin(twin_addr, twin_port));
-    configure(&mut dp, &vips);
+    configure(&mut g.dp, &vips);
     let read_slot = |dp: &mut AyaDataplane| {
         let map = dp.ebpf_mut().map_mut(lb_common::map_names::VIP_INDEX).unwrap();
         Array::<_, u32>::try_from(map).unwrap().get(&web_slot, 0).unwrap()
-    };
-    let mut failed = Vec::new();
-    let mut run = |dp: &mut AyaDataplane, c: Case| {
-        if let Err(e) = run_case(dp, g0, &c) {
-            failed.push(format!("{}: {e}", c.name));
-        }
     };
     let web = (golden::VIP_WEB, 80);
     let web_backend = by_hash(&vips[0], client_hash(&ipv4_bytes(CLIENT), SEED));
@@ -402,24 +389,25 @@ fn new_flows_find_their_vip_through_the_index_or_vips() {
         case(name, Frame::tcp(CLIENT, 41000, addr, port).bytes(), XDP_PASS, None, Counter::PassNotVip)
     };
 
-    assert_eq!(read_slot(&mut dp), index::NONE, "a slot two VIPs hash to names neither");
-    run(&mut dp, syn(web, 41000, web_backend, "index: a shared slot, the VIP found through VIPS"));
-    run(&mut dp, syn((twin_addr, twin_port), 41000, (B2, 8080), "index: the other VIP of the shared slot"));
-    run(&mut dp, passed(stranger, "index: a shared slot, an address that is no VIP: passed"));
+    assert_eq!(read_slot(&mut g.dp), index::NONE, "a slot two VIPs hash to names neither");
+    g.run(syn(web, 41000, web_backend, "index: a shared slot, the VIP found through VIPS"));
+    g.run(syn((twin_addr, twin_port), 41000, (B2, 8080), "index: the other VIP of the shared slot"));
+    g.run(passed(stranger, "index: a shared slot, an address that is no VIP: passed"));
 
-    dp.remove_vip(&vip_key(&vips[twin_id])).unwrap();
-    assert_eq!(read_slot(&mut dp), 1, "the slot names the VIP left (id 0, written as 1)");
-    run(&mut dp, syn(web, 41001, web_backend, "index: the slot names the VIP"));
-    run(&mut dp, passed(stranger, "index: a named slot, an address that is no VIP: passed"));
-    run(&mut dp, passed((twin_addr, twin_port), "index: the removed VIP's address: passed"));
+    g.dp.remove_vip(&vip_key(&vips[twin_id])).unwrap();
+    assert_eq!(read_slot(&mut g.dp), 1, "the slot names the VIP left (id 0, written as 1)");
+    g.run(syn(web, 41001, web_backend, "index: the slot names the VIP"));
+    g.run(passed(stranger, "index: a named slot, an address that is no VIP: passed"));
+    g.run(passed((twin_addr, twin_port), "index: the removed VIP's address: passed"));
 
     // A slot naming another VIP (as while VIP_INFO is being rewritten): VIP_INFO's key
     // disagrees, VIPS answers.
     {
-        let map = dp.ebpf_mut().map_mut(lb_common::map_names::VIP_INDEX).unwrap();
+        let map = g.dp.ebpf_mut().map_mut(lb_common::map_names::VIP_INDEX).unwrap();
         Array::<_, u32>::try_from(map).unwrap().set(web_slot, 3, 0).unwrap();
     }
-    run(&mut dp, syn(web, 41002, web_backend, "index: a stale slot, the VIP found through VIPS"));
+    g.run(syn(web, 41002, web_backend, "index: a stale slot, the VIP found through VIPS"));
+    let failed = g.failures();
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
 }
 

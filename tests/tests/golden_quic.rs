@@ -174,8 +174,7 @@ fn quic_golden_packets_through_lb_ingress() {
     dsr(&mut g, &vips, &versions);
     nat66(&mut g, &vips, &versions);
 
-    let failed: Vec<String> =
-        g.results.iter().filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}: {e}"))).collect();
+    let failed = g.failures();
     println!("{} QUIC golden cases, {} failed", g.results.len(), failed.len());
     assert!(g.results.len() >= 18);
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
