@@ -82,7 +82,8 @@ impl AyaDataplane {
 
     /// Writes VIP_INDEX from what VIPS holds now: the slot `key` hashes to, or every slot.
     fn write_vip_index(&mut self, key: Option<&VipKey>) -> Result<()> {
-        let vips = self.vips()?;
+        // (slot, VIP id) of every VIP.
+        let slotted: Vec<(u32, u32)> = self.vips()?.iter().map(|(k, info)| (index::slot(k), info.id)).collect();
         let slots: Vec<u32> = match key {
             Some(key) => vec![index::slot(key)],
             None => (0..index::SLOTS).collect(),
@@ -90,7 +91,7 @@ impl AyaDataplane {
         let name = map_names::VIP_INDEX;
         let mut map = self.array_mut::<u32>(name)?;
         for slot in slots {
-            let entry = index::entry(vips.iter().filter(|(k, _)| index::slot(k) == slot).map(|(_, info)| info.id));
+            let entry = index::entry(slotted.iter().filter(|(s, _)| *s == slot).map(|(_, id)| *id));
             map.set(slot, entry, 0).map_err(map_err(name))?;
         }
         Ok(())

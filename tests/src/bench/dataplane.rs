@@ -122,7 +122,7 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
     let katran_object = options.katran.as_deref().map(super::katran::object_in).transpose()?;
     let ns = crate::fixture6::lab6();
     let _inside = ns.enter();
-    let cpu = super::katran::pin_to_this_cpu()?;
+    let cpu = crate::testrun::pin_to_this_cpu()?;
     let g0 = ifindex("g0");
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;

@@ -131,7 +131,7 @@ pub fn run(katran_checkout: Option<&Path>) -> anyhow::Result<Vec<FlowsCost>> {
     let katran_object = katran_checkout.map(katran::object_in).transpose()?;
     let ns = lab();
     let _inside = ns.enter();
-    let cpu = katran::pin_to_this_cpu()?;
+    let cpu = crate::testrun::pin_to_this_cpu()?;
     let g0 = ifindex("g0");
     let mut decap = load_decap()?;
     let bare: &Xdp = program(&mut decap, program_names::PASS)?;

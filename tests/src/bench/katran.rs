@@ -226,5 +226,3 @@ fn lru_map(size: u32) -> anyhow::Result<(HashMap<MapData, FlowKey, RealPosLru>, 
     let attach = MapData::from_fd(fd.try_clone()?)?;
     Ok((HashMap::try_from(Map::LruHashMap(MapData::from_fd(fd)?))?, attach))
 }
-
-pub use crate::testrun::pin_to_this_cpu;

@@ -102,7 +102,7 @@ impl LineTable {
     /// The line table of a loaded program.
     pub fn of(program: &Xdp) -> Result<LineTable> {
         let fd = program.fd()?.as_fd().as_raw_fd();
-        let mut first = ProgInfo::get(fd, ProgInfo::zeroed())?;
+        let first = ProgInfo::get(fd, ProgInfo::zeroed())?;
         let (lines, ksyms) = (first.u32(NR_LINE_INFO) as usize, first.u32(NR_JITED_KSYMS) as usize);
         let mut line_info = vec![0u8; lines * LINE_INFO_SIZE];
         let mut jited_lines = vec![0u64; lines];
@@ -177,8 +177,10 @@ impl ProgInfo {
         unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), PROG_INFO_SIZE) }
     }
 
-    fn u32(&mut self, at: usize) -> u32 {
-        u32::from_ne_bytes(self.bytes()[at..at + 4].try_into().unwrap())
+    fn u32(&self, at: usize) -> u32 {
+        let word = self.0[at / 8].to_ne_bytes();
+        let half = at % 8;
+        u32::from_ne_bytes(word[half..half + 4].try_into().unwrap())
     }
 
     fn put_u32(&mut self, at: usize, v: u32) {
