@@ -152,11 +152,17 @@ pub fn balancer() -> AyaDataplane {
 
 /// [`balancer`], loaded with its debug messages on (`debug_messages`) or off.
 pub fn balancer_loaded(debug_messages: bool) -> AyaDataplane {
+    balancer_of(None, debug_messages)
+}
+
+/// [`balancer_loaded`] from lb_ingress object `object`, or the built one.
+pub fn balancer_of(object: Option<&'static [u8]>, debug_messages: bool) -> AyaDataplane {
     let options = lb_ctl::dataplane::load::LoadOptions {
         pin_dir: None,
         ring_size: RING,
         flow_table_size: FLOW_TABLE,
         debug_messages,
+        object,
         ..Default::default()
     };
     AyaDataplane::new(lb_ctl::dataplane::load::load_ingress(&options).expect("loading lb_ingress"), RING)

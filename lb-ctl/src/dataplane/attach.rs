@@ -114,6 +114,7 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
         flow_table_size: options.flow_table_size,
         fresh: migrated_maps.clone(),
         debug_messages: messages::wanted(),
+        object: None,
     })
     .and_then(|mut ebpf| {
         // The old program forwards through the old maps until the swap.

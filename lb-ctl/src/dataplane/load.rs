@@ -44,6 +44,9 @@ pub struct LoadOptions {
     pub fresh: Vec<&'static str>,
     /// The program makes its debug messages (`messages`): fixed for the program's life.
     pub debug_messages: bool,
+    /// An lb_ingress object to load in place of the one built in (benchmarks: an earlier build
+    /// measured against this one); None: the built-in object.
+    pub object: Option<&'static [u8]>,
 }
 
 impl Default for LoadOptions {
@@ -54,6 +57,7 @@ impl Default for LoadOptions {
             flow_table_size: DEFAULT_FLOWS,
             fresh: Vec::new(),
             debug_messages: false,
+            object: None,
         }
     }
 }
@@ -95,7 +99,8 @@ pub fn load_ingress(options: &LoadOptions) -> Result<Ebpf> {
     for (name, path) in &pin_paths {
         loader.map_pin_path(name, path.as_path());
     }
-    let mut ebpf = loader.load(objects::INGRESS).map_err(|e| load_error("loading lb_ingress", e))?;
+    let mut ebpf =
+        loader.load(options.object.unwrap_or(objects::INGRESS)).map_err(|e| load_error("loading lb_ingress", e))?;
     program(&mut ebpf, lb_common::program_names::INGRESS)?.load().map_err(|e| load_error("verifying lb_ingress", e))?;
     fill_jumps(&mut ebpf)?;
     Ok(ebpf)

@@ -17,10 +17,11 @@
 //! Flow protection is on for every row: the new-flow budget is checked on every table miss
 //! (set to u32::MAX so it is never spent, except in the row that measures a spent budget), and
 //! the first-packet rows run into a set with free ways unless the row says otherwise.
-use crate::fixture::{CLIENT, SEED, balancer, configure, vips};
+use crate::fixture::{CLIENT, SEED, balancer, balancer_of, configure, vips};
 use crate::netns::ifindex;
 use crate::packets::{Frame, L4};
 use crate::testrun::{action_name, run_xdp};
+use anyhow::Context as _;
 use aya::maps::{Array, MapData};
 use aya::programs::Xdp;
 use aya::sys::{Stats, enable_stats};
@@ -101,11 +102,15 @@ pub struct Options {
     pub katran: Option<std::path::PathBuf>,
     /// Sample the rows with `perf` and print where lb_ingress spent its time, by source line.
     pub profile: bool,
+    /// Another build's lb_ingress object (`lb-ingress` in lb-ctl's build output), loaded with
+    /// maps of its own and run beside this build's on the same frames: an A/B of two builds in
+    /// one run, paired by round, which a shared host's phases do not skew as two runs would.
+    pub against: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { rounds: ROUNDS, only: None, katran: None, profile: false }
+        Options { rounds: ROUNDS, only: None, katran: None, profile: false, against: None }
     }
 }
 
@@ -132,13 +137,33 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
     let rows6 = super::dataplane6::ipv6_rows(&mut dp6)?;
     let ours4: &Xdp = program(dp4.ebpf_mut(), program_names::INGRESS)?;
     let ours6: &Xdp = program(dp6.ebpf_mut(), program_names::INGRESS)?;
+    // The build measured against this one: its own maps, filled as ours.
+    let against_object = match &options.against {
+        Some(path) => {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            println!("against: {} (\"B\"), beside this build (\"ours\")", path.display());
+            Some(&*Box::leak(bytes.into_boxed_slice()))
+        }
+        None => None,
+    };
+    let mut b4 = against_object.map(|object| balancer_of(Some(object), false));
+    let mut b6 = against_object.map(|object| balancer_of(Some(object), false));
+    let b_rows4 = b4.as_mut().map(ipv4_rows).transpose()?;
+    let b_rows6 = b6.as_mut().map(super::dataplane6::ipv6_rows).transpose()?;
+    let b4: Option<&Xdp> =
+        b4.as_mut().map(|dp| program(dp.ebpf_mut(), program_names::INGRESS)).transpose()?.map(|p| &*p);
+    let b6: Option<&Xdp> =
+        b6.as_mut().map(|dp| program(dp.ebpf_mut(), program_names::INGRESS)).transpose()?.map(|p| &*p);
     let keep = |p: &Path| options.only.as_deref().is_none_or(|only| only.split(',').any(|o| p.name.contains(o)));
-    let mut groups = [(rows4, ours4), (rows6, ours6)].map(|(mut rows, ours)| {
+    let warmed = |mut rows: Rows, program: &Xdp| {
         for frame in &rows.warm {
-            run_xdp(ours, frame, g0);
+            run_xdp(program, frame, g0);
         }
         rows.paths.retain(keep);
-        Group { rows, ours }
+        rows
+    };
+    let mut groups = [(rows4, ours4, b_rows4.zip(b4)), (rows6, ours6, b_rows6.zip(b6))].map(|(rows, ours, against)| {
+        Group { rows: warmed(rows, ours), ours, against: against.map(|(rows, b)| (warmed(rows, b), b)) }
     });
     let mut katran = match &katran_object {
         Some(object) => {
@@ -496,6 +521,8 @@ impl Tables {
 pub(super) struct Group<'a> {
     pub(super) rows: Rows,
     pub(super) ours: &'a Xdp,
+    /// `--against`: the other build's rows (its own maps) and program.
+    pub(super) against: Option<(Rows, &'a Xdp)>,
 }
 
 /// One row's figures: its cost, and its extra ns of every round (for ratios paired by round).
@@ -538,6 +565,11 @@ pub(super) fn measure(
                 group.rows.tables.forget(path)?;
                 let r = run_xdp(group.ours, &path.frame, ingress);
                 check_verdict(path, r.action, "")?;
+                if let Some((rows, b)) = &mut group.against {
+                    rows.tables.set_row(path)?;
+                    rows.tables.forget(path)?;
+                    check_verdict(path, run_xdp(b, &path.frame, ingress).action, "B, ")?;
+                }
                 if let (Some((program, maps)), Some(key)) = (katran.as_mut(), &katran_keys[g][i]) {
                     if path.forget.is_some() {
                         maps.forget(key)?;
@@ -557,24 +589,46 @@ pub(super) fn measure(
     let mut ours_ns = extra.clone();
     let mut bare_ns = extra.clone();
     let mut katran_extra = extra.clone();
+    let mut b_extra = extra.clone();
 
     let _stats = enable_stats(Stats::RunTime)?;
-    for _ in 0..rounds {
+    for round in 0..rounds {
+        // B runs after ours in even rounds and before it in odd ones: the place in the loop
+        // moves a new-flow row's cost by up to a third (an A/A run shows it), and alternating
+        // cancels that in the pairs' median.
+        let b_first = round % 2 == 1;
         for &(g, i) in &order {
             let group = &mut groups[g];
             let path = &group.rows.paths[i];
             let katran_key = &katran_keys[g][i];
             group.rows.tables.set_row(path)?;
-            let (mut b_state, mut o_state, mut k_state) = ((0, 0), (0, 0), (0, 0));
+            let (mut b_state, mut o_state, mut k_state, mut ab_state) = ((0, 0), (0, 0), (0, 0), (0, 0));
             ns_per_run(bare, &mut b_state);
             ns_per_run(group.ours, &mut o_state);
             if let Some((program, _)) = &katran {
                 ns_per_run(program, &mut k_state);
             }
+            if let Some((rows, b)) = &mut group.against {
+                rows.tables.set_row(path)?;
+                ns_per_run(b, &mut ab_state);
+            }
             for _ in 0..CALLS_PER_ROUND {
                 run_xdp(bare, &path.frame, ingress);
+                let against = |against: &mut Option<(Rows, &Xdp)>| -> anyhow::Result<()> {
+                    if let Some((rows, b)) = against {
+                        rows.tables.forget(path)?;
+                        run_xdp(b, &path.frame, ingress);
+                    }
+                    Ok(())
+                };
+                if b_first {
+                    against(&mut group.against)?;
+                }
                 group.rows.tables.forget(path)?;
                 run_xdp(group.ours, &path.frame, ingress);
+                if !b_first {
+                    against(&mut group.against)?;
+                }
                 if let (Some((program, maps)), Some(key)) = (katran.as_mut(), katran_key) {
                     if path.forget.is_some() {
                         maps.forget(key)?;
@@ -584,6 +638,10 @@ pub(super) fn measure(
             }
             let b = ns_per_run(bare, &mut b_state);
             let o = ns_per_run(group.ours, &mut o_state);
+            if let Some((rows, program)) = &mut group.against {
+                b_extra[g][i].push(ns_per_run(program, &mut ab_state) - b);
+                while rows.events.as_mut().and_then(|e| e.next()).is_some() {}
+            }
             if let (Some((program, _)), Some(_)) = (&katran, katran_key) {
                 katran_extra[g][i].push(ns_per_run(program, &mut k_state) - b);
             }
@@ -606,6 +664,9 @@ pub(super) fn measure(
         );
         if katran.is_some() {
             print!(" {:>13} {:>15} {:>21}", "Katran extra", "Katran 25..75%", "Katran / ours [IQR]");
+        }
+        if group.against.is_some() {
+            print!(" {:>9} {:>21}", "B extra", "B / ours [IQR]");
         }
         println!();
         for (i, path) in group.rows.paths.iter().enumerate() {
@@ -630,6 +691,12 @@ pub(super) fn measure(
                 );
                 km
             });
+            if !b_extra[g][i].is_empty() {
+                let (bm, ..) = quartiles(b_extra[g][i].clone());
+                let ratios = b_extra[g][i].iter().zip(&extra[g][i]).map(|(b, o)| b / o).collect();
+                let (r, rlo, rhi) = quartiles(ratios);
+                print!(" {bm:>9.1} {:>21}", format!("{r:.3}x [{rlo:.3}..{rhi:.3}]"));
+            }
             println!();
             results.push(RowResult {
                 cost: PathCost { path: path.name.to_string(), extra_ns: m, katran_ns },

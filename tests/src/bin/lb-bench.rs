@@ -28,6 +28,10 @@ enum Bench {
         /// spent their time, by source line.
         #[arg(long)]
         profile: bool,
+        /// Another build's lb_ingress object (lb-ctl's build output `lb-ingress`): run beside
+        /// this build's on the same frames with maps of its own, "B / ours" paired by round.
+        #[arg(long)]
+        against: Option<std::path::PathBuf>,
     },
     /// ns per packet of an established flow as the flows grow from 1 to 1,000,000 (root).
     Flows {
@@ -107,8 +111,8 @@ static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
-        Bench::Dataplane { rounds, only, katran, profile } => {
-            bench::dataplane::run_with(&bench::dataplane::Options { rounds, only, katran, profile }).map(drop)
+        Bench::Dataplane { rounds, only, katran, profile, against } => {
+            bench::dataplane::run_with(&bench::dataplane::Options { rounds, only, katran, profile, against }).map(drop)
         }
         Bench::Flows { katran } => bench::flows::run(katran.as_deref()).map(drop),
         Bench::Proxy { instructions: true } => bench::proxy::instructions::run(),
