@@ -30,8 +30,10 @@ mod table;
 mod trace;
 mod verdict;
 
+use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::macros::xdp;
 use aya_ebpf::programs::XdpContext;
+use lb_common::stats::Counter;
 // The panic handler, and the packet helpers both programs share.
 use lb_ebpf as _;
 
@@ -40,6 +42,10 @@ use lb_ebpf as _;
 #[xdp]
 #[inline(always)]
 pub fn lb_ingress(ctx: XdpContext) -> u32 {
+    if parse::ipv4_passes_through(&ctx) {
+        maps::count(Counter::PassNotVip);
+        return XDP_PASS;
+    }
     let (action, reason) = balance::try_balance(&ctx);
     maps::count(reason);
     messages::verdict(&ctx, action, reason);

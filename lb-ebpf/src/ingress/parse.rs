@@ -4,6 +4,7 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::config::port_flags;
 use lb_common::ip_proto;
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, link_layer, ptr_at};
+use network_types::eth::EthHdr;
 use network_types::ip::Ipv4Hdr;
 
 pub use crate::parsed::{IcmpError, Ipv4Packet, Parsed, TcpFlags};
@@ -11,6 +12,46 @@ use crate::{maps, parse6};
 
 /// ICMP destination unreachable (every code: fragmentation needed, port unreachable, ...).
 const ICMP_DEST_UNREACH: u8 = 3;
+
+/// Whether an untagged IPv4 frame is surely not the balancer's, decided before anything else
+/// is parsed: most frames a balancer host sees are such, and pay only this. A whole TCP or UDP
+/// datagram (no options, not a fragment) with room for a TCP header behind the IP header,
+/// whose ports neither a VIP nor a NAT backend uses: `parse` and `balance` would pass it as
+/// `pass_not_vip` too. Any other frame (tagged, short, ICMP, malformed, a VIP's ...) gets
+/// `false` and the whole parse, which gives it its verdict.
+///
+/// One bounds check, the EtherType, then the ports: a VIP's packet goes on after one port lookup, to the whole
+/// parse, which repeats the checks (handed the packet from here instead, the verifier walks
+/// the balancing paths twice, past its limit) but not the lookup: `balance` decides the frames
+/// this did not by the same ports.
+#[inline(always)]
+pub fn ipv4_passes_through(ctx: &XdpContext) -> bool {
+    const L3: usize = EthHdr::LEN;
+    const L4: usize = L3 + IPV4_LEN;
+    let Some(frame) = ptr_at::<[u8; L4 + 20]>(ctx, 0) else {
+        return false;
+    };
+    // SAFETY: bounds checked by ptr_at.
+    let f = unsafe { &*frame };
+    let be16 = |at: usize| u16::from_be_bytes([f[at], f[at + 1]]);
+    if be16(12) != 0x0800 {
+        return false;
+    }
+    let proto = f[L3 + 9];
+    let minimum = match proto {
+        ip_proto::TCP => 20,
+        ip_proto::UDP => 8,
+        _ => return false,
+    };
+    // SAFETY: inside the frame checked above.
+    let [src_port, dst_port] = unsafe { *(frame as *const u8).add(L4).cast::<[u16; 2]>() };
+    let tot_len = be16(L3 + 2) as usize;
+    passes_through(proto, (src_port, dst_port))
+        && f[L3] == 0x45
+        && be16(L3 + 6) & 0x3fff == 0
+        && tot_len >= IPV4_LEN + minimum
+        && L3 + tot_len <= ctx.data_end() - ctx.data()
+}
 
 /// Parses an IPv4 frame; an IPv6 frame is only recognised (`parse6::parse_frame` parses it).
 #[inline(always)]
@@ -68,10 +109,6 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         _ => return Parsed::NotTcpUdp,
     };
     let ports = l4_header as *mut u16;
-    // SAFETY: inside the header checked above (at least 8 bytes).
-    if passes_through(proto, unsafe { (*ports, *ports.add(1)) }) {
-        return Parsed::NotTcpUdp;
-    }
     Parsed::Ipv4(Ipv4Packet {
         l3_offset,
         ip,
@@ -84,11 +121,10 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
     })
 }
 
-/// Whether a whole TCP or UDP datagram (`ports` in network order) is surely not the
-/// balancer's, decided by its ports alone before anything else is read, as for IPv6
-/// (`parse6::passes_through`): neither a VIP's destination port nor a NAT backend's port at
-/// either end. Most traffic a balancer host sees ends here, counted `pass_not_vip` as
-/// `balance` would count it.
+/// Whether a TCP or UDP datagram with these ports (network order) is surely not the
+/// balancer's: neither a VIP's destination port nor a NAT backend's port at either end. The
+/// destination first: a VIP's packet is told after one lookup. As for IPv6
+/// (`parse6::passes_through`).
 #[inline(always)]
 fn passes_through(proto: u8, (src_port, dst_port): (u16, u16)) -> bool {
     let (vip_bit, backend_bit) = match proto {

@@ -126,3 +126,37 @@ pub fn malformed(g: &mut Golden) {
     let ttl1 = syn.with(|f| f.ttl = 1);
     g.run(case("TTL 1 to a NAT VIP: pass to the stack (ICMP)", ttl1.bytes(), XDP_PASS, None, Counter::PassTtlExpired));
 }
+
+/// Traffic for no VIP that lb_ingress's first check (an untagged, whole IPv4 TCP/UDP datagram
+/// with room for a TCP header, ports no VIP or NAT backend uses) does not decide: the whole
+/// parse gives each its own verdict, as to a VIP's port (`malformed`), never `pass_not_vip`
+/// for a malformed frame or a balanced one for a frame that is not a VIP's.
+pub fn not_decided_by_the_first_check(g: &mut Golden) {
+    let ssh = Frame::tcp(CLIENT, 40000, [192, 0, 2, 1], 22);
+    let good = ssh.bytes();
+    let mut long = good.clone();
+    long[16..18].copy_from_slice(&200u16.to_be_bytes());
+    g.run(case(
+        "non-VIP, total length beyond the frame: pass (malformed)",
+        long,
+        XDP_PASS,
+        None,
+        Counter::PassMalformed,
+    ));
+    let mut short = good.clone();
+    short[16..18].copy_from_slice(&30u16.to_be_bytes());
+    g.run(case("non-VIP, total length short of TCP: pass (malformed)", short, XDP_PASS, None, Counter::PassMalformed));
+    let mut v5 = good.clone();
+    v5[14] = 0x55;
+    g.run(case("non-VIP, IP version 5: pass (malformed)", v5, XDP_PASS, None, Counter::PassMalformed));
+    let mf = patch_ipv4(&good, 14, |h| h.more_fragments = true);
+    g.run(case("non-VIP first fragment: pass untouched", mf, XDP_PASS, None, Counter::PassFragment));
+    let opts = patch_ipv4(&good, 14, |h| h.options = etherparse::Ipv4Options::try_from(&[1u8, 1, 1, 0][..]).unwrap());
+    g.run(case("non-VIP with IPv4 options: pass untouched", opts, XDP_PASS, None, Counter::PassIpOptions));
+    let tagged = ssh.with(|f| f.vlan = Some(7)).bytes();
+    g.run(case("non-VIP behind an 802.1Q tag: pass untouched", tagged, XDP_PASS, None, Counter::PassNotVip));
+    // 14 + 20 + 8 bytes: shorter than the first check's window, decided by the whole parse.
+    let tiny = Frame::udp(CLIENT, 40000, [192, 0, 2, 1], 53).with(|f| f.payload.clear()).bytes();
+    assert_eq!(tiny.len(), 42);
+    g.run(case("non-VIP UDP datagram in a 42-byte frame: pass untouched", tiny, XDP_PASS, None, Counter::PassNotVip));
+}
