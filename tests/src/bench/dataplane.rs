@@ -566,9 +566,12 @@ pub(super) fn measure(
                 let r = run_xdp(group.ours, &path.frame, ingress);
                 check_verdict(path, r.action, "")?;
                 if let Some((rows, b)) = &mut group.against {
-                    rows.tables.set_row(path)?;
-                    rows.tables.forget(path)?;
-                    check_verdict(path, run_xdp(b, &path.frame, ingress).action, "B, ")?;
+                    // B's own row: its frames are picked for its table's seed (a set, a way).
+                    let own = &rows.paths[i];
+                    anyhow::ensure!(own.name == path.name, "B's rows differ from ours: {}", own.name);
+                    rows.tables.set_row(own)?;
+                    rows.tables.forget(own)?;
+                    check_verdict(own, run_xdp(b, &own.frame, ingress).action, "B, ")?;
                 }
                 if let (Some((program, maps)), Some(key)) = (katran.as_mut(), &katran_keys[g][i]) {
                     if path.forget.is_some() {
@@ -609,15 +612,16 @@ pub(super) fn measure(
                 ns_per_run(program, &mut k_state);
             }
             if let Some((rows, b)) = &mut group.against {
-                rows.tables.set_row(path)?;
+                rows.tables.set_row(&rows.paths[i])?;
                 ns_per_run(b, &mut ab_state);
             }
             for _ in 0..CALLS_PER_ROUND {
                 run_xdp(bare, &path.frame, ingress);
                 let against = |against: &mut Option<(Rows, &Xdp)>| -> anyhow::Result<()> {
                     if let Some((rows, b)) = against {
-                        rows.tables.forget(path)?;
-                        run_xdp(b, &path.frame, ingress);
+                        let own = &rows.paths[i];
+                        rows.tables.forget(own)?;
+                        run_xdp(b, &own.frame, ingress);
                     }
                     Ok(())
                 };
