@@ -1,5 +1,10 @@
-//! The socket calls of the relay loop, straight to libc: one call each, no readiness layer
-//! in between (the loop keeps its own, from its epoll's edge-triggered events).
+//! The socket calls of the relay loop, one system call each: no readiness layer in between
+//! (the loop keeps its own, from its epoll's edge-triggered events).
+//!
+//! recv and send go through syscall(2) rather than glibc's wrappers of the same name: those
+//! are thread cancellation points, which switch asynchronous cancellation on and off around
+//! every call (callgrind: about 30 instructions a call, a tenth of a relayed request's).
+//! Nothing in this process cancels threads.
 use std::io;
 use std::os::fd::RawFd;
 
@@ -20,8 +25,11 @@ fn retry(mut call: impl FnMut() -> isize) -> io::Result<usize> {
 /// Reads into `buf`'s spare room (never zeroed: each read overwrites what it reports).
 pub(super) fn recv(fd: RawFd, buf: &mut Vec<u8>) -> io::Result<usize> {
     let room = buf.spare_capacity_mut();
-    // SAFETY: the kernel writes at most `room.len()` bytes into memory `buf` owns.
-    let n = retry(|| unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), 0) })?;
+    let (ptr, len) = (room.as_mut_ptr(), room.len());
+    let null = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: recvfrom(2) without an address: the kernel writes at most `len` bytes into
+    // memory `buf` owns.
+    let n = retry(|| unsafe { libc::syscall(libc::SYS_recvfrom, fd, ptr, len, 0, null, null) as isize })?;
     // SAFETY: the kernel initialised the first `n` bytes of the spare room.
     unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
@@ -29,8 +37,12 @@ pub(super) fn recv(fd: RawFd, buf: &mut Vec<u8>) -> io::Result<usize> {
 
 /// Writes from `buf`; MSG_NOSIGNAL: a peer gone makes this an EPIPE error, not a signal.
 pub(super) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    // SAFETY: the kernel reads at most `buf.len()` bytes from `buf`.
-    retry(|| unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) })
+    let null = std::ptr::null::<libc::c_void>();
+    // SAFETY: sendto(2) without an address: the kernel reads at most `buf.len()` bytes from
+    // `buf`.
+    retry(|| unsafe {
+        libc::syscall(libc::SYS_sendto, fd, buf.as_ptr(), buf.len(), libc::MSG_NOSIGNAL, null, 0) as isize
+    })
 }
 
 /// Sends the FIN; a peer that is already gone (ENOTCONN) is not an error.
