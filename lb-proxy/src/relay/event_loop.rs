@@ -32,7 +32,7 @@ use crate::outlier::now_ms;
 const EVENTS: usize = 256;
 /// Socket calls one relay makes per turn at most: a bulk flow whose peers keep up would
 /// otherwise keep the thread (and every other task of the worker) for as long as it lasts.
-/// 64 calls move at least 2 MiB of bulk data, or many small messages.
+/// 64 calls move up to 2 MiB of bulk data (32 splices in and out), or 32 small messages.
 const BUDGET: u32 = 64;
 /// The least time between two idle sweeps: each visits every relay of the thread.
 const SWEEP_GAP_MS: u64 = 50;
