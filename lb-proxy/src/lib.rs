@@ -27,7 +27,6 @@ mod balance;
 pub mod config;
 mod error;
 mod http;
-mod join_woken;
 mod limits;
 mod outlier;
 mod pool;
