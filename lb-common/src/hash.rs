@@ -3,7 +3,14 @@
 //! number, so it lives here once.
 use crate::IpBytes;
 use crate::flow_key::FlowKey;
-use crate::vip::hash_mode;
+
+/// What the ring slot is chosen by.
+pub mod hash_mode {
+    /// Client address only: a client sticks to one backend.
+    pub const CLIENT_IP: u8 = 0;
+    /// The 5-tuple: each connection is placed on its own.
+    pub const FLOW: u8 = 1;
+}
 
 /// MurmurHash3's 64-bit finalizer: cheap, and every input bit affects every output bit.
 #[inline(always)]

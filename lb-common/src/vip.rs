@@ -25,13 +25,9 @@ pub mod forwarding {
     pub const DSR_GUE: u8 = 3;
 }
 
-/// What the ring slot is chosen by.
-pub mod hash_mode {
-    /// Client address only: a client sticks to one backend.
-    pub const CLIENT_IP: u8 = 0;
-    /// The 5-tuple: each connection is placed on its own.
-    pub const FLOW: u8 = 1;
-}
+/// The flow-hash modes, defined with the hash (`crate::hash`) and named here with the VIP field
+/// that holds one.
+pub use crate::hash::hash_mode;
 
 /// VIPS map value.
 ///
