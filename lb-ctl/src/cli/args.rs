@@ -1,4 +1,5 @@
 //! The command line: every subcommand and flag, with its help text.
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -213,7 +214,7 @@ pub struct BackendSetupArgs {
 pub struct QuickStart {
     /// Serve one proxy VIP on ADDR:PORT (HTTP; with --tcp, TCP), without a configuration file;
     /// a bare PORT listens on every IPv4 address (0.0.0.0:PORT; [::]:PORT for IPv6).
-    #[arg(long, value_name = "ADDR:PORT", requires = "backend_source", value_parser = super::quick::parse_listen)]
+    #[arg(long, value_name = "ADDR:PORT", requires = "backend_source", value_parser = parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
     /// A backend, HOST:PORT (repeatable); a name is resolved at start, each address a backend.
     #[arg(long, value_name = "HOST:PORT", requires = "listen")]
@@ -443,6 +444,23 @@ impl From<XdpMode> for AttachMode {
             XdpMode::Skb => AttachMode::Skb,
             XdpMode::Auto => AttachMode::Auto,
         }
+    }
+}
+
+/// `--listen`: `ADDR:PORT`, or a bare `PORT` (as the small balancers take it), which listens
+/// on every IPv4 address (`0.0.0.0:PORT`, as HAProxy's `bind :PORT`); `[::]:PORT` is every
+/// IPv6 address.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let port = text.strip_prefix(':').unwrap_or(text);
+    match port.parse::<u32>() {
+        Ok(p @ 1..=65535) => Ok(SocketAddr::from(([0, 0, 0, 0], p as u16))),
+        Ok(p) => Err(format!("port {p} is out of range (1-65535)")),
+        Err(_) => Err(format!(
+            "{text:?} is not ADDR:PORT or PORT (e.g. 127.0.0.1:8080, [::]:8080, or 8080 for every IPv4 address)"
+        )),
     }
 }
 

@@ -15,23 +15,6 @@ use anyhow::{Context as _, bail};
 use super::args::{QuickBalance, QuickStart};
 use crate::config::{Config, ConfigError, hosts};
 
-/// `--listen`: `ADDR:PORT`, or a bare `PORT` (as the small balancers take it), which listens
-/// on every IPv4 address (`0.0.0.0:PORT`, as HAProxy's `bind :PORT`); `[::]:PORT` is every
-/// IPv6 address.
-pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    let port = text.strip_prefix(':').unwrap_or(text);
-    match port.parse::<u32>() {
-        Ok(p @ 1..=65535) => Ok(SocketAddr::from(([0, 0, 0, 0], p as u16))),
-        Ok(p) => Err(format!("port {p} is out of range (1-65535)")),
-        Err(_) => Err(format!(
-            "{text:?} is not ADDR:PORT or PORT (e.g. 127.0.0.1:8080, [::]:8080, or 8080 for every IPv4 address)"
-        )),
-    }
-}
-
 /// A backend spec (`HOST:PORT`, `IP:PORT`, `[IPv6]:PORT`) as lb.toml writes it: an address
 /// and a port. A host name stays a name: the daemon resolves it at load and again every
 /// `daemon.resolve_interval`, each address a backend, as for names written in lb.toml.
