@@ -12,6 +12,11 @@ use crate::{maps, parse6};
 
 /// ICMP destination unreachable (every code: fragmentation needed, port unreachable, ...).
 const ICMP_DEST_UNREACH: u8 = 3;
+/// IPv4 flags and fragment offset: any of these bits (more fragments, an offset) set means the
+/// datagram is not whole.
+const FRAGMENT_BITS: u16 = 0x3fff;
+/// An IPv4 header's first byte without options: version 4, 5 words.
+const PLAIN_VIHL: u8 = 0x45;
 
 /// Whether an untagged IPv4 frame is surely not the balancer's, decided before anything else
 /// is parsed: most frames a balancer host sees are such, and pay only this. A whole TCP or UDP
@@ -20,10 +25,10 @@ const ICMP_DEST_UNREACH: u8 = 3;
 /// `pass_not_vip` too. Any other frame (tagged, short, ICMP, malformed, a VIP's ...) gets
 /// `false` and the whole parse, which gives it its verdict.
 ///
-/// One bounds check, the EtherType, then the ports: a VIP's packet goes on after one port lookup, to the whole
-/// parse, which repeats the checks (handed the packet from here instead, the verifier walks
-/// the balancing paths twice, past its limit) but not the lookup: `balance` decides the frames
-/// this did not by the same ports.
+/// One bounds check, the EtherType, then the ports: a VIP's packet goes on after one port
+/// lookup, to the whole parse, which repeats the checks (handed the packet from here instead,
+/// the verifier walks the balancing paths twice, past its limit) but not the lookup: `balance`
+/// decides the frames this did not by the same ports.
 #[inline(always)]
 pub fn ipv4_passes_through(ctx: &XdpContext) -> bool {
     const L3: usize = EthHdr::LEN;
@@ -34,7 +39,8 @@ pub fn ipv4_passes_through(ctx: &XdpContext) -> bool {
     // SAFETY: bounds checked by ptr_at.
     let f = unsafe { &*frame };
     let be16 = |at: usize| u16::from_be_bytes([f[at], f[at + 1]]);
-    if be16(12) != 0x0800 {
+    // The EtherType, as the constant holds it (network order read natively).
+    if u16::from_ne_bytes([f[12], f[13]]) != ETH_P_IPV4 {
         return false;
     }
     let proto = f[L3 + 9];
@@ -47,8 +53,8 @@ pub fn ipv4_passes_through(ctx: &XdpContext) -> bool {
     let [src_port, dst_port] = unsafe { *(frame as *const u8).add(L4).cast::<[u16; 2]>() };
     let tot_len = be16(L3 + 2) as usize;
     passes_through(proto, (src_port, dst_port))
-        && f[L3] == 0x45
-        && be16(L3 + 6) & 0x3fff == 0
+        && f[L3] == PLAIN_VIHL
+        && be16(L3 + 6) & FRAGMENT_BITS == 0
         && tot_len >= IPV4_LEN + minimum
         && L3 + tot_len <= ctx.data_end() - ctx.data()
 }
@@ -82,7 +88,7 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         return Parsed::Malformed;
     }
     // More-fragments flag or a fragment offset: not a whole datagram.
-    if frags & 0x3fff != 0 {
+    if frags & FRAGMENT_BITS != 0 {
         return Parsed::Fragment;
     }
     if vihl & 0xf != 5 {
@@ -147,7 +153,8 @@ fn icmp_error(ctx: &XdpContext, l3_offset: usize, ip: *mut Ipv4Hdr, l4: usize, t
     let bytes = icmp as *mut u8;
     // SAFETY: inside the NEEDED bytes checked above.
     let (kind, quoted_vihl, quoted_proto) = unsafe { (*bytes, *bytes.add(8), *bytes.add(8 + 9)) };
-    if kind != ICMP_DEST_UNREACH || quoted_vihl != 0x45 || !matches!(quoted_proto, ip_proto::TCP | ip_proto::UDP) {
+    if kind != ICMP_DEST_UNREACH || quoted_vihl != PLAIN_VIHL || !matches!(quoted_proto, ip_proto::TCP | ip_proto::UDP)
+    {
         return Parsed::NotTcpUdp;
     }
     // SAFETY: all inside the NEEDED bytes checked above.
