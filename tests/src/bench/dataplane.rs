@@ -103,7 +103,7 @@ pub struct Options {
     /// Sample the rows with `perf` and print where lb_ingress spent its time, by source line.
     pub profile: bool,
     /// Another build's lb_ingress object (`lb-ingress` in lb-ctl's build output), loaded with
-    /// maps of its own and run beside this build's on the same frames: an A/B of two builds in
+    /// maps of its own and run beside this build's on the same rows: an A/B of two builds in
     /// one run, paired by round, which a shared host's phases do not skew as two runs would.
     pub against: Option<std::path::PathBuf>,
 }
@@ -596,9 +596,8 @@ pub(super) fn measure(
 
     let _stats = enable_stats(Stats::RunTime)?;
     for round in 0..rounds {
-        // B runs after ours in even rounds and before it in odd ones: the place in the loop
-        // moves a new-flow row's cost by up to a third (an A/A run shows it), and alternating
-        // cancels that in the pairs' median.
+        // B runs after ours in even rounds and before it in odd ones, so that whatever the
+        // place in the loop costs (the caches the program before it left) falls on both alike.
         let b_first = round % 2 == 1;
         for &(g, i) in &order {
             let group = &mut groups[g];

@@ -29,7 +29,7 @@ enum Bench {
         #[arg(long)]
         profile: bool,
         /// Another build's lb_ingress object (lb-ctl's build output `lb-ingress`): run beside
-        /// this build's on the same frames with maps of its own, "B / ours" paired by round.
+        /// this build's on the same rows with maps of its own, "B / ours" paired by round.
         #[arg(long)]
         against: Option<std::path::PathBuf>,
     },
