@@ -25,6 +25,15 @@ pub const fn replace32(check: u16, old: [u8; 4], new: [u8; 4]) -> u16 {
     replace16(check, u16::from_ne_bytes([old[2], old[3]]), u16::from_ne_bytes([new[2], new[3]]))
 }
 
+/// As [`replace32`], the field as one 32-bit word read from memory: the two halves' change is
+/// summed and folded once, with no byte shuffling (the hot NAT path's form).
+#[inline(always)]
+pub const fn replace_word(check: u16, old: u32, new: u32) -> u16 {
+    let sum = (!check) as u64 + (!old) as u64 + new as u64;
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    !fold(sum as u32 + (sum >> 32) as u32)
+}
+
 /// New checksum after a 128-bit field (an IPv6 address, as four 32-bit words read from
 /// memory) changes: the differences of the words are summed and folded once (one's-complement
 /// sums may be taken over words of any width and folded at the end), which keeps the program's
@@ -58,11 +67,23 @@ pub const fn udp_fixup(old_check: u16, new_check: u16) -> u16 {
 /// Checksum of a 20-byte IPv4 header whose checksum field (bytes 10..12) is zero.
 #[inline(always)]
 pub fn ipv4_header(header: &[u8; 20]) -> u16 {
+    let mut words = [0u16; 10];
+    let mut i = 0;
+    while i < 10 {
+        words[i] = u16::from_ne_bytes([header[2 * i], header[2 * i + 1]]);
+        i += 1;
+    }
+    ipv4_header_words(&words)
+}
+
+/// As [`ipv4_header`], the header as the ten 16-bit words it is written as.
+#[inline(always)]
+pub fn ipv4_header_words(words: &[u16; 10]) -> u16 {
     let mut sum = 0u32;
     let mut i = 0;
-    while i < 20 {
-        sum += u16::from_ne_bytes([header[i], header[i + 1]]) as u32;
-        i += 2;
+    while i < 10 {
+        sum += words[i] as u32;
+        i += 1;
     }
     !fold(sum)
 }
@@ -92,6 +113,30 @@ mod tests {
         hdr[8] -= 1;
         let updated = replace16(updated, old_ttl, u16::from_ne_bytes([hdr[8], hdr[9]]));
         assert_eq!(updated, ipv4_header(&hdr));
+    }
+
+    #[test]
+    fn replace_word_matches_replace32() {
+        // A small xorshift: many field values, the edge words (0, 0xffff) among them.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let edges = [0u32, 0xffff, 0xffff_0000, 0xffff_ffff, 1];
+        for i in 0..100_000 {
+            let r = next();
+            let check = if i % 7 == 0 { [0u16, 0xffff][i % 2] } else { r as u16 };
+            let old = if i % 5 == 0 { edges[i % edges.len()] } else { (r >> 16) as u32 };
+            let new = if i % 3 == 0 { edges[(i / 3) % edges.len()] } else { (r >> 32) as u32 };
+            assert_eq!(
+                replace_word(check, old, new),
+                replace32(check, old.to_ne_bytes(), new.to_ne_bytes()),
+                "check {check:#x}, old {old:#x}, new {new:#x}"
+            );
+        }
     }
 
     #[test]

@@ -45,6 +45,41 @@ pub fn field(addr: &IpBytes) -> &Addr {
     unsafe { &*(addr as *const IpBytes as *const Addr) }
 }
 
+/// An IPv4 address from the packet as the first word of its map form, read as two 16-bit
+/// words (see `load`): a byte-wise read is four loads and the shifts to join them.
+#[inline(always)]
+pub fn load4(addr: &[u8; 4]) -> u32 {
+    // SAFETY: 4 readable, 2-byte aligned bytes (see `load`); any bits are valid.
+    let halves = unsafe { *(addr as *const [u8; 4] as *const [u16; 2]) };
+    halves[0] as u32 | (halves[1] as u32) << 16
+}
+
+/// Writes an IPv4 address (the first word of its map form) into the packet as two 16-bit
+/// words.
+#[inline(always)]
+pub fn store4(field: &mut [u8; 4], word: u32) {
+    let dst = field as *mut [u8; 4] as *mut u16;
+    // SAFETY: 4 writable, 2-byte aligned bytes.
+    unsafe {
+        dst.write(word as u16);
+        dst.add(1).write((word >> 16) as u16);
+    }
+}
+
+/// A 16-bit header field (a checksum, a length) as the packet holds it, read as one word.
+#[inline(always)]
+pub fn load16(field: &[u8; 2]) -> u16 {
+    // SAFETY: 2 readable, 2-byte aligned bytes (see `load`).
+    unsafe { *(field as *const [u8; 2] as *const u16) }
+}
+
+/// Writes a 16-bit header field as one word (`value` in the packet's byte order).
+#[inline(always)]
+pub fn store16(field: &mut [u8; 2], value: u16) {
+    // SAFETY: 2 writable, 2-byte aligned bytes.
+    unsafe { *(field as *mut [u8; 2] as *mut u16) = value };
+}
+
 /// An IPv6 address from the packet, read as eight 16-bit words: it sits 2-byte aligned (behind
 /// Ethernet, with or without a tag, and in a quoted header), and byte-wise copies would be
 /// sixteen loads.

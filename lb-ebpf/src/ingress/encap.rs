@@ -10,8 +10,9 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::backend::Backend;
 use lb_common::stats::Counter;
 use lb_common::vip::{VipInfo, forwarding};
-use lb_common::{csum, family, gue, ip_proto, ipv4_octets};
+use lb_common::{csum, family, gue, ip_proto};
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, IPV6_LEN, packet_len, ptr_at};
+use network_types::eth::EthHdr;
 
 use crate::addr::{field, store};
 use crate::flow::Flow;
@@ -180,40 +181,44 @@ struct Outer {
     encap: Encap,
 }
 
-/// Writes the outer headers straight into the packet, in the room `push` made (built on the
-/// stack they would cost the program stack it does not have).
+/// Writes the outer headers straight into the packet, in the room `push` made, as 16-bit words
+/// (the header's 2-byte alignment; byte-wise it would be a store a byte, and a header built on
+/// the stack first would cost the program stack it does not have).
 #[inline(always)]
 fn write_outer(ctx: &XdpContext, outer: &Outer, inner: &Inner, vip: &VipInfo, backend: &Backend) -> Option<()> {
     let l2 = outer.l2;
     if outer.v6 {
         let h = ptr_at::<[u8; IPV6_LEN]>(ctx, l2)?;
         // Version 6, the inner traffic class, and a flow label from the flow's hash.
-        let first = (6u32 << 28) | ((inner.tos as u32) << 20) | (inner.entropy & 0xf_ffff);
+        let first = ((6u32 << 28) | ((inner.tos as u32) << 20) | (inner.entropy & 0xf_ffff)).to_be();
+        let payload_len = outer.len.wrapping_sub(IPV6_LEN as u16).to_be();
+        let words = [first as u16, (first >> 16) as u16, payload_len, u16::from_ne_bytes([outer.protocol, OUTER_TTL])];
         // SAFETY: bounds checked by ptr_at.
         unsafe {
             let h = &mut *h;
-            h[0..4].copy_from_slice(&first.to_be_bytes());
-            h[4..6].copy_from_slice(&outer.len.wrapping_sub(IPV6_LEN as u16).to_be_bytes());
-            h[6] = outer.protocol;
-            h[7] = OUTER_TTL;
+            store_words(h.as_mut_ptr() as *mut u16, &words);
             store(&mut *(h.as_mut_ptr().add(8) as *mut [u8; 16]), field(&vip.encap_source));
             store(&mut *(h.as_mut_ptr().add(24) as *mut [u8; 16]), field(&backend.addr));
         }
     } else {
         let h = ptr_at::<[u8; IPV4_LEN]>(ctx, l2)?;
-        let mut header = [0u8; IPV4_LEN];
-        header[0] = 0x45;
-        header[1] = inner.tos;
-        header[2..4].copy_from_slice(&outer.len.to_be_bytes());
+        let (src, dst) = (field(&vip.encap_source).words()[0], field(&backend.addr).words()[0]);
         // id 0, no fragment flags: the outer header is never fragmented by us.
-        header[8] = OUTER_TTL;
-        header[9] = outer.protocol;
-        header[12..16].copy_from_slice(&ipv4_octets(&vip.encap_source));
-        header[16..20].copy_from_slice(&ipv4_octets(&backend.addr));
-        let check = csum::ipv4_header(&header);
-        header[10..12].copy_from_slice(&check.to_ne_bytes());
+        let mut words = [
+            u16::from_ne_bytes([0x45, inner.tos]),
+            outer.len.to_be(),
+            0,
+            0,
+            u16::from_ne_bytes([OUTER_TTL, outer.protocol]),
+            0,
+            src as u16,
+            (src >> 16) as u16,
+            dst as u16,
+            (dst >> 16) as u16,
+        ];
+        words[5] = csum::ipv4_header_words(&words);
         // SAFETY: bounds checked by ptr_at.
-        unsafe { *h = header };
+        unsafe { store_words(h as *mut u16, &words) };
     }
     if let Encap::Gue { source_port } = outer.encap {
         let ip_len = if outer.v6 { IPV6_LEN } else { IPV4_LEN };
@@ -226,20 +231,44 @@ fn write_outer(ctx: &XdpContext, outer: &Outer, inner: &Inner, vip: &VipInfo, ba
     Some(())
 }
 
-/// Grows the frame by `N` bytes and moves the L2 header (`L2` bytes: Ethernet, and one VLAN tag
-/// if present) to the new front, with `ether_type` (the outer header's) as its last two bytes.
+/// Writes `words` at `dst`, volatile: LLVM would otherwise gather them on the stack and copy
+/// them with a call to a byte-at-a-time loop.
+///
+/// # Safety
+/// `dst` must point to `2 * N` writable, 2-byte aligned bytes.
+#[inline(always)]
+unsafe fn store_words<const N: usize>(dst: *mut u16, words: &[u16; N]) {
+    for (i, word) in words.iter().enumerate() {
+        // SAFETY: in bounds, by the caller's promise.
+        unsafe { dst.add(i).write_volatile(*word) };
+    }
+}
+
+/// Grows the frame by `N` bytes in front and writes its new link header (`L2` bytes: Ethernet,
+/// and one VLAN tag if present) with `ether_type` (the outer header's) as its last two bytes.
+/// Only the tag is carried over: the MAC addresses are not, as `forward::send` writes both
+/// before the frame leaves (and nothing else lets it leave).
 #[inline(always)]
 fn push<const L2: usize, const N: usize>(ctx: &XdpContext, ether_type: u16) -> Option<()> {
-    let l2 = ptr_at::<[u8; L2]>(ctx, 0)?;
-    // SAFETY: bounds checked by ptr_at.
-    let mut saved = unsafe { *l2 };
-    saved[L2 - 2..].copy_from_slice(&ether_type.to_ne_bytes());
+    const TAG: usize = 12;
+    let tag = if L2 > EthHdr::LEN {
+        let tag = ptr_at::<[u16; 2]>(ctx, TAG)?;
+        // SAFETY: bounds checked by ptr_at.
+        unsafe { *tag }
+    } else {
+        [0; 2]
+    };
     // SAFETY: plain helper call on our own context.
     if unsafe { bpf_xdp_adjust_head(ctx.ctx, -(N as i32)) } != 0 {
         return None;
     }
-    let l2 = ptr_at::<[u8; L2]>(ctx, 0)?;
-    // SAFETY: bounds checked by ptr_at after the head moved.
-    unsafe { *l2 = saved };
+    let l2 = ptr_at::<[u8; L2]>(ctx, 0)? as *mut u16;
+    // SAFETY: bounds checked by ptr_at after the head moved; the words are 2-byte aligned.
+    unsafe {
+        if L2 > EthHdr::LEN {
+            store_words(l2.add(TAG / 2), &tag);
+        }
+        l2.add(L2 / 2 - 1).write(ether_type);
+    }
     Some(())
 }

@@ -1,6 +1,8 @@
 //! The next hop: `bpf_fib_lookup` for the rewritten packet (IPv4 or IPv6), then XDP_TX out of
 //! the same interface or a redirect to another; and the TTL (hop limit) decrement of packets
 //! this program forwards.
+use core::ptr::addr_of_mut;
+
 use aya_ebpf::EbpfContext;
 use aya_ebpf::bindings::xdp_action::{XDP_REDIRECT, XDP_TX};
 use aya_ebpf::bindings::{
@@ -16,7 +18,7 @@ use lb_ebpf::packet::ptr_at;
 use network_types::eth::EthHdr;
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
-use crate::addr::{Addr, field};
+use crate::addr::{Addr, field, load16, store16};
 use crate::maps::{self, HopCache};
 use crate::verdict::Verdict;
 
@@ -225,9 +227,13 @@ pub fn decrement_ttl(ip: *mut Ipv4Hdr) {
     // SAFETY: the caller's parse() checked the header.
     unsafe {
         let ip = &mut *ip;
-        let old = u16::from_ne_bytes([ip.ttl, ip.proto]);
-        ip.ttl -= 1;
-        let new = u16::from_ne_bytes([ip.ttl, ip.proto]);
-        ip.check = replace16(u16::from_ne_bytes(ip.check), old, new).to_ne_bytes();
+        // TTL and protocol as the one 16-bit word the checksum sums them as (2-byte aligned,
+        // at offset 8): byte by byte they are two loads, a store and the shifts to join them.
+        let word = addr_of_mut!(ip.ttl) as *mut u16;
+        let old = *word;
+        let new = old.wrapping_sub(u16::from_ne_bytes([1, 0]));
+        *word = new;
+        let check = replace16(load16(&ip.check), old, new);
+        store16(&mut ip.check, check);
     }
 }

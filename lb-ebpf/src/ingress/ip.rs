@@ -1,11 +1,11 @@
 //! What the forwarding paths read from, and do to, a parsed TCP/UDP packet of either family,
 //! so balancing, NAT and DSR are written once for IPv4 and IPv6.
 use aya_ebpf::programs::XdpContext;
-use lb_common::csum::{replace16, replace32, replace128, udp_fixup};
-use lb_common::{IpBytes, family, ip_proto, ipv4_bytes};
+use lb_common::csum::{replace_word, replace16, replace128, udp_fixup};
+use lb_common::{IpBytes, family, ip_proto};
 
 pub use crate::addr::{Addr, field};
-use crate::addr::{ipv6_len, load, store, traffic_class};
+use crate::addr::{ipv6_len, load, load4, load16, store, store4, store16, traffic_class};
 use crate::forward::{decrement_hop_limit, decrement_ttl};
 use crate::parse::{Ipv4Packet, TcpFlags};
 use crate::parse6::Ipv6Packet;
@@ -70,7 +70,12 @@ impl IpPacket for Ipv4Packet {
     }
     #[inline(always)]
     fn addresses(&self) -> (IpBytes, IpBytes) {
-        unsafe { (ipv4_bytes((*self.ip).src_addr), ipv4_bytes((*self.ip).dst_addr)) }
+        unsafe {
+            (
+                Addr::from_words([load4(&(*self.ip).src_addr), 0, 0, 0]).0,
+                Addr::from_words([load4(&(*self.ip).dst_addr), 0, 0, 0]).0,
+            )
+        }
     }
     #[inline(always)]
     fn tcp(&self) -> TcpFlags {
@@ -90,7 +95,7 @@ impl IpPacket for Ipv4Packet {
     }
     #[inline(always)]
     fn rewrite(&self, end: End, addr: &Addr, port: u16) {
-        let addr = addr.words()[0].to_ne_bytes();
+        let addr = addr.words()[0];
         // SAFETY: parse() checked that all these fields lie inside the packet.
         unsafe {
             let ip = &mut *self.ip;
@@ -98,18 +103,21 @@ impl IpPacket for Ipv4Packet {
                 End::Source => (&mut ip.src_addr, self.src_port),
                 End::Destination => (&mut ip.dst_addr, self.dst_port),
             };
-            let old_addr = *addr_field;
+            // Fields as 16-bit words: the header's byte arrays would be read and written a
+            // byte at a time.
+            let old_addr = load4(addr_field);
             let old_port = *port_field;
-            *addr_field = addr;
+            store4(addr_field, addr);
             *port_field = port;
-            ip.check = replace32(u16::from_ne_bytes(ip.check), old_addr, addr).to_ne_bytes();
+            let ip_check = replace_word(load16(&ip.check), old_addr, addr);
+            store16(&mut ip.check, ip_check);
 
             // The L4 checksum covers the pseudo-header (addresses) and the ports.
             let old_check = *self.l4_check;
             if ip.proto == ip_proto::UDP && old_check == 0 {
                 return; // UDP without a checksum stays without one.
             }
-            let check = replace16(replace32(old_check, old_addr, addr), old_port, port);
+            let check = replace16(replace_word(old_check, old_addr, addr), old_port, port);
             *self.l4_check = if ip.proto == ip_proto::UDP { udp_fixup(old_check, check) } else { check };
         }
     }
