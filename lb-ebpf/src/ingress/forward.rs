@@ -116,9 +116,11 @@ fn answers(key: &NextHopKey, query: &Lookup, ingress_ifindex: u32) -> bool {
 /// stack has no room for it.
 #[inline(always)]
 fn with_key<R>(query: &Lookup, ingress_ifindex: u32, f: impl FnOnce(&NextHopKey) -> R) -> R {
+    // The addresses pass through words: copied as `IpBytes` (alignment 1) they were sixteen
+    // byte loads and stores each.
     let built = NextHopKey {
-        src: query.src.0,
-        dst: query.dst.0,
+        src: Addr::from_words(query.src.words()).0,
+        dst: Addr::from_words(query.dst.words()).0,
         ingress_ifindex,
         tos: query.tos as u32,
         family: query.family as u32,
