@@ -191,16 +191,17 @@ fn html(all: &Everything) -> Page {
              Their difference is the table's memory footprint alone (BPF arrays are mapped with 4 KiB pages, and in a \
              virtual machine a TLB miss walks two page tables).</p>\n",
         );
-        let full = all.flows.iter().map(|f| f.table_ways).max().unwrap_or(0);
-        let fbars: Vec<Bar> = all
-            .flows
+        let report_path = super::flows::PATHS[0].name;
+        let shown: Vec<&FlowsCost> = all.flows.iter().filter(|f| f.path == report_path).collect();
+        let full = shown.iter().map(|f| f.table_ways).max().unwrap_or(0);
+        let fbars: Vec<Bar> = shown
             .iter()
             .filter(|f| f.table_ways == full)
             .map(|f| Bar {
                 label: format!("{} flows", f.flows),
                 value: f.extra_ns,
                 spread: None,
-                marker: all.flows.iter().find(|s| s.flows == f.flows && s.table_ways != full).map(|s| s.extra_ns),
+                marker: shown.iter().find(|s| s.flows == f.flows && s.table_ways != full).map(|s| s.extra_ns),
             })
             .collect();
         body.chart(
