@@ -59,11 +59,19 @@ impl<const N: usize> Ranges<N> {
 /// The map of the recorded fields, from the head's frozen bytes (the buffer they were
 /// recorded in, split off its front); the error says which part of a field is not valid.
 pub(crate) fn header_map<const N: usize>(head: &Bytes, ranges: &Ranges<N>) -> Result<HeaderMap, &'static str> {
-    let ranges = ranges.as_slice();
+    map_of(head, ranges.as_slice(), |_| true)
+}
+
+/// The map of the fields at `ranges` in `head` whose (lower-case) names `keep` takes.
+fn map_of(head: &Bytes, ranges: &[FieldRange], keep: impl Fn(&[u8]) -> bool) -> Result<HeaderMap, &'static str> {
     let mut headers = HeaderMap::with_capacity(ranges.len());
     for &[a, b, c, d] in ranges {
-        let name = HeaderName::from_bytes(&head[a as usize..b as usize]).map_err(|_| "header name")?;
-        // SAFETY: `Ranges` holds only values httparse accepted, whose bytes are HTAB, SP to
+        let name = &head[a as usize..b as usize];
+        if !keep(name) {
+            continue;
+        }
+        let name = HeaderName::from_bytes(name).map_err(|_| "header name")?;
+        // SAFETY: the ranges are only of values httparse accepted, whose bytes are HTAB, SP to
         // `~` and 0x80 to 0xFF (its HEADER_VALUE_MAP): exactly the bytes `HeaderValue` allows
         // (`b >= 32 && b != 127 || b == b'\t'`). Checked again, they cost a pass over every
         // value of every head (debug builds still check).
@@ -71,4 +79,70 @@ pub(crate) fn header_map<const N: usize>(head: &Bytes, ranges: &Ranges<N>) -> Re
         headers.append(name, value);
     }
     Ok(headers)
+}
+
+/// Read access to a head's fields, whether held in an `http` map or as ranges into the
+/// head's bytes (`RawFields`): the framing and reuse rules read both the same way.
+pub(crate) trait Fields {
+    /// Each field in order, its name lower-case.
+    fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
+
+    /// The values of every field named `name`, in order.
+    fn values<'a>(&'a self, name: &'a HeaderName) -> impl Iterator<Item = &'a [u8]> {
+        self.each().filter(move |(n, _)| *n == name.as_str().as_bytes()).map(|(_, v)| v)
+    }
+}
+
+impl Fields for HeaderMap {
+    fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+    }
+
+    fn values<'a>(&'a self, name: &'a HeaderName) -> impl Iterator<Item = &'a [u8]> {
+        self.get_all(name).into_iter().map(HeaderValue::as_bytes)
+    }
+}
+
+/// A value as text, as `HeaderValue::to_str` takes it: visible ASCII, spaces and tabs only.
+pub(crate) fn text(value: &[u8]) -> Option<&str> {
+    if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) { std::str::from_utf8(value).ok() } else { None }
+}
+
+/// A backend response head's fields as ranges into a copy of the head's bytes, names
+/// lower-cased in place: no hashing and no allocation per field, and, kept with the
+/// backend connection, no allocation at all once its buffers have grown. An HTTP/1 client's
+/// response is written straight from it; a map is made only where one is needed (h2 clients,
+/// rules that edit the response's fields).
+#[derive(Default)]
+pub(crate) struct RawFields {
+    head: Vec<u8>,
+    ranges: Vec<FieldRange>,
+}
+
+impl RawFields {
+    /// Takes the fields httparse found in `buf` (the head's first `len` bytes).
+    pub(crate) fn record(&mut self, buf: &[u8], len: usize, fields: &[httparse::Header<'_>]) {
+        self.head.clear();
+        self.head.extend_from_slice(&buf[..len]);
+        self.ranges.clear();
+        for h in fields {
+            let (n, v) = (offset(buf, h.name.as_bytes()), offset(buf, h.value));
+            let range = [n, n + h.name.len() as u32, v, v + h.value.len() as u32];
+            self.head[range[0] as usize..range[1] as usize].make_ascii_lowercase();
+            self.ranges.push(range);
+        }
+    }
+
+    /// The map of these fields, less the hop-by-hop ones unless `hop_by_hop`. Its values share
+    /// one copy of the head.
+    pub(crate) fn to_map(&self, hop_by_hop: bool) -> Result<HeaderMap, &'static str> {
+        let head = Bytes::copy_from_slice(&self.head);
+        map_of(&head, &self.ranges, |name| hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none())
+    }
+}
+
+impl Fields for RawFields {
+    fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.ranges.iter().map(|&[a, b, c, d]| (&self.head[a as usize..b as usize], &self.head[c as usize..d as usize]))
+    }
 }

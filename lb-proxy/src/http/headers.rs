@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Uri, Version, request, response};
 
+use super::fields::{Fields, text};
 use crate::config::ForwardedHeaders;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -32,19 +33,16 @@ pub(crate) struct Present {
 }
 
 impl Present {
-    pub(crate) fn scan(headers: &HeaderMap) -> Present {
+    pub(crate) fn scan(headers: &impl Fields) -> Present {
         let mut p = Present::default();
-        for name in headers.keys() {
-            if *name == header::CONNECTION {
-                p.connection = true;
-            } else if *name == header::TRANSFER_ENCODING {
-                p.transfer_encoding = true;
-            } else if *name == header::CONTENT_LENGTH {
-                p.content_length = true;
-            } else if *name == header::EXPECT {
-                p.expect = true;
-            } else if *name == header::DATE {
-                p.date = true;
+        for (name, _) in headers.each() {
+            match name {
+                b"connection" => p.connection = true,
+                b"transfer-encoding" => p.transfer_encoding = true,
+                b"content-length" => p.content_length = true,
+                b"expect" => p.expect = true,
+                b"date" => p.date = true,
+                _ => {}
             }
         }
         p
@@ -53,18 +51,27 @@ impl Present {
 
 /// Whether a message lets its connection carry another one after it (RFC 9112 §9.3):
 /// HTTP/1.1 unless it says `close`, HTTP/1.0 only if it says `keep-alive`.
-pub(crate) fn persistent(version: Version, headers: &HeaderMap, present: Present) -> bool {
+pub(crate) fn persistent(version: Version, headers: &impl Fields, present: Present) -> bool {
     match version {
         Version::HTTP_11 => !(present.connection && connection_has(headers, "close")),
         _ => present.connection && connection_has(headers, "keep-alive"),
     }
 }
 
-pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+pub(crate) fn connection_has(headers: &impl Fields, token: &str) -> bool {
     headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .any(|v| v.to_str().is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
+        .values(&header::CONNECTION)
+        .any(|v| text(v).is_some_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
+}
+
+/// Whether a Connection value names a header to remove, beyond the options ("close",
+/// "keep-alive") that name none; one that is not text may name anything.
+pub(crate) fn names_other_headers(value: &[u8]) -> bool {
+    text(value).is_none_or(|s| {
+        s.split(',')
+            .map(str::trim)
+            .any(|o| !o.is_empty() && !o.eq_ignore_ascii_case("close") && !o.eq_ignore_ascii_case("keep-alive"))
+    })
 }
 
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
@@ -84,14 +91,7 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
     // Connection options that name no other header ("close", "keep-alive") need no lookups:
     // a client's `Connection: close` is the common case.
-    let names_other = |v: &HeaderValue| {
-        v.to_str().map_or(true, |s| {
-            s.split(',')
-                .map(str::trim)
-                .any(|o| !o.is_empty() && !o.eq_ignore_ascii_case("close") && !o.eq_ignore_ascii_case("keep-alive"))
-        })
-    };
-    if upgrade || headers.get_all(header::CONNECTION).iter().any(names_other) {
+    if upgrade || headers.get_all(header::CONNECTION).iter().any(|v| names_other_headers(v.as_bytes())) {
         // The headers the Connection options name. A clone of the values (reference counted)
         // lets the options be read while the map changes, and a name is looked up as text, so
         // an option naming no header present costs no allocation.
@@ -133,16 +133,21 @@ const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_NAMES] = [
 /// built it anew for every field of every head, and dropped it again (callgrind: about 0.4k
 /// instructions a request); a static array compared name by name costs more still.
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    Some(match name.as_str() {
-        "connection" => 0,
-        "upgrade" => 1,
-        "keep-alive" => 2,
-        "proxy-connection" => 3,
-        "te" => 4,
-        "trailer" => 5,
-        "transfer-encoding" => 6,
-        "proxy-authenticate" => 7,
-        "proxy-authorization" => 8,
+    hop_by_hop_name(name.as_str().as_bytes())
+}
+
+/// Where a lower-case field name is in `HOP_BY_HOP`.
+pub(crate) fn hop_by_hop_name(name: &[u8]) -> Option<usize> {
+    Some(match name {
+        b"connection" => 0,
+        b"upgrade" => 1,
+        b"keep-alive" => 2,
+        b"proxy-connection" => 3,
+        b"te" => 4,
+        b"trailer" => 5,
+        b"transfer-encoding" => 6,
+        b"proxy-authenticate" => 7,
+        b"proxy-authorization" => 8,
         _ => return None,
     })
 }
