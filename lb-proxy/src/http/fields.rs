@@ -1,6 +1,7 @@
 //! Header fields of a head parsed in a read buffer, turned into an `http` map whose values
 //! share the head's bytes instead of each being copied. httparse borrows the buffer while it
 //! parses, so each field's place is kept as byte ranges until the head is frozen.
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
 use bytes::Bytes;
@@ -58,13 +59,44 @@ impl<const N: usize> Ranges<N> {
 
 /// The map of the recorded fields, from the head's frozen bytes (the buffer they were
 /// recorded in, split off its front); the error says which part of a field is not valid.
+/// The map is one this worker's finished requests left (see `recycle`).
 pub(crate) fn header_map<const N: usize>(head: &Bytes, ranges: &Ranges<N>) -> Result<HeaderMap, &'static str> {
-    map_of(head, ranges.as_slice(), |_| true)
+    let spare = SPARE_MAPS.with_borrow_mut(Vec::pop).unwrap_or_default();
+    map_of(spare, head, ranges.as_slice(), |_| true)
 }
 
-/// The map of the fields at `ranges` in `head` whose (lower-case) names `keep` takes.
-fn map_of(head: &Bytes, ranges: &[FieldRange], keep: impl Fn(&[u8]) -> bool) -> Result<HeaderMap, &'static str> {
-    let mut headers = HeaderMap::with_capacity(ranges.len());
+thread_local! {
+    /// Request maps of this worker's finished requests, emptied, for its next heads: a map
+    /// made anew cost two allocations and their frees on every request.
+    static SPARE_MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Spare maps kept per worker, and the most fields a kept one has room for (an unusually
+/// large head's map is freed instead of being held for ever).
+const SPARE_MAPS_KEPT: usize = 8;
+const SPARE_MAP_ROOM: usize = 64;
+
+/// Keeps a finished request's map, emptied, for a later head of this worker.
+pub(crate) fn recycle(mut map: HeaderMap) {
+    if map.capacity() == 0 || map.capacity() > SPARE_MAP_ROOM {
+        return;
+    }
+    map.clear();
+    SPARE_MAPS.with_borrow_mut(|spare| {
+        if spare.len() < SPARE_MAPS_KEPT {
+            spare.push(map);
+        }
+    });
+}
+
+/// Appends to `headers` the fields at `ranges` in `head` whose (lower-case) names `keep` takes.
+fn map_of(
+    mut headers: HeaderMap,
+    head: &Bytes,
+    ranges: &[FieldRange],
+    keep: impl Fn(&[u8]) -> bool,
+) -> Result<HeaderMap, &'static str> {
+    headers.reserve(ranges.len());
     for &[a, b, c, d] in ranges {
         let name = &head[a as usize..b as usize];
         if !keep(name) {
@@ -137,7 +169,9 @@ impl RawFields {
     /// one copy of the head.
     pub(crate) fn to_map(&self, hop_by_hop: bool) -> Result<HeaderMap, &'static str> {
         let head = Bytes::copy_from_slice(&self.head);
-        map_of(&head, &self.ranges, |name| hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none())
+        map_of(HeaderMap::new(), &head, &self.ranges, |name| {
+            hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none()
+        })
     }
 }
 

@@ -10,7 +10,7 @@ use super::access_log::{self, ServedBy};
 use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody, backend_fields_into_map};
 use super::budget::{Budget, Late};
 use super::conn::{ConnCtx, IncomingBody};
-use super::fields::Fields;
+use super::fields::{self, Fields};
 use super::headers::{self, cookie, is_upgrade};
 use super::request_id;
 use super::respond::error_response;
@@ -84,10 +84,11 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
         biased;
-        r = attempts(up, replayable, &target, ctx, upgrade, &upload) => r,
+        r = attempts(&mut up, replayable, &target, ctx, upgrade, &upload) => r,
         // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
+    fields::recycle(std::mem::take(up.headers_mut()));
     match result {
         Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, target.sticky, ctx),
         Err(e) => {
@@ -193,7 +194,7 @@ fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32
 
 /// Tries backends until one answers with a response head, within the retry bound.
 async fn attempts(
-    mut req: Request<UpBody>,
+    req: &mut Request<UpBody>,
     replayable: bool,
     target: &Target,
     ctx: &ConnCtx,
@@ -228,7 +229,7 @@ async fn attempts(
             }
         };
         let active = backend.begin();
-        match send(&backend, &mut req, ctx, upload, &mut budget, upgrade, replayable).await {
+        match send(&backend, req, ctx, upload, &mut budget, upgrade, replayable).await {
             Ok(resp) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();

@@ -24,9 +24,11 @@ pub(crate) fn refuse<B: http_body::Body>(req: &Request<B>, ctx: &ConnCtx) -> Opt
         return Some(error_response(StatusCode::URI_TOO_LONG, true));
     }
     // The HTTP/1 head parser enforces these as it reads; h2 heads are checked here.
-    let head_bytes: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
-    if headers.len() > limits.max_headers || head_bytes > limits.max_header_bytes {
-        return Some(error_response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, true));
+    if req.version() == Version::HTTP_2 {
+        let head_bytes: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
+        if headers.len() > limits.max_headers || head_bytes > limits.max_header_bytes {
+            return Some(error_response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, true));
+        }
     }
     if limits.body_too_large(req.body().size_hint().exact()) {
         // The body is not read: the connection closes after the answer.
