@@ -75,8 +75,17 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
     let replayable = is_idempotent(&parts.method) && body.is_end_stream() && !upgrade;
-    let (body, upload) = RequestBody::new(body, opts.timeouts.body, opts.limits.max_body_bytes.map(|n| n.get()));
-    let mut up = Request::new(body.boxed());
+    // A body that has ended already (most requests have none) needs no watching: no shared
+    // upload state, and an empty body boxed is no allocation.
+    let ended = Upload::already_ended();
+    let (body, watched) = if body.is_end_stream() {
+        (http_body_util::Empty::new().map_err(|never| match never {}).boxed(), None)
+    } else {
+        let (body, upload) = RequestBody::new(body, opts.timeouts.body, opts.limits.max_body_bytes.map(|n| n.get()));
+        (body.boxed(), Some(upload))
+    };
+    let upload = watched.as_deref().unwrap_or(&ended);
+    let mut up = Request::new(body);
     *up.method_mut() = parts.method;
     *up.uri_mut() = parts.uri;
     *up.headers_mut() = parts.headers;
@@ -84,7 +93,7 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
         biased;
-        r = attempts(&mut up, replayable, &target, ctx, upgrade, &upload) => r,
+        r = attempts(&mut up, replayable, &target, ctx, upgrade, upload) => r,
         // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
