@@ -8,6 +8,8 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 
+use crate::http::headers::Present;
+
 /// Where a field's name and value lie in the buffer: `[name start, name end, value start,
 /// value end]`.
 pub(crate) type FieldRange = [u32; 4];
@@ -137,7 +139,11 @@ impl Fields for HeaderMap {
 
 /// A value as text, as `HeaderValue::to_str` takes it: visible ASCII, spaces and tabs only.
 pub(crate) fn text(value: &[u8]) -> Option<&str> {
-    if value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) { std::str::from_utf8(value).ok() } else { None }
+    if !value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
+        return None;
+    }
+    // SAFETY: every byte is ASCII, so the bytes are UTF-8 (checked again, they cost a pass).
+    Some(unsafe { std::str::from_utf8_unchecked(value) })
 }
 
 /// A backend response head's fields as ranges into a copy of the head's bytes, names
@@ -149,6 +155,8 @@ pub(crate) fn text(value: &[u8]) -> Option<&str> {
 pub(crate) struct RawFields {
     head: Vec<u8>,
     ranges: Vec<FieldRange>,
+    /// Which framing and reuse fields are among them, noted as they were recorded.
+    present: Present,
 }
 
 impl RawFields {
@@ -157,12 +165,20 @@ impl RawFields {
         self.head.clear();
         self.head.extend_from_slice(&buf[..len]);
         self.ranges.clear();
+        self.present = Present::default();
         for h in fields {
             let (n, v) = (offset(buf, h.name.as_bytes()), offset(buf, h.value));
             let range = [n, n + h.name.len() as u32, v, v + h.value.len() as u32];
-            self.head[range[0] as usize..range[1] as usize].make_ascii_lowercase();
+            let name = &mut self.head[range[0] as usize..range[1] as usize];
+            name.make_ascii_lowercase();
+            self.present.note(name);
             self.ranges.push(range);
         }
+    }
+
+    /// Which framing and reuse fields the head carries.
+    pub(crate) fn present(&self) -> Present {
+        self.present
     }
 
     /// The map of these fields, less the hop-by-hop ones unless `hop_by_hop`. Its values share

@@ -33,19 +33,37 @@ pub(crate) struct Present {
 }
 
 impl Present {
-    pub(crate) fn scan(headers: &impl Fields) -> Present {
+    /// From a map: its names compare as the standard names they are, no bytes compared.
+    pub(crate) fn scan(headers: &HeaderMap) -> Present {
         let mut p = Present::default();
-        for (name, _) in headers.each() {
-            match name {
-                b"connection" => p.connection = true,
-                b"transfer-encoding" => p.transfer_encoding = true,
-                b"content-length" => p.content_length = true,
-                b"expect" => p.expect = true,
-                b"date" => p.date = true,
-                _ => {}
+        for name in headers.keys() {
+            if *name == header::CONNECTION {
+                p.connection = true;
+            } else if *name == header::TRANSFER_ENCODING {
+                p.transfer_encoding = true;
+            } else if *name == header::CONTENT_LENGTH {
+                p.content_length = true;
+            } else if *name == header::EXPECT {
+                p.expect = true;
+            } else if *name == header::DATE {
+                p.date = true;
             }
         }
         p
+    }
+
+    /// Notes a lower-case field name: by its length first, so most names cost one compare
+    /// of lengths and none of bytes.
+    pub(crate) fn note(&mut self, name: &[u8]) {
+        let (flag, known): (&mut bool, &[u8]) = match name.len() {
+            4 => (&mut self.date, b"date"),
+            6 => (&mut self.expect, b"expect"),
+            10 => (&mut self.connection, b"connection"),
+            14 => (&mut self.content_length, b"content-length"),
+            17 => (&mut self.transfer_encoding, b"transfer-encoding"),
+            _ => return,
+        };
+        *flag |= name == known;
     }
 }
 
@@ -296,6 +314,19 @@ mod tests {
             assert!(is_forwarded(&name), "{name}");
         }
         assert!(!is_forwarded(&header::HOST));
+    }
+
+    #[test]
+    fn present_notes_the_framing_names_and_only_them() {
+        let mut p = Present::default();
+        for name in ["dat", "data", "expects", "connectiox", "content-lengtx", "transfer-encodinx", "x-date"] {
+            p.note(name.as_bytes());
+        }
+        assert!(!(p.date || p.expect || p.connection || p.content_length || p.transfer_encoding), "{p:?}");
+        for name in ["date", "expect", "connection", "content-length", "transfer-encoding"] {
+            p.note(name.as_bytes());
+        }
+        assert!(p.date && p.expect && p.connection && p.content_length && p.transfer_encoding, "{p:?}");
     }
 
     fn parts(req: http::Request<()>) -> request::Parts {

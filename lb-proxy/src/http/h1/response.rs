@@ -47,7 +47,7 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     let present = Present::scan(&parts.headers);
-    let dated = present.date || body.raw_fields().is_some_and(|f| Present::scan(f).date);
+    let dated = present.date || body.raw_fields().is_some_and(|f| f.present().date);
     let mut keep_alive = asked.keep_alive && !(present.connection && connection_has(&parts.headers, "close"));
     let framing = if bodiless {
         Framing::None

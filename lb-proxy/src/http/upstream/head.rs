@@ -8,7 +8,7 @@ use http::{Method, Request, StatusCode, Version, response};
 
 use super::BackendFault;
 use crate::http::fields::{self, Fields, RawFields, text};
-use crate::http::headers::{Present, persistent};
+use crate::http::headers::persistent;
 
 /// Response header fields a backend may send; more is a malformed response (hyper's client
 /// limit is 100).
@@ -124,9 +124,9 @@ pub(crate) fn response_framing(
     method: &Method,
     upgrade_asked: bool,
     parts: &response::Parts,
-    h: &impl Fields,
+    h: &RawFields,
 ) -> Result<(ResponseFraming, bool), BackendFault> {
-    let present = Present::scan(h);
+    let present = h.present();
     let keep_alive = persistent(parts.version, h, present);
     let status = parts.status;
     if status == StatusCode::SWITCHING_PROTOCOLS {
