@@ -137,6 +137,20 @@ impl Fields for HeaderMap {
     }
 }
 
+/// A plain decimal number (digits only, at least one) that fits in a u64.
+pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(d))
+    })
+}
+
 /// A value as text, as `HeaderValue::to_str` takes it: visible ASCII, spaces and tabs only.
 pub(crate) fn text(value: &[u8]) -> Option<&str> {
     if !value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
@@ -194,5 +208,20 @@ impl RawFields {
 impl Fields for RawFields {
     fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.ranges.iter().map(|&[a, b, c, d]| (&self.head[a as usize..b as usize], &self.head[c as usize..d as usize]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_digits_only_and_fit() {
+        assert_eq!(decimal(b"0"), Some(0));
+        assert_eq!(decimal(b"1024"), Some(1024));
+        assert_eq!(decimal(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [&b""[..], b"+1", b"-1", b"1 ", b"0x10", b"1,2", b"18446744073709551616", b"\xd9\xa1"] {
+            assert_eq!(decimal(bad), None, "{bad:?}");
+        }
     }
 }

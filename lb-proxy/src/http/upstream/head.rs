@@ -148,12 +148,8 @@ pub(crate) fn response_framing(
     }
     let mut length = None;
     for v in h.values(&header::CONTENT_LENGTH) {
-        for part in text(v).ok_or(BackendFault::Malformed("content-length"))?.split(',') {
-            let part = part.trim();
-            let n = (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| part.parse::<u64>().ok())
-                .flatten()
-                .ok_or(BackendFault::Malformed("content-length"))?;
+        for part in v.split(|&b| b == b',') {
+            let n = fields::decimal(part.trim_ascii()).ok_or(BackendFault::Malformed("content-length"))?;
             if length.is_some_and(|l| l != n) {
                 return Err(BackendFault::Malformed("conflicting content-length"));
             }
