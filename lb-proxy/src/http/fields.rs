@@ -1,6 +1,7 @@
-//! Header fields of a head parsed in a read buffer, turned into an `http` map whose values
-//! share the head's bytes instead of each being copied. httparse borrows the buffer while it
-//! parses, so each field's place is kept as byte ranges until the head is frozen.
+//! Header fields of a head parsed in a read buffer: a client request's turned into an `http`
+//! map whose values share the head's bytes instead of each being copied, a backend response's
+//! kept as ranges into its head (`RawFields`). httparse borrows the buffer while it parses, so
+//! each field's place is kept as byte ranges until the head is frozen.
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
