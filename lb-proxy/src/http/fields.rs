@@ -219,6 +219,26 @@ impl Fields for RawFields {
 mod tests {
     use super::*;
 
+    /// The map of `head`'s fields, as the request parser makes it.
+    fn parsed(head: &'static [u8]) -> HeaderMap {
+        let mut fields = [httparse::EMPTY_HEADER; 8];
+        let mut req = httparse::Request::new(&mut fields);
+        assert!(req.parse(head).unwrap().is_complete());
+        let mut ranges = Ranges::<8>::new();
+        ranges.record(head, req.headers);
+        header_map(&Bytes::from_static(head), &ranges).unwrap()
+    }
+
+    #[test]
+    fn a_recycled_map_keeps_nothing_of_its_last_request() {
+        let first = parsed(b"GET / HTTP/1.1\r\nHost: a\r\nX-Secret: 1\r\nCookie: s=1\r\n\r\n");
+        assert_eq!(first.len(), 3);
+        recycle(first);
+        let second = parsed(b"GET / HTTP/1.1\r\nHost: b\r\n\r\n");
+        assert!(second.capacity() >= 3, "the spare map was taken");
+        assert_eq!(second.iter().collect::<Vec<_>>(), [(&http::header::HOST, &HeaderValue::from_static("b"))]);
+    }
+
     #[test]
     fn decimals_are_digits_only_and_fit() {
         assert_eq!(decimal(b"0"), Some(0));
