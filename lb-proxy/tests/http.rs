@@ -92,6 +92,56 @@ async fn adds_forwarded_headers_and_removes_hop_by_hop() {
     assert!(!text.contains("keep-alive"), "{text}");
 }
 
+/// A backend response's hop-by-hop fields, and those its Connection names, stop at the
+/// proxy; its other fields reach the client in order, names lower-case, its Date kept, both to
+/// an HTTP/1 client (written straight from the backend's head) and to an h2 client.
+#[tokio::test]
+async fn response_hop_by_hop_fields_stop_at_the_proxy() {
+    const REPLY: &[u8] = b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nKeep-Alive: timeout=5\r\nX-Kept: yes\r\nProxy-Connection: keep-alive\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\nSet-Cookie: b=2\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+    const NAMING: &[u8] =
+        b"HTTP/1.1 200 OK\r\nConnection: X-Private\r\nX-Private: secret\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\nok";
+    for (reply, gone) in [(REPLY, &["keep-alive", "proxy-connection"][..]), (NAMING, &["x-private"])] {
+        let b = raw_backend(reply).await;
+        let mut spec = http_spec(&[]);
+        spec.backends = vec![lb_proxy::BackendSpec::new(b.addr)];
+        let p = proxy(spec).await;
+        let got = raw(p.addr, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+        let lower = got.to_lowercase();
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n") && got.ends_with("\r\n\r\nok"), "{got}");
+        for name in gone {
+            assert!(!lower.contains(name), "{name} leaked: {got}");
+        }
+        assert!(got.contains("x-kept: yes\r\n"), "{got}");
+        assert!(got.contains("content-length: 2\r\n"), "{got}");
+        assert_eq!(lower.matches("connection: ").count(), 1, "the proxy's own Connection only: {got}");
+        if reply == REPLY {
+            assert!(
+                got.contains(
+                    "set-cookie: a=1\r\nx-kept: yes\r\ndate: Tue, 01 Dec 2026 10:00:00 GMT\r\nset-cookie: b=2\r\n"
+                ),
+                "{got}"
+            );
+            assert_eq!(got.matches("date: ").count(), 1, "the backend's Date only: {got}");
+        }
+        // h2: the same fields, through hyper's map.
+        let stream = TcpStream::connect(p.addr).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(conn);
+        let resp =
+            sender.send_request(Request::get("http://x/").body(Full::<Bytes>::default()).unwrap()).await.unwrap();
+        let h = resp.headers();
+        assert_eq!(h["x-kept"], "yes");
+        for name in ["keep-alive", "proxy-connection", "connection", "x-private"] {
+            assert!(!h.contains_key(name), "{name} leaked to h2: {h:?}");
+        }
+        if reply == REPLY {
+            assert_eq!(h.get_all("set-cookie").iter().collect::<Vec<_>>(), ["a=1", "b=2"]);
+            assert_eq!(h["date"], "Tue, 01 Dec 2026 10:00:00 GMT");
+        }
+    }
+}
+
 #[tokio::test]
 async fn h2c_prior_knowledge_clients_are_served() {
     let b = backends(2).await;

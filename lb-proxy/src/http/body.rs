@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::fields::RawFields;
 use super::idle::IdleTimer;
 use super::upstream::{Conn, ResponseBody};
 use crate::backend::ActiveGuard;
@@ -33,12 +34,43 @@ impl ProxyBody {
         ProxyBody::Full(Some(b.into()))
     }
 
+    /// A backend response's own fields, while they are not in the response's map: they come
+    /// before the map's fields, hop-by-hop ones left out (see `backend_fields_into_map`).
+    pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
+        match self {
+            ProxyBody::Upstream(u) => u.inner.raw_fields(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn take_tunnel(&mut self) -> Option<Tunnel> {
         match self {
             ProxyBody::Tunnel(t) => t.take(),
             _ => None,
         }
     }
+}
+
+/// Moves a backend response's own fields into its map, ahead of the fields the proxy added,
+/// for what needs them there (h2 clients, rules that set or remove fields, the access log);
+/// hop-by-hop fields stay out unless `hop_by_hop` (before `prepare_response` has run).
+pub(crate) fn backend_fields_into_map(resp: &mut http::Response<ProxyBody>, hop_by_hop: bool) {
+    let ProxyBody::Upstream(u) = resp.body_mut() else { return };
+    let Some(map) = u.inner.take_fields(hop_by_hop) else { return };
+    // The names and values were checked as the head was parsed: none fails here.
+    let mut map = map.unwrap_or_default();
+    let added = std::mem::take(resp.headers_mut());
+    let mut last = None;
+    for (name, value) in added {
+        // `None`: another value of the name before it.
+        if let Some(n) = name {
+            last = Some(n);
+        }
+        if let Some(n) = &last {
+            map.append(n.clone(), value);
+        }
+    }
+    *resp.headers_mut() = map;
 }
 
 impl Body for ProxyBody {

@@ -3,13 +3,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
-use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody};
+use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody, backend_fields_into_map};
 use super::budget::{Budget, Late};
 use super::conn::{ConnCtx, IncomingBody};
+use super::fields::{self, Fields};
 use super::headers::{self, cookie, is_upgrade};
 use super::request_id;
 use super::respond::error_response;
@@ -26,6 +27,9 @@ pub(crate) async fn handle<B: IncomingBody>(mut req: Request<B>, ctx: &ConnCtx) 
     let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req, id.clone()));
     let started = std::time::Instant::now();
     let mut resp = forward(req, ctx).await;
+    if !ctx.vip.response_headers.is_empty() || id.is_some() || logged.is_some() {
+        backend_fields_into_map(&mut resp, false);
+    }
     apply(&ctx.vip.response_headers, resp.headers_mut());
     if let Some(id) = id {
         resp.headers_mut().insert(request_id::HEADER, id);
@@ -71,8 +75,17 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
     let replayable = is_idempotent(&parts.method) && body.is_end_stream() && !upgrade;
-    let (body, upload) = RequestBody::new(body, opts.timeouts.body, opts.limits.max_body_bytes.map(|n| n.get()));
-    let mut up = Request::new(body.boxed());
+    // A body that has ended already (most requests have none) needs no watching: no shared
+    // upload state, and an empty body boxed is no allocation.
+    let ended = Upload::already_ended();
+    let (body, watched) = if body.is_end_stream() {
+        (http_body_util::Empty::new().map_err(|never| match never {}).boxed(), None)
+    } else {
+        let (body, upload) = RequestBody::new(body, opts.timeouts.body, opts.limits.max_body_bytes.map(|n| n.get()));
+        (body.boxed(), Some(upload))
+    };
+    let upload = watched.as_deref().unwrap_or(&ended);
+    let mut up = Request::new(body);
     *up.method_mut() = parts.method;
     *up.uri_mut() = parts.uri;
     *up.headers_mut() = parts.headers;
@@ -80,10 +93,11 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
         biased;
-        r = attempts(up, replayable, &target, ctx, upgrade, &upload) => r,
+        r = attempts(&mut up, replayable, &target, ctx, upgrade, upload) => r,
         // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
+    fields::recycle(std::mem::take(up.headers_mut()));
     match result {
         Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, target.sticky, ctx),
         Err(e) => {
@@ -189,7 +203,7 @@ fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32
 
 /// Tries backends until one answers with a response head, within the retry bound.
 async fn attempts(
-    mut req: Request<UpBody>,
+    req: &mut Request<UpBody>,
     replayable: bool,
     target: &Target,
     ctx: &ConnCtx,
@@ -224,7 +238,7 @@ async fn attempts(
             }
         };
         let active = backend.begin();
-        match send(&backend, &mut req, ctx, upload, &mut budget, upgrade, replayable).await {
+        match send(&backend, req, ctx, upload, &mut budget, upgrade, replayable).await {
             Ok(resp) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();
@@ -324,6 +338,14 @@ async fn send(
     }
 }
 
+/// A backend response's fields, hop-by-hop ones included, into its (still empty) map.
+fn fields_into_map(resp: &mut Response<ResponseBody>) {
+    if let Some(map) = resp.body_mut().take_fields(true) {
+        // The names and values were checked as the head was parsed: none fails here.
+        *resp.headers_mut() = map.unwrap_or_default();
+    }
+}
+
 fn finish_response(
     resp: Response<ResponseBody>,
     in_flight: InFlight,
@@ -331,12 +353,19 @@ fn finish_response(
     asked_for: Option<u32>,
     ctx: &ConnCtx,
 ) -> Response<ProxyBody> {
+    let mut resp = resp;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS && upgrade {
         // The HTTP/1 connection writes this head, then joins the client to the backend.
+        fields_into_map(&mut resp);
         let (mut parts, mut body) = resp.into_parts();
         let tunnel = body.take_upgraded().map(|backend| Tunnel { backend, hold: in_flight });
         headers::prepare_response(&mut parts, true);
         return Response::from_parts(parts, ProxyBody::Tunnel(tunnel));
+    }
+    // The hop-by-hop fields are left out as the fields are written (or moved into a map);
+    // those a Connection option names too are removed from a map made for it here.
+    if resp.body().raw_fields().is_some_and(|f| f.values(&header::CONNECTION).any(headers::names_other_headers)) {
+        fields_into_map(&mut resp);
     }
     let (mut parts, body) = resp.into_parts();
     headers::prepare_response(&mut parts, false);

@@ -11,6 +11,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::body::backend_fields_into_map;
 use super::conn::ConnCtx;
 use super::forward::handle;
 use super::h2_send::SendWatch;
@@ -31,7 +32,12 @@ where
         // Boxed: hyper spawns every stream's future as a task of its own, and tokio moves a
         // future several times on its way into the task's cell; the request's whole state
         // machine moved each time cost kilobytes of copies per request, a pointer does not.
-        Box::pin(async move { Ok::<_, Infallible>(streams.watch(handle(req, &ctx).await)) })
+        Box::pin(async move {
+            let mut resp = handle(req, &ctx).await;
+            // hyper writes the response from its map.
+            backend_fields_into_map(&mut resp, false);
+            Ok::<_, Infallible>(streams.watch(resp))
+        })
     });
     let mut b = http2::Builder::new(TokioExecutor::new());
     b.timer(TokioTimer::new())

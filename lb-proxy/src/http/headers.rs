@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Uri, Version, request, response};
 
+use super::fields::{Fields, text};
 use crate::config::ForwardedHeaders;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -32,6 +33,7 @@ pub(crate) struct Present {
 }
 
 impl Present {
+    /// From a map: its names compare as the standard names they are, no bytes compared.
     pub(crate) fn scan(headers: &HeaderMap) -> Present {
         let mut p = Present::default();
         for name in headers.keys() {
@@ -49,22 +51,45 @@ impl Present {
         }
         p
     }
+
+    /// Notes a lower-case field name: by its length first, so most names cost one compare
+    /// of lengths and none of bytes.
+    pub(crate) fn note(&mut self, name: &[u8]) {
+        let (flag, known): (&mut bool, &[u8]) = match name.len() {
+            4 => (&mut self.date, b"date"),
+            6 => (&mut self.expect, b"expect"),
+            10 => (&mut self.connection, b"connection"),
+            14 => (&mut self.content_length, b"content-length"),
+            17 => (&mut self.transfer_encoding, b"transfer-encoding"),
+            _ => return,
+        };
+        *flag |= name == known;
+    }
 }
 
 /// Whether a message lets its connection carry another one after it (RFC 9112 §9.3):
 /// HTTP/1.1 unless it says `close`, HTTP/1.0 only if it says `keep-alive`.
-pub(crate) fn persistent(version: Version, headers: &HeaderMap, present: Present) -> bool {
+pub(crate) fn persistent(version: Version, headers: &impl Fields, present: Present) -> bool {
     match version {
         Version::HTTP_11 => !(present.connection && connection_has(headers, "close")),
         _ => present.connection && connection_has(headers, "keep-alive"),
     }
 }
 
-pub(crate) fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+pub(crate) fn connection_has(headers: &impl Fields, token: &str) -> bool {
     headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .any(|v| v.to_str().is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
+        .values(&header::CONNECTION)
+        .any(|v| text(v).is_some_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
+}
+
+/// Whether a Connection value names a header to remove, beyond the options ("close",
+/// "keep-alive") that name none; one that is not text may name anything.
+pub(crate) fn names_other_headers(value: &[u8]) -> bool {
+    text(value).is_none_or(|s| {
+        s.split(',')
+            .map(str::trim)
+            .any(|o| !o.is_empty() && !o.eq_ignore_ascii_case("close") && !o.eq_ignore_ascii_case("keep-alive"))
+    })
 }
 
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
@@ -84,14 +109,7 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
     // Connection options that name no other header ("close", "keep-alive") need no lookups:
     // a client's `Connection: close` is the common case.
-    let names_other = |v: &HeaderValue| {
-        v.to_str().map_or(true, |s| {
-            s.split(',')
-                .map(str::trim)
-                .any(|o| !o.is_empty() && !o.eq_ignore_ascii_case("close") && !o.eq_ignore_ascii_case("keep-alive"))
-        })
-    };
-    if upgrade || headers.get_all(header::CONNECTION).iter().any(names_other) {
+    if upgrade || headers.get_all(header::CONNECTION).iter().any(|v| names_other_headers(v.as_bytes())) {
         // The headers the Connection options name. A clone of the values (reference counted)
         // lets the options be read while the map changes, and a name is looked up as text, so
         // an option naming no header present costs no allocation.
@@ -133,16 +151,21 @@ const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_NAMES] = [
 /// built it anew for every field of every head, and dropped it again (callgrind: about 0.4k
 /// instructions a request); a static array compared name by name costs more still.
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    Some(match name.as_str() {
-        "connection" => 0,
-        "upgrade" => 1,
-        "keep-alive" => 2,
-        "proxy-connection" => 3,
-        "te" => 4,
-        "trailer" => 5,
-        "transfer-encoding" => 6,
-        "proxy-authenticate" => 7,
-        "proxy-authorization" => 8,
+    hop_by_hop_name(name.as_str().as_bytes())
+}
+
+/// Where a lower-case field name is in `HOP_BY_HOP`.
+pub(crate) fn hop_by_hop_name(name: &[u8]) -> Option<usize> {
+    Some(match name {
+        b"connection" => 0,
+        b"upgrade" => 1,
+        b"keep-alive" => 2,
+        b"proxy-connection" => 3,
+        b"te" => 4,
+        b"trailer" => 5,
+        b"transfer-encoding" => 6,
+        b"proxy-authenticate" => 7,
+        b"proxy-authorization" => 8,
         _ => return None,
     })
 }
@@ -291,6 +314,19 @@ mod tests {
             assert!(is_forwarded(&name), "{name}");
         }
         assert!(!is_forwarded(&header::HOST));
+    }
+
+    #[test]
+    fn present_notes_the_framing_names_and_only_them() {
+        let mut p = Present::default();
+        for name in ["dat", "data", "expects", "connectiox", "content-lengtx", "transfer-encodinx", "x-date"] {
+            p.note(name.as_bytes());
+        }
+        assert!(!(p.date || p.expect || p.connection || p.content_length || p.transfer_encoding), "{p:?}");
+        for name in ["date", "expect", "connection", "content-length", "transfer-encoding"] {
+            p.note(name.as_bytes());
+        }
+        assert!(p.date && p.expect && p.connection && p.content_length && p.transfer_encoding, "{p:?}");
     }
 
     fn parts(req: http::Request<()>) -> request::Parts {

@@ -39,6 +39,11 @@ const STALLED: u8 = 3;
 const TOO_LARGE: u8 = 4;
 
 impl Upload {
+    /// The upload of a body that ended before it was sent.
+    pub(crate) fn already_ended() -> Self {
+        Upload { state: AtomicU8::new(COMPLETE), ..Upload::default() }
+    }
+
     /// The body has been sent whole, or failed: nothing more will come of it.
     pub(crate) fn has_ended(&self) -> bool {
         self.state.load(Relaxed) != STREAMING

@@ -8,7 +8,10 @@ use super::respond::error_response;
 pub(crate) fn refuse<B: http_body::Body>(req: &Request<B>, ctx: &ConnCtx) -> Option<http::Response<ProxyBody>> {
     let limits = &ctx.vip.spec.options.limits;
     let headers = req.headers();
-    if headers.contains_key(header::CONTENT_LENGTH) && headers.contains_key(header::TRANSFER_ENCODING) {
+    // The HTTP/1 head parser refuses this as it reads (and the size limits below): h2 heads
+    // are checked here.
+    let h2 = req.version() == Version::HTTP_2;
+    if h2 && headers.contains_key(header::CONTENT_LENGTH) && headers.contains_key(header::TRANSFER_ENCODING) {
         // Ambiguous framing is how requests get smuggled: never forward, close the connection.
         return Some(error_response(StatusCode::BAD_REQUEST, true));
     }
@@ -23,10 +26,11 @@ pub(crate) fn refuse<B: http_body::Body>(req: &Request<B>, ctx: &ConnCtx) -> Opt
     if target_len > limits.max_request_line {
         return Some(error_response(StatusCode::URI_TOO_LONG, true));
     }
-    // The HTTP/1 head parser enforces these as it reads; h2 heads are checked here.
-    let head_bytes: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
-    if headers.len() > limits.max_headers || head_bytes > limits.max_header_bytes {
-        return Some(error_response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, true));
+    if h2 {
+        let head_bytes: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
+        if headers.len() > limits.max_headers || head_bytes > limits.max_header_bytes {
+            return Some(error_response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, true));
+        }
     }
     if limits.body_too_large(req.body().size_hint().exact()) {
         // The body is not read: the connection closes after the answer.

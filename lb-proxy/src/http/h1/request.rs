@@ -118,10 +118,10 @@ fn framing(headers: &HeaderMap, version: Version, present: Present) -> Result<Fr
     };
     // One plain decimal number: repeated fields, lists and signs are refused.
     let digits = length.as_bytes();
-    if lengths.next().is_some() || digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+    if lengths.next().is_some() || digits.len() > 19 {
         return Err(bad);
     }
-    let n: u64 = std::str::from_utf8(digits).ok().and_then(|s| s.parse().ok()).ok_or(bad)?;
+    let n = fields::decimal(digits).ok_or(bad)?;
     Ok(if n == 0 { Framing::None } else { Framing::Length(n) })
 }
 

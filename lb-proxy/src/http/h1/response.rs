@@ -5,14 +5,15 @@ use std::cell::RefCell;
 use std::io::{self, IoSlice};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use http::header::{self, HeaderMap};
+use http::header::HeaderMap;
 use http::{Response, StatusCode, Version};
 use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::http::body::ProxyBody;
-use crate::http::headers::{Present, connection_has};
+use crate::http::fields::{Fields, RawFields};
+use crate::http::headers::{Present, connection_has, hop_by_hop_name};
 
 /// What the response must fit of its request.
 pub(crate) struct Asked {
@@ -46,6 +47,7 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
     let present = Present::scan(&parts.headers);
+    let dated = present.date || body.raw_fields().is_some_and(|f| f.present().date);
     let mut keep_alive = asked.keep_alive && !(present.connection && connection_has(&parts.headers, "close"));
     let framing = if bodiless {
         Framing::None
@@ -65,7 +67,7 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
     let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
     out.extend_from_slice(reason.map_or(status.canonical_reason().unwrap_or("").as_bytes(), |r| r.as_bytes()));
     out.extend_from_slice(b"\r\n");
-    write_fields(out, &parts.headers, bodiless, switching);
+    write_fields(out, &parts.headers, body.raw_fields(), bodiless, switching);
     match framing {
         Framing::Length(n) => {
             out.extend_from_slice(b"content-length: ");
@@ -75,7 +77,7 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::None | Framing::Close => {}
     }
-    if !present.date {
+    if !dated {
         out.extend_from_slice(b"date: ");
         date(out);
         out.extend_from_slice(b"\r\n");
@@ -147,18 +149,20 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
     }
 }
 
-/// The response's own fields. The framing fields are the proxy's to write, except on a
-/// bodiless response (a HEAD's Content-Length tells the length of the GET); Connection is the
-/// proxy's too, except on a 101, which names the upgrade in it.
-fn write_fields(out: &mut Vec<u8>, headers: &HeaderMap, bodiless: bool, switching: bool) {
-    for (name, value) in headers {
-        let framing = *name == header::CONTENT_LENGTH || *name == header::TRANSFER_ENCODING;
-        if (framing && !bodiless) || (*name == header::CONNECTION && !switching) {
+/// The response's own fields: a backend's as it sent them (less the hop-by-hop ones, names
+/// lower-case), then those in the map. The framing fields are the proxy's to write, except
+/// on a bodiless response (a HEAD's Content-Length tells the length of the GET); Connection
+/// is the proxy's too, except on a 101, which names the upgrade in it.
+fn write_fields(out: &mut Vec<u8>, headers: &HeaderMap, raw: Option<&RawFields>, bodiless: bool, switching: bool) {
+    let raw = raw.into_iter().flat_map(Fields::each).filter(|(name, _)| hop_by_hop_name(name).is_none());
+    for (name, value) in raw.chain(headers.each()) {
+        let framing = name == b"content-length" || name == b"transfer-encoding";
+        if (framing && !bodiless) || (name == b"connection" && !switching) {
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
 }

@@ -9,6 +9,8 @@ use http_body::{Body, Frame, SizeHint};
 use super::head::ResponseFraming;
 use super::{BackendFault, Conn};
 use crate::http::decode::{Decoder, Step};
+use crate::http::fields::RawFields;
+use http::HeaderMap;
 
 pub(crate) struct ResponseBody {
     conn: Option<Box<Conn>>,
@@ -17,6 +19,8 @@ pub(crate) struct ResponseBody {
     upgrade: bool,
     /// The connection may serve another request once this body has been read whole.
     keep_alive: bool,
+    /// The response's fields are still the connection's `RawFields`, not in its map.
+    raw_fields: bool,
 }
 
 impl ResponseBody {
@@ -28,7 +32,7 @@ impl ResponseBody {
             ResponseFraming::UntilClose => Decoder::UntilClose,
         };
         let upgrade = framing == ResponseFraming::Upgrade;
-        ResponseBody { conn: Some(conn), decoder, upgrade, keep_alive }
+        ResponseBody { conn: Some(conn), decoder, upgrade, keep_alive, raw_fields: true }
     }
 
     /// The connection, once the body has been read whole and the connection may be reused.
@@ -36,6 +40,19 @@ impl ResponseBody {
         let reusable = self.keep_alive && !self.upgrade && self.decoder.is_done();
         // Bytes after the response's end were never asked for: the framing is lost.
         self.conn.take_if(|c| reusable && c.buf.is_empty())
+    }
+
+    /// The response's fields, while they are not in its map (and the connection, which
+    /// holds them, is not yet back in the pool: the head is written before the body is read).
+    pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
+        self.conn.as_ref().filter(|_| self.raw_fields).map(|c| &c.fields)
+    }
+
+    /// The map of the response's fields, once: see `RawFields::to_map`.
+    pub(crate) fn take_fields(&mut self, hop_by_hop: bool) -> Option<Result<HeaderMap, &'static str>> {
+        let map = self.raw_fields().map(|f| f.to_map(hop_by_hop));
+        self.raw_fields = false;
+        map
     }
 
     /// The connection of a 101 response, with whatever the backend sent after the head.

@@ -7,8 +7,8 @@ use http::header;
 use http::{Method, Request, StatusCode, Version, response};
 
 use super::BackendFault;
-use crate::http::fields;
-use crate::http::headers::{Present, persistent};
+use crate::http::fields::{self, Fields, RawFields, text};
+use crate::http::headers::persistent;
 
 /// Response header fields a backend may send; more is a malformed response (hyper's client
 /// limit is 100).
@@ -58,11 +58,9 @@ pub(crate) fn encode_request<B: http_body::Body>(req: &Request<B>, out: &mut Vec
     framing
 }
 
-/// Takes the response head off the front of `buf`: None while it is incomplete. Header values
-/// share the head's bytes instead of each being copied.
-pub(crate) fn parse_response(buf: &mut BytesMut) -> Result<Option<response::Parts>, BackendFault> {
-    // Where each field and the reason phrase lie, while `buf` is borrowed.
-    let mut ranges = fields::Ranges::<MAX_RESPONSE_HEADERS>::new();
+/// Takes the response head off the front of `buf`: None while it is incomplete. Its fields go
+/// to `fields` (the parts' map stays empty): see `RawFields`.
+pub(crate) fn parse_response(buf: &mut BytesMut, raw: &mut RawFields) -> Result<Option<response::Parts>, BackendFault> {
     let (len, code, minor, reason) = {
         let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
         let mut resp = httparse::Response::new(&mut []);
@@ -75,29 +73,27 @@ pub(crate) fn parse_response(buf: &mut BytesMut) -> Result<Option<response::Part
                 Ok(httparse::Status::Partial) => return Ok(None),
                 Err(e) => return Err(BackendFault::Malformed(parse_error(e))),
             };
-        ranges.record(buf, resp.headers);
+        raw.record(buf, len, resp.headers);
         let reason = resp.reason.filter(|r| !r.is_empty()).map(|r| {
-            let at = fields::offset(buf, r.as_bytes());
-            [at, at + r.len() as u32]
+            let at = fields::offset(buf, r.as_bytes()) as usize;
+            at..at + r.len()
         });
         (len, resp.code.unwrap_or(0), resp.version.unwrap_or(1), reason)
     };
-    let head = buf.split_to(len).freeze();
     let status = StatusCode::from_u16(code).map_err(|_| BackendFault::Malformed("status"))?;
-    let headers = fields::header_map(&head, &ranges).map_err(BackendFault::Malformed)?;
     let mut r = http::Response::new(());
     *r.status_mut() = status;
     *r.version_mut() = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
-    *r.headers_mut() = headers;
     // A reason phrase other than the standard one reaches the client as the backend sent it.
-    if let Some([a, b]) = reason {
-        let phrase = head.slice(a as usize..b as usize);
-        if status.canonical_reason().map(str::as_bytes) != Some(&phrase[..])
+    if let Some(range) = reason {
+        let phrase = &buf[range];
+        if status.canonical_reason().map(str::as_bytes) != Some(phrase)
             && let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(phrase)
         {
             r.extensions_mut().insert(phrase);
         }
     }
+    bytes::Buf::advance(buf, len);
     Ok(Some(r.into_parts().0))
 }
 
@@ -128,9 +124,9 @@ pub(crate) fn response_framing(
     method: &Method,
     upgrade_asked: bool,
     parts: &response::Parts,
+    h: &RawFields,
 ) -> Result<(ResponseFraming, bool), BackendFault> {
-    let h = &parts.headers;
-    let present = Present::scan(h);
+    let present = h.present();
     let keep_alive = persistent(parts.version, h, present);
     let status = parts.status;
     if status == StatusCode::SWITCHING_PROTOCOLS {
@@ -143,27 +139,17 @@ pub(crate) fn response_framing(
     if *method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((ResponseFraming::Empty, keep_alive));
     }
-    if let Some(last) =
-        present.transfer_encoding.then(|| h.get_all(header::TRANSFER_ENCODING).iter().next_back()).flatten()
-    {
+    if let Some(last) = present.transfer_encoding.then(|| h.values(&header::TRANSFER_ENCODING).last()).flatten() {
         let chunked = parts.version == Version::HTTP_11
-            && last
-                .to_str()
-                .ok()
-                .and_then(|v| v.rsplit(',').next())
-                .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
+            && text(last).and_then(|v| v.rsplit(',').next()).is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
         // Transfer-Encoding overrides Content-Length; a response with both is closed after.
         let keep_alive = keep_alive && !present.content_length;
         return Ok(if chunked { (ResponseFraming::Chunked, keep_alive) } else { (ResponseFraming::UntilClose, false) });
     }
     let mut length = None;
-    for v in h.get_all(header::CONTENT_LENGTH) {
-        for part in v.to_str().map_err(|_| BackendFault::Malformed("content-length"))?.split(',') {
-            let part = part.trim();
-            let n = (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| part.parse::<u64>().ok())
-                .flatten()
-                .ok_or(BackendFault::Malformed("content-length"))?;
+    for v in h.values(&header::CONTENT_LENGTH) {
+        for part in v.split(|&b| b == b',') {
+            let n = fields::decimal(part.trim_ascii()).ok_or(BackendFault::Malformed("content-length"))?;
             if length.is_some_and(|l| l != n) {
                 return Err(BackendFault::Malformed("conflicting content-length"));
             }
@@ -183,16 +169,19 @@ mod tests {
     use bytes::Bytes;
     use http_body_util::{Empty, Full};
 
-    fn head(raw: &'static [u8]) -> response::Parts {
-        parse_response(&mut BytesMut::from(raw)).unwrap().expect("complete")
+    fn head(wire: &'static [u8]) -> (response::Parts, RawFields) {
+        let mut raw = RawFields::default();
+        let parts = parse_response(&mut BytesMut::from(wire), &mut raw).unwrap().expect("complete");
+        (parts, raw)
     }
 
-    fn parse(raw: &'static [u8]) -> Result<Option<response::Parts>, BackendFault> {
-        parse_response(&mut BytesMut::from(raw))
+    fn parse(wire: &'static [u8]) -> Result<Option<response::Parts>, BackendFault> {
+        parse_response(&mut BytesMut::from(wire), &mut RawFields::default())
     }
 
-    fn framing(method: Method, raw: &'static [u8]) -> Result<(ResponseFraming, bool), BackendFault> {
-        response_framing(&method, false, &head(raw))
+    fn framing(method: Method, wire: &'static [u8]) -> Result<(ResponseFraming, bool), BackendFault> {
+        let (parts, raw) = head(wire);
+        response_framing(&method, false, &parts, &raw)
     }
 
     #[test]
@@ -214,16 +203,18 @@ mod tests {
 
     #[test]
     fn response_heads_parse_with_shared_values_and_reason() {
-        let h = head(b"HTTP/1.1 200 Fine\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 5\r\n\r\nhello");
+        let (h, raw) = head(b"HTTP/1.1 200 Fine\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 5\r\n\r\nhello");
         assert_eq!(h.status, 200);
-        assert_eq!(h.headers.get_all("x-a").iter().collect::<Vec<_>>(), ["1", "2"]);
+        assert_eq!(raw.to_map(false).unwrap().get_all("x-a").iter().collect::<Vec<_>>(), ["1", "2"]);
+        let names: Vec<_> = raw.each().map(|(n, _)| n).collect();
+        assert_eq!(names, [&b"x-a"[..], b"x-a", b"content-length"], "names lower-cased, in order");
         assert_eq!(h.extensions.get::<hyper::ext::ReasonPhrase>().unwrap().as_bytes(), b"Fine");
-        assert!(head(b"HTTP/1.1 200 OK\r\n\r\n").extensions.get::<hyper::ext::ReasonPhrase>().is_none());
+        assert!(head(b"HTTP/1.1 200 OK\r\n\r\n").0.extensions.get::<hyper::ext::ReasonPhrase>().is_none());
         assert!(parse(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n").unwrap().is_none());
         assert!(parse(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n folded\r\n\r\n").is_err(), "obs-fold");
         assert!(parse(b"HTTX/1.1 200 OK\r\n\r\n").is_err());
         let mut buf = BytesMut::from(&b"HTTP/1.1 204 No Content\r\n\r\nrest"[..]);
-        parse_response(&mut buf).unwrap().unwrap();
+        parse_response(&mut buf, &mut RawFields::default()).unwrap().unwrap();
         assert_eq!(&buf[..], b"rest", "only the head is taken");
     }
 
@@ -263,7 +254,7 @@ mod tests {
             (Length(1), true)
         );
         assert!(framing(Method::GET, b"HTTP/1.1 101 Switching Protocols\r\n\r\n").is_err());
-        let h = head(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n");
-        assert_eq!(response_framing(&Method::GET, true, &h).unwrap(), (Upgrade, false));
+        let (h, raw) = head(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n");
+        assert_eq!(response_framing(&Method::GET, true, &h, &raw).unwrap(), (Upgrade, false));
     }
 }

@@ -19,6 +19,8 @@ pub(crate) use body::ResponseBody;
 use head::{MAX_RESPONSE_HEAD, RequestFraming, parse_response, response_framing};
 pub(crate) use stream::Stream;
 
+use crate::http::fields::RawFields;
+
 /// First read size; it doubles while reads fill it (large bodies), up to `MAX_READ`.
 const MIN_READ: usize = 8 * 1024;
 const MAX_READ: usize = 256 * 1024;
@@ -30,6 +32,8 @@ pub(crate) struct Conn {
     pub(crate) buf: BytesMut,
     /// The request head being written; kept so a reused connection allocates none.
     out: Vec<u8>,
+    /// The fields of the last response head read, for the same reason.
+    pub(crate) fields: RawFields,
     read_size: usize,
 }
 
@@ -48,7 +52,13 @@ impl Conn {
     /// Boxed: a connection moves between the pool, requests and response bodies, and a
     /// pointer moves cheaper than the connection's buffers and stream.
     pub(crate) fn new(stream: Stream) -> Box<Self> {
-        Box::new(Conn { stream, buf: BytesMut::new(), out: Vec::with_capacity(1024), read_size: MIN_READ })
+        Box::new(Conn {
+            stream,
+            buf: BytesMut::new(),
+            out: Vec::with_capacity(1024),
+            fields: RawFields::default(),
+            read_size: MIN_READ,
+        })
     }
 
     pub(crate) fn is_usable(&self) -> bool {
@@ -107,7 +117,7 @@ where
     let parts = loop {
         if !conn.buf.is_empty() {
             answered = true;
-            match parse_response(&mut conn.buf).map_err(|f| failed(f, false))? {
+            match parse_response(&mut conn.buf, &mut conn.fields).map_err(|f| failed(f, false))? {
                 // Interim responses (100 Continue and the like) are not the answer.
                 Some(p) if is_interim(p.status.as_u16()) => continue,
                 Some(p) => break p,
@@ -127,7 +137,8 @@ where
         let silent = closed && !answered;
         return Err(Failure { fault, unsent: false, silent });
     };
-    let (framing, keep_alive) = response_framing(req.method(), upgrade, &parts).map_err(|f| failed(f, false))?;
+    let (framing, keep_alive) =
+        response_framing(req.method(), upgrade, &parts, &conn.fields).map_err(|f| failed(f, false))?;
     // A connection whose request body was cut short by an early response has lost its framing.
     let keep_alive = keep_alive && complete && !upgrade;
     Ok(Response::from_parts(parts, ResponseBody::new(conn, framing, keep_alive)))
