@@ -98,10 +98,20 @@ pub fn load(addr: &[u8; 16]) -> Addr {
 pub fn store(field: &mut [u8; 16], addr: &Addr) {
     // SAFETY: same size, any bits valid.
     let words = unsafe { core::mem::transmute::<[u32; 4], [u16; 8]>(addr.words()) };
-    let dst = field as *mut [u8; 16] as *mut u16;
+    // SAFETY: 16 writable, 2-byte aligned bytes.
+    unsafe { store_words(field as *mut [u8; 16] as *mut u16, &words) };
+}
+
+/// Writes `words` at `dst`, volatile: LLVM would otherwise gather them on the stack and copy
+/// them with a call to a byte-at-a-time loop.
+///
+/// # Safety
+/// `dst` must point to `2 * N` writable, 2-byte aligned bytes.
+#[inline(always)]
+pub unsafe fn store_words<const N: usize>(dst: *mut u16, words: &[u16; N]) {
     // An index loop: an array's by-value iterator would first copy the words to the stack.
     for (i, word) in words.iter().enumerate() {
-        // SAFETY: 16 writable, 2-byte aligned bytes.
+        // SAFETY: in bounds, by the caller's promise.
         unsafe { dst.add(i).write_volatile(*word) };
     }
 }

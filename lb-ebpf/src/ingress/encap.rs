@@ -14,7 +14,7 @@ use lb_common::{csum, family, gue, ip_proto};
 use lb_ebpf::packet::{ETH_P_IPV4, ETH_P_IPV6, IPV4_LEN, IPV6_LEN, packet_len, ptr_at};
 use network_types::eth::EthHdr;
 
-use crate::addr::{field, store};
+use crate::addr::{field, store, store_words};
 use crate::flow::Flow;
 use crate::forward::{self, Lookup, Route};
 use crate::ip::IpPacket;
@@ -229,19 +229,6 @@ fn write_outer(ctx: &XdpContext, outer: &Outer, inner: &Inner, vip: &VipInfo, ba
         unsafe { *udp = [source_port.to_be(), gue::PORT.to_be(), inner.len.wrapping_add(UDP_LEN as u16).to_be(), 0] };
     }
     Some(())
-}
-
-/// Writes `words` at `dst`, volatile: LLVM would otherwise gather them on the stack and copy
-/// them with a call to a byte-at-a-time loop.
-///
-/// # Safety
-/// `dst` must point to `2 * N` writable, 2-byte aligned bytes.
-#[inline(always)]
-unsafe fn store_words<const N: usize>(dst: *mut u16, words: &[u16; N]) {
-    for (i, word) in words.iter().enumerate() {
-        // SAFETY: in bounds, by the caller's promise.
-        unsafe { dst.add(i).write_volatile(*word) };
-    }
 }
 
 /// Grows the frame by `N` bytes in front and writes its new link header (`L2` bytes: Ethernet,
