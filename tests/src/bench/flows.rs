@@ -55,13 +55,15 @@ pub struct FlowsCost {
 /// A measured path: its name, and flow `i`'s packet on it.
 pub struct FlowPath {
     pub name: &'static str,
-    frame: fn(u32) -> Vec<u8>,
+    /// The fixture VIP (index into `vips()`) its packets go to.
+    vip: usize,
+    frame: fn(u32, [u8; 4]) -> Vec<u8>,
 }
 
 /// The paths measured, each in a series of its own: the first is the report's.
 pub const PATHS: [FlowPath; 2] = [
-    FlowPath { name: "established UDP (NAT)", frame: nat_frame },
-    FlowPath { name: "established TCP, IP in IP (DSR)", frame: dsr_frame },
+    FlowPath { name: "established UDP (NAT)", vip: 0, frame: nat_frame },
+    FlowPath { name: "established TCP, IP in IP (DSR)", vip: 2, frame: dsr_frame },
 ];
 
 /// Flow `i`'s client address and port.
@@ -70,17 +72,17 @@ fn client(i: u32) -> ([u8; 4], u16) {
     ([192, 0, 2, addr as u8], port as u16)
 }
 
-/// Flow `i`'s packet towards the fixture's first VIP (NAT), as UDP.
-fn nat_frame(i: u32) -> Vec<u8> {
+/// Flow `i`'s packet towards `vip` (NAT), as UDP.
+fn nat_frame(i: u32, vip: [u8; 4]) -> Vec<u8> {
     let (addr, port) = client(i);
-    Frame::udp(addr, port, vips()[0].addr, 53).bytes()
+    Frame::udp(addr, port, vip, 53).bytes()
 }
 
-/// Flow `i`'s packet towards the fixture's IP-in-IP VIP: a TCP ACK with 64 bytes of data (an
+/// Flow `i`'s packet towards `vip` (IP in IP): a TCP ACK with 64 bytes of data (an
 /// established connection's packet, recorded as proven by its first).
-fn dsr_frame(i: u32) -> Vec<u8> {
+fn dsr_frame(i: u32, vip: [u8; 4]) -> Vec<u8> {
     let (addr, port) = client(i);
-    Frame::tcp(addr, port, vips()[2].addr, 80)
+    Frame::tcp(addr, port, vip, 80)
         .with(|f| {
             f.l4 = L4::TcpAck;
             f.payload = vec![b'x'; 64]
@@ -106,8 +108,10 @@ fn measure(
     mut katran: Option<(&Xdp, &mut katran::Maps)>,
     (from, count, table): (u32, u32, u32),
     ingress: u32,
-    frame: fn(u32) -> Vec<u8>,
+    path: &FlowPath,
 ) -> anyhow::Result<(f64, Option<f64>)> {
+    let vip = vips()[path.vip].addr;
+    let frame = |i| (path.frame)(i, vip);
     let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
     for i in from..count {
         run_xdp(ours, &frame(i), ingress);
@@ -203,13 +207,13 @@ fn series(
     let mut recorded = 0;
     for count in FLOW_COUNTS {
         let (extra_ns, katran_ns) =
-            measure(&mut full, bare, reborrow(katran), (recorded, count, FLOW_TABLE), g0, path.frame)?;
+            measure(&mut full, bare, reborrow(katran), (recorded, count, FLOW_TABLE), g0, path)?;
         recorded = count;
         costs.push(FlowsCost { path: path.name, flows: count, table_ways: FLOW_TABLE, extra_ns, katran_ns });
         let sized_ways = (4 * count).next_power_of_two().max(MIN_TABLE);
         let (sized, katran_sized) = if sized_ways < FLOW_TABLE {
             let mut dp = balancer(sized_ways)?;
-            let (ns, katran_ns) = measure(&mut dp, bare, reborrow(katran), (0, count, sized_ways), g0, path.frame)?;
+            let (ns, katran_ns) = measure(&mut dp, bare, reborrow(katran), (0, count, sized_ways), g0, path)?;
             costs.push(FlowsCost { path: path.name, flows: count, table_ways: sized_ways, extra_ns: ns, katran_ns });
             (format!("{ns:>7.1} ({sized_ways} ways)"), shown(katran_ns))
         } else {
