@@ -18,10 +18,11 @@ use crate::verdict::Verdict;
 use crate::{encap, icmp_error, l2, maps, nat, parse, parse6, quic, select};
 
 /// `lb_ingress`: IPv4 is balanced here; IPv6 frames and ICMP errors go on to their programs.
+/// `dst_flags`: the destination port's PORT_FLAGS, when `parse::first_look` read them.
 #[inline(always)]
-pub fn try_balance(ctx: &XdpContext) -> Verdict {
+pub fn try_balance(ctx: &XdpContext, dst_flags: Option<u32>) -> Verdict {
     match parse::parse(ctx) {
-        Parsed::Ipv4(pkt) => balance(ctx, &pkt),
+        Parsed::Ipv4(pkt) => balance(ctx, &pkt, dst_flags),
         Parsed::Ipv6Frame | Parsed::Ipv6(_) => maps::jump(ctx, jumps::IPV6),
         Parsed::IcmpError(_) => maps::jump(ctx, jumps::ICMP_ERRORS),
         other => not_balanced(other),
@@ -32,7 +33,7 @@ pub fn try_balance(ctx: &XdpContext) -> Verdict {
 #[inline(always)]
 pub fn try_balance_v6(ctx: &XdpContext) -> Verdict {
     match parse6::parse_frame(ctx) {
-        Parsed::Ipv6(pkt) => balance(ctx, &pkt),
+        Parsed::Ipv6(pkt) => balance(ctx, &pkt, None),
         Parsed::Icmp6Error(_) => maps::jump(ctx, jumps::ICMP6_ERRORS),
         other => not_balanced(other),
     }
@@ -69,8 +70,9 @@ fn not_balanced(parsed: Parsed) -> Verdict {
     }
 }
 
+/// `known_dst_flags`: the destination port's PORT_FLAGS if already read.
 #[inline(always)]
-fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
+fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P, known_dst_flags: Option<u32>) -> Verdict {
     let (src_port, dst_port) = pkt.ports();
     let protocol = pkt.protocol();
     let (vip_bit, backend_bit) = if protocol == ip_proto::TCP {
@@ -85,7 +87,7 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
         FlowKey::new(src, dst, src_port, dst_port, protocol, P::FAMILY)
     };
 
-    let dst_flags = maps::port_flags(u16::from_be(dst_port));
+    let dst_flags = known_dst_flags.unwrap_or_else(|| maps::port_flags(u16::from_be(dst_port)));
     if dst_flags & vip_bit != 0 {
         let built = flow_key();
         let key = &built;
@@ -139,9 +141,9 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P) -> Verdict {
                     return (XDP_PASS, Counter::PassNotVip);
                 }
                 select::reply_seen(&key, way, &pkt.tcp(), &t);
-                (nat::reply_to_client(ctx, pkt, &reverse), reverse.vip_id)
+                (nat::reply_to_client(ctx, pkt, &reverse, &t), reverse.vip_id)
             }
-            None => (nat::reply_without_entry(ctx, pkt, &key), TRACE_NONE),
+            None => (nat::reply_without_entry(ctx, pkt, &key, &t), TRACE_NONE),
         };
         trace::done(ctx, &Decided { key: &key, vip_id, kind: trace_kind::REPLY, verdict });
         return verdict;

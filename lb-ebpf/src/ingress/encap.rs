@@ -60,7 +60,8 @@ pub fn balance_encap<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
-    encapsulate(ctx, pkt, vip, choice.backend_id, choice.backend, flow.hash)
+    let generation = flow.tables.map_or(0, |t| t.nexthop_generation);
+    encapsulate(ctx, pkt, vip, (choice.backend_id, choice.backend), flow.hash, generation)
 }
 
 /// How `vip` wraps a packet of the flow with `hash`.
@@ -79,9 +80,9 @@ fn encapsulate<P: IpPacket>(
     ctx: &XdpContext,
     pkt: &P,
     vip: &VipInfo,
-    backend_id: u32,
-    backend: &Backend,
+    (backend_id, backend): (u32, &Backend),
     hash: u32,
+    generation: u32,
 ) -> Verdict {
     let encap = encap_of(vip, hash);
     let inner = Inner {
@@ -91,7 +92,7 @@ fn encapsulate<P: IpPacket>(
         len: pkt.ip_len(),
         entropy: hash,
     };
-    match send_encapsulated(ctx, &inner, vip, backend_id, backend, encap) {
+    match send_encapsulated(ctx, &inner, vip, (backend_id, backend), encap, generation) {
         Ok(verdict) => verdict,
         Err(TooBig { mtu }) => pkt.too_big(ctx, mtu),
     }
@@ -105,14 +106,15 @@ pub struct TooBig {
 
 /// Sends the packet `inner` to `backend` inside outer headers of the backend's family from the
 /// VIP's encapsulation source, and counts it as the VIP's and the backend's traffic.
+/// `generation`: the next-hop generation (`Tables::nexthop_generation`).
 #[inline(always)]
 pub fn send_encapsulated(
     ctx: &XdpContext,
     inner: &Inner,
     vip: &VipInfo,
-    backend_id: u32,
-    backend: &Backend,
+    (backend_id, backend): (u32, &Backend),
     encap: Encap,
+    generation: u32,
 ) -> Result<Verdict, TooBig> {
     // Counted as the client sent it, before the outer header is added.
     let bytes = packet_len(ctx);
@@ -132,6 +134,7 @@ pub fn send_encapsulated(
         protocol,
         tos: inner.tos,
         tot_len: outer_len,
+        generation,
     };
     let (ifindex, smac, dmac) = match forward::lookup(ctx, &query, HopCache::Backend(backend_id)) {
         Route::Out { ifindex, smac, dmac, .. } => (ifindex, smac, dmac),

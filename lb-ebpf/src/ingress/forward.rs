@@ -51,6 +51,8 @@ pub struct Lookup<'a> {
     pub protocol: u8,
     pub tos: u8,
     pub tot_len: u16,
+    /// `Tables::nexthop_generation`: cached answers of another generation are stale.
+    pub generation: u32,
 }
 
 /// Where the packet of `query` goes: this CPU's cached answer if it is of the current
@@ -60,7 +62,7 @@ pub struct Lookup<'a> {
 pub fn lookup(ctx: &XdpContext, query: &Lookup, cache: HopCache) -> Route {
     let ingress_ifindex = ctx.ingress_ifindex() as u32;
     let tot_len = query.tot_len;
-    let generation = maps::config().map_or(0, |c| c.nexthop_generation);
+    let generation = query.generation;
     // A backend's answer is compared with the query field by field, where it lies: no key is
     // built for it (building one costs every packet a 44-byte copy, and its zero source a
     // call to a byte-by-byte memset). A client's answer is looked up by key.

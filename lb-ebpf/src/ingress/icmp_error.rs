@@ -94,7 +94,8 @@ pub fn to_backend<E: FlowError>(ctx: &XdpContext, err: &E) -> Verdict {
             entropy: 0,
         };
         // Never an ICMP error about an ICMP error (RFC 1122, RFC 4443): too big is dropped.
-        return match encap::send_encapsulated(ctx, &inner, vip, entry.backend_id, backend, encap) {
+        let to = (entry.backend_id, backend);
+        return match encap::send_encapsulated(ctx, &inner, vip, to, encap, tables.nexthop_generation) {
             Ok(verdict) => verdict,
             Err(TooBig { .. }) => (XDP_DROP, Counter::DropTooBig),
         };
@@ -102,9 +103,10 @@ pub fn to_backend<E: FlowError>(ctx: &XdpContext, err: &E) -> Verdict {
     if vip.forwarding == forwarding::DSR_L2 {
         // Unchanged, to the backend's MAC; too big is dropped (no ICMP about an ICMP error).
         let sent = Sent { family: E::FAMILY, protocol: E::PROTOCOL, tos: err.tos(), len: err.ip_len() };
-        return l2::send_l2(ctx, &sent, vip, entry.backend_id, backend).unwrap_or((XDP_DROP, Counter::DropTooBig));
+        let to = (entry.backend_id, backend);
+        return l2::send_l2(ctx, &sent, vip, to, tables.nexthop_generation).unwrap_or((XDP_DROP, Counter::DropTooBig));
     }
-    to_nat_backend(ctx, err, vip, entry.backend_id, backend)
+    to_nat_backend(ctx, err, vip, (entry.backend_id, backend), tables.nexthop_generation)
 }
 
 /// NAT: the error goes to the backend as if about its own, unrewritten reply.
@@ -113,8 +115,8 @@ fn to_nat_backend<E: FlowError>(
     ctx: &XdpContext,
     err: &E,
     vip: &VipInfo,
-    backend_id: u32,
-    backend: &Backend,
+    (backend_id, backend): (u32, &Backend),
+    generation: u32,
 ) -> Verdict {
     let bytes = packet_len(ctx);
     let query = Lookup {
@@ -124,6 +126,7 @@ fn to_nat_backend<E: FlowError>(
         protocol: E::PROTOCOL,
         tos: err.tos(),
         tot_len: err.ip_len(),
+        generation,
     };
     let (ifindex, smac, dmac) = match forward::lookup(ctx, &query, HopCache::Backend(backend_id)) {
         Route::Out { ifindex, smac, dmac, .. } => (ifindex, smac, dmac),

@@ -29,7 +29,8 @@ pub fn balance_l2<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: &
         Err(verdict) => return verdict,
     };
     let sent = Sent { family: P::FAMILY, protocol: pkt.protocol(), tos: pkt.tos(), len: pkt.ip_len() };
-    match send_l2(ctx, &sent, vip, choice.backend_id, choice.backend) {
+    let generation = flow.tables.map_or(0, |t| t.nexthop_generation);
+    match send_l2(ctx, &sent, vip, (choice.backend_id, choice.backend), generation) {
         Ok(verdict) => verdict,
         Err(mtu) => pkt.too_big(ctx, mtu),
     }
@@ -51,8 +52,8 @@ pub fn send_l2(
     ctx: &XdpContext,
     sent: &Sent,
     vip: &VipInfo,
-    backend_id: u32,
-    backend: &Backend,
+    (backend_id, backend): (u32, &Backend),
+    generation: u32,
 ) -> Result<Verdict, u16> {
     let query = Lookup {
         family: sent.family,
@@ -61,6 +62,7 @@ pub fn send_l2(
         protocol: sent.protocol,
         tos: sent.tos,
         tot_len: sent.len,
+        generation,
     };
     let (ifindex, smac, dmac) = match forward::lookup(ctx, &query, HopCache::Backend(backend_id)) {
         Route::Out { ifindex, smac, dmac, adjacent: true } => (ifindex, smac, dmac),

@@ -42,11 +42,12 @@ use lb_ebpf as _;
 #[xdp]
 #[inline(always)]
 pub fn lb_ingress(ctx: XdpContext) -> u32 {
-    if parse::ipv4_passes_through(&ctx) {
+    let first = parse::first_look(&ctx);
+    if first == parse::PASSES {
         maps::count(Counter::PassNotVip);
         return XDP_PASS;
     }
-    let (action, reason) = balance::try_balance(&ctx);
+    let (action, reason) = balance::try_balance(&ctx, parse::known_dst_flags(first));
     maps::count(reason);
     messages::verdict(&ctx, action, reason);
     action

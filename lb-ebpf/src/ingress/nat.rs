@@ -30,12 +30,13 @@ pub fn balance_nat<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: 
     let bytes = packet_len(ctx);
     let backend_addr = field(&backend.addr);
     let to_backend = (&ANY_SOURCE, backend_addr);
+    let generation = flow.tables.map_or(0, |t| t.nexthop_generation);
     let verdict = rewrite_and_send(
         ctx,
         pkt,
         End::Destination,
         (backend_addr, backend.port),
-        to_backend,
+        (to_backend, generation),
         HopCache::Backend(choice.backend_id),
         NO_ROUTE,
     );
@@ -53,7 +54,7 @@ const NOT_OURS: Verdict = (XDP_PASS, Counter::PassNotVip);
 
 /// A reply from a NAT backend: its source becomes the VIP again.
 #[inline(always)]
-pub fn reply_to_client<P: IpPacket>(ctx: &XdpContext, pkt: &P, reverse: &ReverseEntry) -> Verdict {
+pub fn reply_to_client<P: IpPacket>(ctx: &XdpContext, pkt: &P, reverse: &ReverseEntry, t: &Tables) -> Verdict {
     if pkt.ttl() <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
@@ -65,7 +66,7 @@ pub fn reply_to_client<P: IpPacket>(ctx: &XdpContext, pkt: &P, reverse: &Reverse
         pkt,
         End::Source,
         (vip_addr, reverse.vip_port),
-        (vip_addr, &client),
+        ((vip_addr, &client), t.nexthop_generation),
         HopCache::Address,
         NO_ROUTE,
     )
@@ -94,7 +95,7 @@ pub fn note_direct_connection(reply: &FlowKey, t: &Tables) {
 /// Either way only if routed onwards: packets to this host (health-check answers) and from
 /// addresses that are no NAT backend's pass untouched.
 #[inline(always)]
-pub fn reply_without_entry<P: IpPacket>(ctx: &XdpContext, pkt: &P, key: &FlowKey) -> Verdict {
+pub fn reply_without_entry<P: IpPacket>(ctx: &XdpContext, pkt: &P, key: &FlowKey, t: &Tables) -> Verdict {
     let backend = NatBackendKey { addr: key.src, port: key.src_port, protocol: key.protocol, family: key.family };
     let Some(owner) = maps::nat_backend(&backend) else {
         return NOT_OURS;
@@ -109,7 +110,7 @@ pub fn reply_without_entry<P: IpPacket>(ctx: &XdpContext, pkt: &P, key: &FlowKey
                 pkt,
                 End::Source,
                 (vip_addr, vip.key.port),
-                to_client,
+                (to_client, t.nexthop_generation),
                 HopCache::Address,
                 NOT_OURS,
             );
@@ -118,7 +119,11 @@ pub fn reply_without_entry<P: IpPacket>(ctx: &XdpContext, pkt: &P, key: &FlowKey
             }
             verdict
         }
-        _ => match forward::lookup(ctx, &lookup(pkt, (field(&key.src), field(&key.dst))), HopCache::Address) {
+        _ => match forward::lookup(
+            ctx,
+            &lookup(pkt, (field(&key.src), field(&key.dst)), t.nexthop_generation),
+            HopCache::Address,
+        ) {
             Route::Unreachable => NOT_OURS,
             _ => (XDP_DROP, Counter::DropReplyNoFlow),
         },
@@ -126,7 +131,7 @@ pub fn reply_without_entry<P: IpPacket>(ctx: &XdpContext, pkt: &P, key: &FlowKey
 }
 
 /// Rewrites one end of the packet to `to` (address, port) and sends it along `route` (source
-/// and destination of the route lookup); `unroutable` is the answer when it has no route. The route is looked up first, so that a packet too
+/// and destination of the route lookup, and the next-hop generation); `unroutable` is the answer when it has no route. The route is looked up first, so that a packet too
 /// big for it is answered with ICMP "fragmentation needed" quoting the packet as its sender
 /// sent it (DF set; else dropped). Without a neighbour entry the rewritten packet goes to the
 /// stack, which resolves the neighbour and forwards it (and decrements TTL itself, so it is
@@ -137,12 +142,12 @@ fn rewrite_and_send<P: IpPacket>(
     pkt: &P,
     end: End,
     to: (&Addr, u16),
-    route: (&Addr, &Addr),
+    (route, generation): ((&Addr, &Addr), u32),
     cache: HopCache,
     unroutable: Verdict,
 ) -> Verdict {
     let (addr, port) = to;
-    match forward::lookup(ctx, &lookup(pkt, route), cache) {
+    match forward::lookup(ctx, &lookup(pkt, route, generation), cache) {
         Route::Out { ifindex, smac, dmac, .. } => {
             pkt.rewrite(end, addr, port);
             pkt.decrement_ttl();
@@ -157,9 +162,9 @@ fn rewrite_and_send<P: IpPacket>(
     }
 }
 
-/// The route lookup of `pkt` sent `route.0 → route.1`.
+/// The route lookup of `pkt` sent `route.0 → route.1`, with next-hop `generation`.
 #[inline(always)]
-fn lookup<'a, P: IpPacket>(pkt: &P, route: (&'a Addr, &'a Addr)) -> Lookup<'a> {
+fn lookup<'a, P: IpPacket>(pkt: &P, route: (&'a Addr, &'a Addr), generation: u32) -> Lookup<'a> {
     Lookup {
         family: P::FAMILY,
         src: route.0,
@@ -167,5 +172,6 @@ fn lookup<'a, P: IpPacket>(pkt: &P, route: (&'a Addr, &'a Addr)) -> Lookup<'a> {
         protocol: pkt.protocol(),
         tos: pkt.tos(),
         tot_len: pkt.ip_len(),
+        generation,
     }
 }

@@ -18,45 +18,72 @@ const FRAGMENT_BITS: u16 = 0x3fff;
 /// An IPv4 header's first byte without options: version 4, 5 words.
 const PLAIN_VIHL: u8 = 0x45;
 
+/// `first_look`'s answer for a frame that is surely not the balancer's.
+pub const PASSES: u32 = 0;
+/// In `first_look`'s answer: the low bits are the destination port's PORT_FLAGS (read where
+/// the whole parse finds the port: an untagged IPv4 TCP/UDP frame without options).
+pub const FLAGS_KNOWN: u32 = 1 << 31;
+/// `first_look`'s answer for a frame it could not tell about, flags not read.
+pub const UNKNOWN: u32 = 1 << 30;
+
 /// Whether an untagged IPv4 frame is surely not the balancer's, decided before anything else
 /// is parsed: most frames a balancer host sees are such, and pay only this. A whole TCP or UDP
 /// datagram (no options, not a fragment) with room for a TCP header behind the IP header,
 /// whose ports neither a VIP nor a NAT backend uses: `parse` and `balance` would pass it as
-/// `pass_not_vip` too. Any other frame (tagged, short, ICMP, malformed, a VIP's ...) gets
-/// `false` and the whole parse, which gives it its verdict.
+/// `pass_not_vip` too ([`PASSES`]). Any other frame (tagged, short, ICMP, malformed, a VIP's
+/// ...) gets the whole parse, which gives it its verdict.
 ///
 /// One bounds check, the EtherType, then the ports: a VIP's packet goes on after one port
 /// lookup, to the whole parse, which repeats the checks (handed the packet from here instead,
-/// the verifier walks the balancing paths twice, past its limit) but not the lookup: `balance`
-/// decides the frames this did not by the same ports.
+/// the verifier walks the balancing paths twice, past its limit) but not the lookup: the
+/// answer carries the destination port's flags ([`FLAGS_KNOWN`]) on to `balance`. One word,
+/// not an enum: the fast path keeps it in a register.
 #[inline(always)]
-pub fn ipv4_passes_through(ctx: &XdpContext) -> bool {
+pub fn first_look(ctx: &XdpContext) -> u32 {
     const L3: usize = EthHdr::LEN;
     const L4: usize = L3 + IPV4_LEN;
     let Some(frame) = ptr_at::<[u8; L4 + 20]>(ctx, 0) else {
-        return false;
+        return UNKNOWN;
     };
     // SAFETY: bounds checked by ptr_at.
     let f = unsafe { &*frame };
-    let be16 = |at: usize| u16::from_be_bytes([f[at], f[at + 1]]);
+    // 16-bit fields as single loads of the words they are (byte-wise: two loads and the shifts
+    // to join them); the frame is 2-byte aligned, as `parse` reads it.
+    // SAFETY: `at` is an even offset inside the frame checked above, at every call.
+    let be16 = |at: usize| u16::from_be(unsafe { *(frame as *const u16).add(at / 2) });
     // The EtherType, as the constant holds it (network order read natively).
-    if u16::from_ne_bytes([f[12], f[13]]) != ETH_P_IPV4 {
-        return false;
+    if be16(12).to_be() != ETH_P_IPV4 {
+        return UNKNOWN;
     }
     let proto = f[L3 + 9];
-    let minimum = match proto {
-        ip_proto::TCP => 20,
-        ip_proto::UDP => 8,
-        _ => return false,
+    let (minimum, vip_bit, backend_bit) = match proto {
+        ip_proto::TCP => (20, port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP),
+        ip_proto::UDP => (8, port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP),
+        _ => return UNKNOWN,
     };
     // SAFETY: inside the frame checked above.
     let [src_port, dst_port] = unsafe { *(frame as *const u8).add(L4).cast::<[u16; 2]>() };
+    // The destination first: a VIP's packet is told after one lookup.
+    let dst_flags = maps::port_flags(u16::from_be(dst_port));
+    let ours = dst_flags & (vip_bit | backend_bit) != 0 || maps::port_flags(u16::from_be(src_port)) & backend_bit != 0;
     let tot_len = be16(L3 + 2) as usize;
-    passes_through(proto, (src_port, dst_port))
-        && f[L3] == PLAIN_VIHL
+    let plain = f[L3] == PLAIN_VIHL;
+    if !ours
+        && plain
         && be16(L3 + 6) & FRAGMENT_BITS == 0
         && tot_len >= IPV4_LEN + minimum
         && L3 + tot_len <= ctx.data_end() - ctx.data()
+    {
+        return PASSES;
+    }
+    // Without options the ports were read where the whole parse finds them: their flags hold.
+    if plain { FLAGS_KNOWN | dst_flags } else { UNKNOWN }
+}
+
+/// The destination port flags `first_look` read, if it did (`first`: its answer).
+#[inline(always)]
+pub fn known_dst_flags(first: u32) -> Option<u32> {
+    (first & FLAGS_KNOWN != 0).then_some(first & !FLAGS_KNOWN)
 }
 
 /// Parses an IPv4 frame; an IPv6 frame is only recognised (`parse6::parse_frame` parses it).
@@ -125,20 +152,6 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
         l4_check: unsafe { l4_header.add(check_offset) } as *mut u16,
         tcp: TcpFlags(tcp_flags),
     })
-}
-
-/// Whether a TCP or UDP datagram with these ports (network order) is surely not the
-/// balancer's: neither a VIP's destination port nor a NAT backend's port at either end. The
-/// destination first: a VIP's packet is told after one lookup. As for IPv6
-/// (`parse6::passes_through`).
-#[inline(always)]
-fn passes_through(proto: u8, (src_port, dst_port): (u16, u16)) -> bool {
-    let (vip_bit, backend_bit) = match proto {
-        ip_proto::TCP => (port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP),
-        _ => (port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP),
-    };
-    maps::port_flags(u16::from_be(dst_port)) & (vip_bit | backend_bit) == 0
-        && maps::port_flags(u16::from_be(src_port)) & backend_bit == 0
 }
 
 /// An ICMP destination unreachable quoting an IPv4 TCP/UDP header without options and at least

@@ -32,6 +32,9 @@ pub struct Tables {
     pub new_flow_budget: u32,
     /// `DataplaneConfig::share_flows`: report recorded flows on FLOW_EVENTS.
     pub share_flows: bool,
+    /// `DataplaneConfig::nexthop_generation`: which cached next hops still hold (read here,
+    /// with the rest of CONFIG, rather than in a lookup of its own per packet).
+    pub nexthop_generation: u32,
 }
 
 impl Tables {
@@ -52,6 +55,7 @@ impl Tables {
             now,
             new_flow_budget: config.new_flow_budget,
             share_flows: config.share_flows != 0,
+            nexthop_generation: config.nexthop_generation,
         })
     }
 
