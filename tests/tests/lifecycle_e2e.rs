@@ -1,8 +1,9 @@
 //! The daemon's life on the host, as an operator meets it: a start that fails late leaves the
 //! host as it found it, a start from a private mount namespace is refused before it pins into
 //! a bpffs that dies with it, pins removed under a running daemon are put back while the
-//! balancer keeps forwarding, and `detach` neither removes a running daemon's pins nor claims
-//! to have removed what was not there. Needs root.
+//! balancer keeps forwarding, a program taken off the interface is attached again, and
+//! `detach` neither removes a running daemon's pins nor claims to have removed what was not
+//! there. Needs root.
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -220,4 +221,59 @@ fn detach_refuses_a_running_daemon_and_says_what_it_removed() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("detach again: {stdout}");
     assert!(stdout.contains("nothing to remove"), "a second detach found nothing: {stdout}");
+}
+
+/// `bpftool link detach` of the pinned link: what the kernel does to the link when its
+/// interface is deleted (a driver reload, a bond or VLAN rebuilt), done on purpose.
+fn detach_link(pin: &Path) {
+    const BPF_OBJ_GET: libc::c_long = 7;
+    const BPF_LINK_DETACH: libc::c_long = 34;
+    let name = std::ffi::CString::new(pin.as_os_str().as_encoded_bytes()).unwrap();
+    // union bpf_attr for BPF_OBJ_GET: pathname, bpf_fd, file_flags (and room to spare).
+    let mut attr = [0u64; 4];
+    attr[0] = name.as_ptr() as u64;
+    // SAFETY: bpf(2) with an attribute of the size passed, alive across the call.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_OBJ_GET, attr.as_ptr(), size_of_val(&attr)) };
+    assert!(fd >= 0, "opening {}: {}", pin.display(), std::io::Error::last_os_error());
+    // union bpf_attr for BPF_LINK_DETACH: link_fd.
+    let attr = [fd as u64, 0, 0, 0];
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_LINK_DETACH, attr.as_ptr(), size_of_val(&attr)) };
+    assert_eq!(rc, 0, "detaching {}: {}", pin.display(), std::io::Error::last_os_error());
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd as i32) };
+}
+
+/// The program taken off the interface under a running daemon (its link detached): the daemon
+/// attaches it again by the interface's name within a few seconds, pins the new link in the
+/// old one's place, and says so in the log, `status` and the metrics; the VIP answers again,
+/// and keeps answering after the daemon stops.
+#[test]
+fn a_program_taken_off_the_interface_is_attached_again() {
+    if !require_root("a_program_taken_off_the_interface_is_attached_again") {
+        return;
+    }
+    let lab = lab("ra");
+    let cns = lab.client.name.clone();
+    let mut d = daemon(&lab, "ra");
+    d.write_config_text(&config(&d, ""));
+    d.start();
+    wait_for_vip(&cns, &d, "the VIP never answered");
+
+    detach_link(&d.pins().join("link"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(xdp_on_eth0(&lab) && d.ok(&["status"]).contains("ATTACHED AGAIN 1 times")) {
+        assert!(Instant::now() < deadline, "the program was not attached again:\n{}", d.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_for_vip(&cns, &d, "the VIP does not answer after the program was attached again");
+    let log = d.log_text();
+    assert!(log.contains("is attached again"), "the log says so:\n{log}");
+    let metrics = metrics(&d.socket());
+    assert!(metrics.contains("lb_xdp_attached_again_total 1"), "{metrics}");
+
+    let stopped = d.stop();
+    assert!(stopped.success(), "{stopped}");
+    assert!(xdp_on_eth0(&lab), "the new pinned link keeps the program on eth0 after the stop");
+    assert_eq!(through_vip(&cns).ok(), Some(200), "the balancer forwards after the stop");
 }

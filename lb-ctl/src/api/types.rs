@@ -227,9 +227,16 @@ pub struct StatusView {
     pub pins_restored: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pins_restored_at_unix: Option<u64>,
-    /// The program was found off the interface (its link detached under the daemon).
+    /// The program is off the interface (its link detached under the daemon) and could not be
+    /// attached again yet (no interface of that name); the daemon retries every few seconds.
     #[serde(default)]
     pub xdp_detached: bool,
+    /// Times the program was found off the interface and attached again since the start.
+    #[serde(default)]
+    pub xdp_attached_again: u64,
+    /// When it was last attached again (unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_attached_again_at_unix: Option<u64>,
     /// `[fleet]`: the node's link to etcd and the fleet revision it applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<crate::fleet::record::FleetView>,

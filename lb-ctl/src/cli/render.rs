@@ -137,7 +137,16 @@ pub fn status(s: &StatusView) -> String {
         out.push_str(&crate::cli::fleet::status_line(f));
     }
     if s.xdp_detached {
-        out.push_str("XDP         DETACHED: the program is off the interface; restart the daemon to attach it again\n");
+        out.push_str(
+            "XDP         DETACHED: the program is off the interface; attaching it again when the interface is back\n",
+        );
+    }
+    if s.xdp_attached_again > 0 {
+        let at = s.xdp_attached_again_at_unix.map(|t| format!(", last {}", ago(t))).unwrap_or_default();
+        out.push_str(&format!(
+            "XDP         ATTACHED AGAIN {} times{at}: the program had come off the interface\n",
+            s.xdp_attached_again
+        ));
     }
     if s.pins_restored > 0 {
         let at = s.pins_restored_at_unix.map(|t| format!(", last {}", ago(t))).unwrap_or_default();

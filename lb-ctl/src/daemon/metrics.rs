@@ -29,6 +29,13 @@ impl Writer {
             pins.clone(),
         );
         pins.inc_by(self.pins_restored.0);
+        let attached_again: Counter = Counter::default();
+        registry.register(
+            "xdp_attached_again",
+            "Times the XDP program was found off its interface under the running daemon and attached again",
+            attached_again.clone(),
+        );
+        attached_again.inc_by(self.attached_again.0);
 
         let verdicts =
             family::<Counter>(&mut registry, "dataplane_packets", "Packets the XDP program handled, by verdict");

@@ -46,6 +46,8 @@ impl Writer {
             pins_restored: self.pins_restored.0,
             pins_restored_at_unix: self.pins_restored.1,
             xdp_detached: self.detached,
+            xdp_attached_again: self.attached_again.0,
+            xdp_attached_again_at_unix: self.attached_again.1,
             fleet: self.options.fleet.as_ref().map(|(_, view)| view.lock().unwrap().clone()),
         }
     }

@@ -77,8 +77,11 @@ pub(super) struct Writer {
     ejections_seen: HashMap<(String, SocketAddr), u64>,
     /// Pins found removed and pinned again since the start, and the last time (unix).
     pub(super) pins_restored: (u64, Option<u64>),
-    /// The program was found off the interface (its link detached) at the last check.
+    /// The program was found off the interface (its link detached) at the last check, and
+    /// could not be attached again.
     pub(super) detached: bool,
+    /// Times the program was found off the interface and attached again, and the last (unix).
+    pub(super) attached_again: (u64, Option<u64>),
     /// `lb-ctl trace`: the filters in force and their traces.
     pub(super) traces: super::trace::Traces,
     /// `[fleet]`: the fleet state in force (reloads compose the file with it).
@@ -121,6 +124,7 @@ impl Writer {
             ejections_seen: HashMap::new(),
             pins_restored: (0, None),
             detached: false,
+            attached_again: (0, None),
             traces: Default::default(),
             fleet,
         }
@@ -240,15 +244,24 @@ impl Writer {
             tracing::error!("{message}");
             self.events.record("pins", None, None, message);
         }
-        if check.detached != self.detached {
-            self.detached = check.detached;
-            let message = match check.detached {
-                true => format!(
-                    "the XDP program is no longer on {}: its link was detached; restart the daemon to attach it again",
-                    self.options.interface
-                ),
-                false => format!("the XDP program is on {} again", self.options.interface),
-            };
+        let iface = &self.options.interface;
+        if check.attached_again {
+            self.attached_again = (self.attached_again.0 + 1, Some(unix_now()));
+            self.detached = false;
+            let message = format!(
+                "the XDP program had come off {iface} (its link detached, or the interface made anew) and is attached again"
+            );
+            tracing::error!("{message}");
+            self.events.record("pins", None, None, message);
+        }
+        // Said once when it starts failing, not at every check: the check retries every few
+        // seconds until an interface of that name is there.
+        if let Some(why) = &check.detached
+            && !self.detached
+        {
+            self.detached = true;
+            let message =
+                format!("the XDP program is no longer on {iface} and cannot be attached again yet ({why}); retrying");
             tracing::error!("{message}");
             self.events.record("pins", None, None, message);
         }

@@ -15,7 +15,7 @@ use lb_common::{map_names, program_names};
 
 use super::aya::AyaDataplane;
 use super::load::{self, AttachMode, LoadOptions};
-use super::pins::PinKeeper;
+use super::pins::{PinKeeper, Placement};
 use super::{DataplaneError, Result};
 use super::{layout, messages, migrate};
 use crate::paths::{self, AttachPaths};
@@ -162,7 +162,10 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
     // The daemon's own reference on the link: removed pins no longer take the program off.
     let link_path = pin_dir.join(LINK);
     if link_path.exists() {
-        dataplane.keep_pins(PinKeeper::open(pin_dir, &link_path)?);
+        // Attached again as it is now: in skb mode if that is what the driver gave.
+        let mode = if mode == XdpMode::Skb { AttachMode::Skb } else { AttachMode::Native };
+        let placement = Placement { iface: iface.to_string(), mode };
+        dataplane.keep_pins(PinKeeper::open(pin_dir, &link_path, placement)?);
     }
     let opened = Opened { dataplane, mode, native_refused, reused_maps, migrated_maps, replaced_program };
     if let Some(why) = &opened.native_refused {
@@ -216,6 +219,22 @@ fn put_on(
         std::fs::write(&file, label).map_err(|e| err(format!("{}: {e}", file.display())))?;
     }
     Ok((attached.mode, attached.native_refused, false))
+}
+
+/// Puts the program back on its interface after its link lost it (`keeper.attached()` false:
+/// `bpftool link detach`, the interface deleted and made again): a new link, pinned in the
+/// old one's place, and a keeper of it. Fails, changing nothing the next try needs, while no
+/// interface of that name exists.
+pub fn attach_again(ebpf: &mut aya::Ebpf, keeper: &PinKeeper) -> Result<PinKeeper> {
+    let Placement { iface, mode } = keeper.placement().clone();
+    let attached = load::attach(ebpf, program_names::INGRESS, &iface, mode)?;
+    let link = load::program(ebpf, program_names::INGRESS)?.take_link(attached.link).map_err(err)?;
+    let fd_link = FdLink::try_from(link).map_err(|e| err(format!("the new link on {iface}: {e}")))?;
+    let link_path = keeper.link_path();
+    // The old pin holds a link with no interface: the new one takes its place.
+    let _ = std::fs::remove_file(link_path);
+    fd_link.pin(link_path).map_err(|e| err(format!("pinning {}: {e}", link_path.display())))?;
+    PinKeeper::open(keeper.dir(), link_path, Placement { iface, mode })
 }
 
 /// What [`detach`] found and removed.

@@ -203,7 +203,17 @@ fn not_found(e: &aya::maps::MapError) -> bool {
 impl Dataplane for AyaDataplane {
     fn check_pins(&mut self) -> Result<PinCheck> {
         let Some(keeper) = &self.pins else { return Ok(PinCheck::default()) };
-        Ok(PinCheck { restored: keeper.restore(&self.ebpf)?, detached: !keeper.attached() })
+        let restored = keeper.restore(&self.ebpf)?;
+        if keeper.attached() {
+            return Ok(PinCheck { restored, ..PinCheck::default() });
+        }
+        match super::attach::attach_again(&mut self.ebpf, keeper) {
+            Ok(keeper) => {
+                self.pins = Some(keeper);
+                Ok(PinCheck { restored, attached_again: true, ..PinCheck::default() })
+            }
+            Err(e) => Ok(PinCheck { restored, detached: Some(e.to_string()), ..PinCheck::default() }),
+        }
     }
 
     fn set_config(&mut self, config: DataplaneConfig) -> Result<()> {

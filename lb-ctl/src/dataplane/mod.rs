@@ -153,8 +153,11 @@ pub struct TraceMaps {
 pub struct PinCheck {
     /// The pins that were missing and are pinned again (empty: none was missing).
     pub restored: Vec<String>,
-    /// The program is no longer on the interface (its link was detached).
-    pub detached: bool,
+    /// The program is no longer on the interface (its link was detached), and attaching it
+    /// again failed with this (no interface of that name yet, say).
+    pub detached: Option<String>,
+    /// The program had come off the interface and is on it again (a new link, pinned).
+    pub attached_again: bool,
 }
 
 /// The generation after `current`: never 0, which means "cache off".

@@ -6,6 +6,11 @@
 //! keeps a descriptor of its own on the XDP link (the program stays attached while it runs,
 //! pins or not), and checks every few seconds that the pins are there, pinning again what is
 //! missing from the descriptors it holds (the link's, the maps' in the loaded object).
+//!
+//! The link can also lose its interface: `bpftool link detach`, or the interface deleted and
+//! made again (a driver reload, a bond or VLAN rebuilt). The program is then off the
+//! interface while the daemon runs; the same check attaches it again, by the interface's
+//! name, as soon as there is one (`attach::attach_again`).
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
@@ -13,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use aya::Ebpf;
 
-use super::load::PINNED_MAPS;
+use super::load::{AttachMode, PINNED_MAPS};
 use super::{DataplaneError, Result};
 
 /// The bpf(2) commands used here (uapi/linux/bpf.h).
@@ -61,22 +66,44 @@ fn obj_pin(fd: &OwnedFd, path: &Path) -> Result<()> {
     bpf(BPF_OBJ_PIN, &attr).map(|_| ()).map_err(|e| err(format!("pinning {}: {e}", path.display())))
 }
 
+/// Where the balancer was put, for attaching it again: the interface's name and the mode.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub iface: String,
+    pub mode: AttachMode,
+}
+
 /// The daemon's hold on the balancer's pins: its own descriptor on the XDP link.
 pub struct PinKeeper {
     dir: PathBuf,
     link_path: PathBuf,
     /// The XDP link: while this is open, the program stays on the interface.
     link: OwnedFd,
+    placement: Placement,
 }
 
 impl PinKeeper {
-    /// Takes a descriptor of the link pinned as `link_path` in `dir`.
-    pub fn open(dir: &Path, link_path: &Path) -> Result<PinKeeper> {
-        Ok(PinKeeper { dir: dir.to_path_buf(), link_path: link_path.to_path_buf(), link: obj_get(link_path)? })
+    /// Takes a descriptor of the link pinned as `link_path` in `dir`, which put the program
+    /// on the interface as `placement` says.
+    pub fn open(dir: &Path, link_path: &Path, placement: Placement) -> Result<PinKeeper> {
+        Ok(PinKeeper {
+            dir: dir.to_path_buf(),
+            link_path: link_path.to_path_buf(),
+            link: obj_get(link_path)?,
+            placement,
+        })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    pub fn link_path(&self) -> &Path {
+        &self.link_path
+    }
+
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// Pins again whatever of the directory, the maps of `ebpf` and the link is missing;
