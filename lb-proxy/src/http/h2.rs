@@ -33,7 +33,9 @@ where
         // future several times on its way into the task's cell; the request's whole state
         // machine moved each time cost kilobytes of copies per request, a pointer does not.
         Box::pin(async move {
-            let mut resp = handle(req, &ctx).await;
+            let (mut parts, body) = req.into_parts();
+            let fields = std::mem::take(&mut parts.headers);
+            let mut resp = handle(parts, fields, body, &ctx).await;
             // hyper writes the response from its map.
             backend_fields_into_map(&mut resp, false);
             Ok::<_, Infallible>(streams.watch(resp))

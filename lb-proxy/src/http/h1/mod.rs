@@ -129,11 +129,11 @@ where
             version: head.parts.version,
             keep_alive: head.keep_alive && !opts.close_after_response,
         };
-        let req = http::Request::from_parts(head.parts, ClientBody::new(reader.clone(), decoder));
+        let body = ClientBody::new(reader.clone(), decoder);
         let answered = {
             // Pinned here, in this task's own state: moved into the watcher it would be stored
             // twice. In its own block, so the response's writing reuses its room.
-            let served = std::pin::pin!(handle(req, &ctx));
+            let served = std::pin::pin!(handle(head.parts, head.fields, body, &ctx));
             unless_client_leaves(served, &reader, opts.limits.max_header_bytes).await
         };
         let Some(mut resp) = answered else {
