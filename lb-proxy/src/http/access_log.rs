@@ -37,7 +37,7 @@ pub(crate) struct Request {
 }
 
 impl Request {
-    pub(crate) fn of(req: &http::request::Parts, id: Option<http::HeaderValue>) -> Request {
+    pub(crate) fn of(req: &super::conn::RequestLine, id: Option<http::HeaderValue>) -> Request {
         Request { method: req.method.clone(), uri: req.uri.clone(), version: req.version, at: SystemTime::now(), id }
     }
 
@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn text_and_json_lines() {
-        let req = http::Request::get("/a?b=c").body(()).unwrap().into_parts().0;
+        let req = super::super::conn::RequestLine::of(http::Request::get("/a?b=c").body(()).unwrap().into_parts().0);
         let request = Request::of(&req, None);
         assert_eq!(
             text(&line(&request)),

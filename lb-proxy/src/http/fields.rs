@@ -98,6 +98,12 @@ pub(crate) trait Fields {
         self.first(name).is_some()
     }
 
+    /// Which framing, hop-by-hop and client-information fields may be among them, when that
+    /// is known without a pass over them (a flag that is false: there is none).
+    fn hint(&self) -> Option<Present> {
+        None
+    }
+
     /// The value of the first field named `name` in any case (a name from configuration).
     fn first_named(&self, name: &str) -> Option<&[u8]> {
         self.each().find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v)
@@ -176,13 +182,16 @@ pub(crate) struct RawRequest {
     head: Bytes,
     ranges: Vec<FieldRange>,
     added: Vec<(HeaderName, HeaderValue)>,
+    /// Names noted as the head was parsed (`Present::note_request`) and as fields were set;
+    /// a removal leaves its flag as it was.
+    present: Present,
 }
 
 impl RawRequest {
     /// The fields at `ranges` (taken from `spare_ranges`, recycled when the request is
-    /// dropped) of `head`, whose names are lower-case.
-    pub(crate) fn new(head: Bytes, ranges: Vec<FieldRange>) -> Self {
-        RawRequest { head, ranges, added: Vec::new() }
+    /// dropped) of `head`, whose names are lower-case and noted in `present`.
+    pub(crate) fn new(head: Bytes, ranges: Vec<FieldRange>, present: Present) -> Self {
+        RawRequest { head, ranges, added: Vec::new(), present }
     }
 
     fn field(&self, &[a, b, c, d]: &FieldRange) -> (&[u8], &[u8]) {
@@ -200,10 +209,12 @@ impl RawRequest {
         let mut req = httparse::Request::new(&mut fields);
         assert!(req.parse(&head).unwrap().is_complete());
         ranges.extend(req.headers.iter().map(|h| range_of(&head, h)));
+        let mut present = Present::default();
         for &[a, b, _, _] in &ranges {
             head[a as usize..b as usize].make_ascii_lowercase();
+            present.note_request(&head[a as usize..b as usize]);
         }
-        RawRequest::new(Bytes::from(head), ranges)
+        RawRequest::new(Bytes::from(head), ranges, present)
     }
 }
 
@@ -218,6 +229,10 @@ impl Fields for RawRequest {
         let added = self.added.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
         self.ranges.iter().map(|r| self.field(r)).chain(added)
     }
+
+    fn hint(&self) -> Option<Present> {
+        Some(self.present)
+    }
 }
 
 impl EditFields for RawRequest {
@@ -229,6 +244,7 @@ impl EditFields for RawRequest {
 
     fn set(&mut self, name: HeaderName, value: HeaderValue) {
         self.remove(&name);
+        self.present.note_request(name.as_str().as_bytes());
         self.added.push((name, value));
     }
 

@@ -3,13 +3,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use http::{Method, Request, Response, StatusCode, Uri, header, request};
+use http::{Method, Request, Response, StatusCode, Uri, header};
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
 use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody, backend_fields_into_map};
 use super::budget::{Budget, Late};
-use super::conn::{ConnCtx, IncomingBody};
+use super::conn::{ConnCtx, IncomingBody, RequestLine};
 use super::fields::{EditFields, Fields};
 use super::headers::{self, cookie, is_upgrade};
 use super::request_id;
@@ -22,10 +22,10 @@ use crate::config::{Balance, HashKey};
 use crate::error::{ErrorSource, UpstreamError};
 use crate::pool::{UpBody, open_http};
 
-/// Handles one request: `parts` (method, target, version; its map is not read) and `fields`,
-/// an h2 request's map or an HTTP/1 request's fields as ranges into its head.
+/// Handles one request: `parts` (method, target, version) and `fields`, an h2 request's map or
+/// an HTTP/1 request's fields as ranges into its head.
 pub(crate) async fn handle<B: IncomingBody, F: EditFields>(
-    parts: request::Parts,
+    parts: RequestLine,
     mut fields: F,
     body: B,
     ctx: &ConnCtx,
@@ -50,7 +50,7 @@ pub(crate) async fn handle<B: IncomingBody, F: EditFields>(
 }
 
 async fn forward<B: IncomingBody, F: EditFields>(
-    mut parts: request::Parts,
+    mut parts: RequestLine,
     mut fields: F,
     body: B,
     ctx: &ConnCtx,

@@ -12,7 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::backend_fields_into_map;
-use super::conn::ConnCtx;
+use super::conn::{ConnCtx, RequestLine};
 use super::forward::handle;
 use super::h2_send::SendWatch;
 use crate::shutdown::Tasks;
@@ -35,7 +35,7 @@ where
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
             let fields = std::mem::take(&mut parts.headers);
-            let mut resp = handle(parts, fields, body, &ctx).await;
+            let mut resp = handle(RequestLine::of(parts), fields, body, &ctx).await;
             // hyper writes the response from its map.
             backend_fields_into_map(&mut resp, false);
             Ok::<_, Infallible>(streams.watch(resp))

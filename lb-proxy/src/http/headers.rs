@@ -4,8 +4,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Uri, Version, request, response};
+use http::{Uri, Version, response};
 
+use super::conn::RequestLine;
 use super::fields::{EditFields, Fields, text};
 use crate::config::ForwardedHeaders;
 
@@ -17,7 +18,10 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 
 /// Whether an HTTP/1.1 request asks to switch protocols (WebSocket and the like).
 pub(crate) fn is_upgrade(version: Version, headers: &impl Fields) -> bool {
-    version == Version::HTTP_11 && headers.has(&header::UPGRADE) && connection_has(headers, "upgrade")
+    version == Version::HTTP_11
+        && headers.hint().is_none_or(|p| p.upgrade)
+        && headers.has(&header::UPGRADE)
+        && connection_has(headers, "upgrade")
 }
 
 /// Which of the fields that decide a message's framing and its connection's reuse a head
@@ -30,6 +34,11 @@ pub(crate) struct Present {
     pub(crate) content_length: bool,
     pub(crate) expect: bool,
     pub(crate) date: bool,
+    /// Noted for requests only (`note_request`): any hop-by-hop field, Upgrade, any of the
+    /// client-information fields.
+    pub(crate) hop_by_hop: bool,
+    pub(crate) upgrade: bool,
+    pub(crate) forwarded: bool,
 }
 
 impl Present {
@@ -65,6 +74,20 @@ impl Present {
         };
         *flag |= name == known;
     }
+
+    /// Notes a lower-case request field name: as `note` does, and whether it is hop-by-hop
+    /// (Upgrade noted apart) or a client-information field. Most requests carry none of
+    /// those, and then their removal needs no pass over the fields.
+    pub(crate) fn note_request(&mut self, name: &[u8]) {
+        self.note(name);
+        match hop_by_hop_name(name) {
+            Some(i) => {
+                self.hop_by_hop = true;
+                self.upgrade |= i == 1;
+            }
+            None => self.forwarded |= is_forwarded(name),
+        }
+    }
 }
 
 /// Whether a message lets its connection carry another one after it (RFC 9112 §9.3):
@@ -95,6 +118,9 @@ pub(crate) fn names_other_headers(value: &[u8]) -> bool {
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
 /// `Connection: upgrade` and `Upgrade`: they are what the backend must see.
 pub(crate) fn remove_hop_by_hop(headers: &mut impl EditFields, upgrade: bool) {
+    if !upgrade && headers.hint().is_some_and(|p| !p.hop_by_hop) {
+        return;
+    }
     // Which hop-by-hop names the head carries, in one pass over its names: most heads carry
     // none, and `Connection: close` alone is the common case of those that do. Each removal
     // is a lookup, so only the names present are removed.
@@ -172,7 +198,7 @@ pub(crate) fn hop_by_hop_name(name: &[u8]) -> Option<usize> {
 /// Turns a client request head (`parts`, and its fields) into the one sent to a backend
 /// (always HTTP/1.1, origin-form). `proto` is the scheme the client used (`http` or `https`).
 pub(crate) fn prepare_request(
-    parts: &mut request::Parts,
+    parts: &mut RequestLine,
     fields: &mut impl EditFields,
     client: SocketAddr,
     opts: &ForwardedHeaders,
@@ -232,7 +258,10 @@ fn is_forwarded(name: &[u8]) -> bool {
 }
 
 fn add_forwarded(headers: &mut impl EditFields, client: IpAddr, opts: &ForwardedHeaders, proto: &'static str) {
-    if !opts.trust_incoming && headers.each().any(|(n, _)| is_forwarded(n)) {
+    if !opts.trust_incoming
+        && headers.hint().is_none_or(|p| p.forwarded)
+        && headers.each().any(|(n, _)| is_forwarded(n))
+    {
         for n in [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, header::FORWARDED] {
             headers.remove(&n);
         }
@@ -328,7 +357,7 @@ mod tests {
         assert!(p.date && p.expect && p.connection && p.content_length && p.transfer_encoding, "{p:?}");
     }
 
-    fn parts(req: http::Request<()>) -> request::Parts {
+    fn parts(req: http::Request<()>) -> http::request::Parts {
         req.into_parts().0
     }
 
@@ -343,7 +372,7 @@ mod tests {
 
     /// `prepare_request` on `p`'s fields both as an h2 request's map and as an HTTP/1
     /// request's ranges: the two must come out with the same fields (the map's returned).
-    fn prepare(p: &mut request::Parts, client: &str, opts: &ForwardedHeaders, upgrade: bool) {
+    fn prepare(p: &mut http::request::Parts, client: &str, opts: &ForwardedHeaders, upgrade: bool) {
         let mut wire = String::from("GET / HTTP/1.1\r\n");
         for (n, v) in &p.headers {
             wire.push_str(&format!("{}: {}\r\n", n.as_str().to_ascii_uppercase(), v.to_str().unwrap()));
@@ -351,13 +380,14 @@ mod tests {
         wire.push_str("\r\n");
         let mut raw = crate::http::fields::RawRequest::from_wire(wire.as_bytes());
         let client = client.parse().unwrap();
-        let mut raw_parts = parts(http::Request::builder().uri(p.uri.clone()).version(p.version).body(()).unwrap());
-        prepare_request(&mut raw_parts, &mut raw, client, opts, upgrade, "http");
+        let line = || RequestLine { method: p.method.clone(), uri: p.uri.clone(), version: p.version };
+        let (mut raw_line, mut map_line) = (line(), line());
+        prepare_request(&mut raw_line, &mut raw, client, opts, upgrade, "http");
         let mut map = std::mem::take(&mut p.headers);
-        prepare_request(p, &mut map, client, opts, upgrade, "http");
+        prepare_request(&mut map_line, &mut map, client, opts, upgrade, "http");
         assert_eq!(sorted_lines(&raw), sorted_lines(&map), "ranges and map agree");
-        assert_eq!((&raw_parts.uri, raw_parts.version), (&p.uri, p.version));
-        p.headers = map;
+        assert_eq!((&raw_line.uri, raw_line.version), (&map_line.uri, map_line.version));
+        (p.uri, p.version, p.headers) = (map_line.uri, map_line.version, map);
     }
 
     #[test]

@@ -1,15 +1,15 @@
 //! Requests refused before any backend sees them.
-use http::{Method, StatusCode, Version, header, request};
+use http::{Method, StatusCode, Version, header};
 
 use super::body::ProxyBody;
-use super::conn::ConnCtx;
+use super::conn::{ConnCtx, RequestLine};
 use super::fields::Fields;
 use super::respond::error_response;
 
 /// The answer to a request refused here: `req` and `headers` its head, `body_size` its body's
 /// length when known.
 pub(crate) fn refuse(
-    req: &request::Parts,
+    req: &RequestLine,
     headers: &impl Fields,
     body_size: Option<u64>,
     ctx: &ConnCtx,

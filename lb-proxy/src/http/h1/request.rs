@@ -6,9 +6,10 @@ use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
 use http::header;
-use http::{Method, StatusCode, Uri, Version, request};
+use http::{Method, StatusCode, Uri, Version};
 
 use crate::config::Limits;
+use crate::http::conn::RequestLine;
 use crate::http::fields::{self, Fields, RawRequest, text};
 use crate::http::headers::{Present, persistent};
 
@@ -24,8 +25,7 @@ pub(crate) enum Framing {
 }
 
 pub(crate) struct Head {
-    /// Method, target and version; its map stays empty: the fields are `fields`.
-    pub(crate) parts: request::Parts,
+    pub(crate) parts: RequestLine,
     pub(crate) fields: RawRequest,
     pub(crate) framing: Framing,
     /// The client lets the connection carry another request after this one.
@@ -75,11 +75,11 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
     for &[a, b, _, _] in &ranges {
         let name = &mut buf[a as usize..b as usize];
         name.make_ascii_lowercase();
-        present.note(name);
+        present.note_request(name);
     }
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target[0]..target[1])).map_err(|_| StatusCode::BAD_REQUEST)?;
-    let fields = RawRequest::new(head, ranges);
+    let fields = RawRequest::new(head, ranges, present);
     let version = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
     let framing = framing(&fields, version, present)?;
     let keep_alive = persistent(version, &fields, present);
@@ -87,11 +87,8 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
         && framing != Framing::None
         && present.expect
         && fields.first(&header::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
-    let mut r = http::Request::new(());
-    *r.method_mut() = method;
-    *r.uri_mut() = uri;
-    *r.version_mut() = version;
-    Ok(Some(Head { parts: r.into_parts().0, fields, framing, keep_alive, expects_continue }))
+    let parts = RequestLine { method, uri, version };
+    Ok(Some(Head { parts, fields, framing, keep_alive, expects_continue }))
 }
 
 /// The body's framing, or 400 for anything ambiguous.
@@ -159,7 +156,6 @@ mod tests {
         );
         let x_a = http::HeaderName::from_static("x-a");
         assert_eq!(h.fields.values(&x_a).collect::<Vec<_>>(), [b"1", b"2"], "names lower-cased");
-        assert!(h.parts.headers.is_empty(), "the fields stay ranges");
         assert_eq!((h.framing, h.keep_alive, h.expects_continue), (Framing::None, true, false));
         assert_eq!(&buf[..], b"GET /next");
         assert!(parse(&mut buf, &limits()).unwrap().is_none(), "incomplete");

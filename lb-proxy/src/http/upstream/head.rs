@@ -33,7 +33,10 @@ pub(crate) fn encode_request<B: http_body::Body>(
     out: &mut Vec<u8>,
 ) -> RequestFraming {
     let body = req.body();
-    let has_length = headers.has(&header::CONTENT_LENGTH);
+    // Looked for only when there is a body: most requests have none.
+    let has_length = !body.is_end_stream()
+        && headers.hint().is_none_or(|p| p.content_length)
+        && headers.has(&header::CONTENT_LENGTH);
     let framing = if body.is_end_stream() {
         RequestFraming::None
     } else if has_length || body.size_hint().exact().is_some() {
