@@ -140,6 +140,9 @@ pub(crate) trait EditFields: Fields {
     /// names none).
     fn remove_named(&mut self, name: &str);
 
+    /// Removes every field whose (lower-case) name `keep` does not take.
+    fn retain_names(&mut self, keep: impl Fn(&[u8]) -> bool);
+
     /// Replaces every field named `name` with one field of `value`.
     fn set(&mut self, name: HeaderName, value: HeaderValue);
 
@@ -154,6 +157,14 @@ impl EditFields for HeaderMap {
 
     fn remove_named(&mut self, name: &str) {
         HeaderMap::remove(self, name);
+    }
+
+    fn retain_names(&mut self, keep: impl Fn(&[u8]) -> bool) {
+        // A map has no retain: each name to remove is looked up (most heads have none).
+        let gone: Vec<HeaderName> = self.keys().filter(|n| !keep(n.as_str().as_bytes())).cloned().collect();
+        for name in gone {
+            HeaderMap::remove(self, name);
+        }
     }
 
     fn set(&mut self, name: HeaderName, value: HeaderValue) {
@@ -240,6 +251,12 @@ impl EditFields for RawRequest {
         let (head, name) = (&self.head, name.as_bytes());
         self.ranges.retain(|&[a, b, _, _]| !head[a as usize..b as usize].eq_ignore_ascii_case(name));
         self.added.retain(|(n, _)| !n.as_str().as_bytes().eq_ignore_ascii_case(name));
+    }
+
+    fn retain_names(&mut self, keep: impl Fn(&[u8]) -> bool) {
+        let head = &self.head;
+        self.ranges.retain(|&[a, b, _, _]| keep(&head[a as usize..b as usize]));
+        self.added.retain(|(n, _)| keep(n.as_str().as_bytes()));
     }
 
     fn set(&mut self, name: HeaderName, value: HeaderValue) {

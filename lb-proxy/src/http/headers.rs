@@ -13,8 +13,6 @@ use crate::config::ForwardedHeaders;
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Whether an HTTP/1.1 request asks to switch protocols (WebSocket and the like).
 pub(crate) fn is_upgrade(version: Version, headers: &impl Fields) -> bool {
@@ -121,16 +119,9 @@ pub(crate) fn remove_hop_by_hop(headers: &mut impl EditFields, upgrade: bool) {
     if !upgrade && headers.hint().is_some_and(|p| !p.hop_by_hop) {
         return;
     }
-    // Which hop-by-hop names the head carries, in one pass over its names: most heads carry
-    // none, and `Connection: close` alone is the common case of those that do. Each removal
-    // is a lookup, so only the names present are removed.
-    let mut present = [false; HOP_BY_HOP_NAMES];
-    for (name, _) in headers.each() {
-        if let Some(i) = hop_by_hop_name(name) {
-            present[i] = true;
-        }
-    }
-    if !upgrade && !present.contains(&true) {
+    // Most heads carry no hop-by-hop field, and `Connection: close` alone is the common case
+    // of those that do.
+    if !upgrade && !headers.each().any(|(name, _)| hop_by_hop_name(name).is_some()) {
         return;
     }
     // Connection options that name no other header ("close", "keep-alive") need no lookups:
@@ -152,24 +143,20 @@ pub(crate) fn remove_hop_by_hop(headers: &mut impl EditFields, upgrade: bool) {
             }
         }
     }
-    for (name, present) in HOP_BY_HOP.iter().zip(present) {
-        let kept = upgrade && (*name == header::CONNECTION || *name == header::UPGRADE);
-        if present && !kept {
-            headers.remove(name);
-        }
-    }
+    // The fixed names in one pass; an upgrade keeps Connection and Upgrade (the first two).
+    headers.retain_names(|name| hop_by_hop_name(name).is_none_or(|i| upgrade && i < 2));
     if upgrade {
         headers.set(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
 }
 
-/// The fixed hop-by-hop headers, and Connection and Upgrade.
-const HOP_BY_HOP_NAMES: usize = 9;
-const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_NAMES] = [
+/// The fixed hop-by-hop headers, and Connection and Upgrade, in `hop_by_hop_name`'s order.
+#[cfg(test)]
+const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     header::UPGRADE,
-    KEEP_ALIVE,
-    PROXY_CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
     header::TE,
     header::TRAILER,
     header::TRANSFER_ENCODING,
