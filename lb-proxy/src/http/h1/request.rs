@@ -40,7 +40,7 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
     let max_headers = limits.max_headers;
     let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_FIELDS];
     let mut heap = Vec::new();
-    let fields: &mut [MaybeUninit<httparse::Header<'_>>] = if max_headers <= STACK_FIELDS {
+    let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if max_headers <= STACK_FIELDS {
         &mut stack[..max_headers]
     } else {
         heap.resize_with(max_headers, MaybeUninit::uninit);
@@ -48,7 +48,7 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
     };
     let (len, method, target, minor, ranges) = {
         let mut req = httparse::Request::new(&mut []);
-        let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, fields) {
+        let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, slots) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > limits.max_header_bytes => {
                 return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
