@@ -228,3 +228,30 @@ async fn a_reused_connection_closed_as_the_request_left_is_retried_only_for_repl
     assert_eq!(c.send(post).await.unwrap().status, 502);
     assert_eq!(b.conns.load(Relaxed), 3);
 }
+
+/// An HTTP/1 request's head reaches the backend field for field in the client's order, names
+/// lower-case, less the hop-by-hop fields and those its Connection names (in any case) and the
+/// client's own forwarding fields; the fields the proxy sets follow the client's.
+#[tokio::test]
+async fn a_request_head_reaches_the_backend_in_the_clients_order() {
+    let b = scripted(|head, _| {
+        let mut bytes = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", head.len()).into_bytes();
+        bytes.extend_from_slice(head.as_bytes());
+        Reply { bytes, close: false }
+    })
+    .await;
+    let p = proxy_to(&b).await;
+    let got = raw(
+        p.addr,
+        b"GET /a?b=1 HTTP/1.1\r\nX-B: 1\r\nHost: example.org\r\nConnection: X-Private, close\r\nX-A: 2\r\n\
+          x-PRIVATE: secret\r\nX-B: 3\r\nTE: trailers\r\nX-Forwarded-Proto: spoofed\r\nKeep-Alive: 5\r\n\r\n",
+    )
+    .await;
+    let (head, sent) = got.split_once("\r\n\r\n").expect("a whole response");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert_eq!(
+        sent,
+        "GET /a?b=1 HTTP/1.1\r\nx-b: 1\r\nhost: example.org\r\nx-a: 2\r\nx-b: 3\r\n\
+         x-forwarded-for: 127.0.0.1\r\nx-forwarded-proto: http\r\nx-forwarded-host: example.org\r\n\r\n"
+    );
+}

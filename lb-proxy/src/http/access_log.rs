@@ -37,14 +37,8 @@ pub(crate) struct Request {
 }
 
 impl Request {
-    pub(crate) fn of<B>(req: &http::Request<B>, id: Option<http::HeaderValue>) -> Request {
-        Request {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            version: req.version(),
-            at: SystemTime::now(),
-            id,
-        }
+    pub(crate) fn of(req: &super::conn::RequestLine, id: Option<http::HeaderValue>) -> Request {
+        Request { method: req.method.clone(), uri: req.uri.clone(), version: req.version, at: SystemTime::now(), id }
     }
 
     fn id(&self) -> Option<&str> {
@@ -174,7 +168,7 @@ mod tests {
 
     #[test]
     fn text_and_json_lines() {
-        let req = http::Request::get("/a?b=c").body(()).unwrap();
+        let req = super::super::conn::RequestLine::of(http::Request::get("/a?b=c").body(()).unwrap().into_parts().0);
         let request = Request::of(&req, None);
         assert_eq!(
             text(&line(&request)),

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::{Method, Uri, Version};
 use http_body::Body;
 
 use crate::error::BoxError;
@@ -31,6 +32,22 @@ impl ConnCtx {
             proxy_header: crate::proxy_protocol::header(spec.options.proxy_protocol, client, vip.local_addr),
             https,
         }
+    }
+}
+
+/// A request's method, target and version: what forwarding reads of its head besides the
+/// fields. Smaller than `http::request::Parts` (no map, no extensions), so cheaper to move
+/// as a request's future is built.
+pub(crate) struct RequestLine {
+    pub(crate) method: Method,
+    pub(crate) uri: Uri,
+    pub(crate) version: Version,
+}
+
+impl RequestLine {
+    /// From an h2 request's parts, whose fields have been taken.
+    pub(crate) fn of(parts: http::request::Parts) -> Self {
+        RequestLine { method: parts.method, uri: parts.uri, version: parts.version }
     }
 }
 

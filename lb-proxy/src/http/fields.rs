@@ -1,9 +1,10 @@
-//! Header fields of a head parsed in a read buffer: a client request's turned into an `http`
-//! map whose values share the head's bytes instead of each being copied, a backend response's
-//! kept as ranges into its head (`RawFields`). httparse borrows the buffer while it parses, so
-//! each field's place is kept as byte ranges until the head is frozen.
+//! Header fields of a head parsed in a read buffer, kept as ranges into its bytes with names
+//! lower-cased in place: a client's HTTP/1 request's (`RawRequest`, the head split off the read
+//! buffer, edits kept beside it until the head is written to a backend) and a backend
+//! response's (`RawFields`, a copy of the head kept with the backend connection). No hashing
+//! and no allocation per field; an `http` map is made only where one is needed. httparse
+//! borrows the buffer while it parses, so each field's place is kept as byte ranges.
 use std::cell::RefCell;
-use std::mem::MaybeUninit;
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -20,77 +21,38 @@ pub(crate) fn offset(buf: &[u8], part: &[u8]) -> u32 {
     (part.as_ptr() as usize - buf.as_ptr() as usize) as u32
 }
 
-/// The ranges of a head's fields: up to `N` on the stack, more on the heap. The stack's room
-/// is left uninitialised: zeroed, it cost a 2 KiB memset on every head parsed, for the few
-/// fields a head has.
-pub(crate) struct Ranges<const N: usize> {
-    stack: [MaybeUninit<FieldRange>; N],
-    heap: Vec<FieldRange>,
-    len: usize,
-}
-
-impl<const N: usize> Ranges<N> {
-    pub(crate) fn new() -> Self {
-        Ranges { stack: [const { MaybeUninit::uninit() }; N], heap: Vec::new(), len: 0 }
-    }
-
-    /// Records where each parsed field lies in `buf`.
-    pub(crate) fn record(&mut self, buf: &[u8], fields: &[httparse::Header<'_>]) {
-        let range = |h: &httparse::Header<'_>| {
-            let (n, v) = (offset(buf, h.name.as_bytes()), offset(buf, h.value));
-            [n, n + h.name.len() as u32, v, v + h.value.len() as u32]
-        };
-        if fields.len() <= N {
-            for (r, h) in self.stack.iter_mut().zip(fields) {
-                r.write(range(h));
-            }
-        } else {
-            self.heap = fields.iter().map(range).collect();
-        }
-        self.len = fields.len();
-    }
-
-    fn as_slice(&self) -> &[FieldRange] {
-        if self.len > N {
-            return &self.heap;
-        }
-        // SAFETY: `record` wrote the first `len` (<= N) elements of `stack`, and only it sets
-        // `len`; MaybeUninit<T> has T's layout.
-        unsafe { std::slice::from_raw_parts(self.stack.as_ptr().cast::<FieldRange>(), self.len) }
-    }
-}
-
-/// The map of the recorded fields, from the head's frozen bytes (the buffer they were
-/// recorded in, split off its front); the error says which part of a field is not valid.
-/// The map is one this worker's finished requests left (see `recycle`).
-pub(crate) fn header_map<const N: usize>(head: &Bytes, ranges: &Ranges<N>) -> Result<HeaderMap, &'static str> {
-    let spare = SPARE_MAPS.with_borrow_mut(Vec::pop).unwrap_or_default();
-    map_of(spare, head, ranges.as_slice(), |_| true)
+/// Where httparse found `h` in `buf`.
+pub(crate) fn range_of(buf: &[u8], h: &httparse::Header<'_>) -> FieldRange {
+    let (n, v) = (offset(buf, h.name.as_bytes()), offset(buf, h.value));
+    [n, n + h.name.len() as u32, v, v + h.value.len() as u32]
 }
 
 thread_local! {
-    /// Request maps of this worker's finished requests, emptied, for its next heads: a map
-    /// made anew cost two allocations and their frees on every request.
-    static SPARE_MAPS: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    /// Range lists of this worker's finished requests, emptied, for its next heads: one made
+    /// anew would cost an allocation and its free on every request.
+    static SPARE_RANGES: RefCell<Vec<Vec<FieldRange>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Spare maps kept per worker, and the most fields a kept one has room for (an unusually
-/// large head's map is freed instead of being held for ever). As many as a busy worker has
-/// requests in flight: with fewer, past that many requests each one made a map and another
-/// freed one (50 keep-alive connections on 2 workers: 42% of requests). A usual head's map
-/// takes under 2 KiB, so a worker holds some 128 KiB of them at most.
-const SPARE_MAPS_KEPT: usize = 64;
-const SPARE_MAP_ROOM: usize = 64;
+/// Spare range lists kept per worker (as many as a busy worker has requests in flight), and
+/// the most fields a kept one has room for: an unusually large head's list is freed instead
+/// of being held for ever. 64 lists of 64 ranges: 64 KiB a worker at most.
+const SPARE_RANGES_KEPT: usize = 64;
+const SPARE_RANGES_ROOM: usize = 64;
 
-/// Keeps a finished request's map, emptied, for a later head of this worker.
-pub(crate) fn recycle(mut map: HeaderMap) {
-    if map.capacity() == 0 || map.capacity() > SPARE_MAP_ROOM {
+/// An empty range list, one a finished request left if this worker has one.
+pub(crate) fn spare_ranges() -> Vec<FieldRange> {
+    SPARE_RANGES.with_borrow_mut(Vec::pop).unwrap_or_default()
+}
+
+/// Keeps a finished request's range list, emptied, for a later head of this worker.
+fn recycle(mut ranges: Vec<FieldRange>) {
+    if ranges.capacity() == 0 || ranges.capacity() > SPARE_RANGES_ROOM {
         return;
     }
-    map.clear();
-    SPARE_MAPS.with_borrow_mut(|spare| {
-        if spare.len() < SPARE_MAPS_KEPT {
-            spare.push(map);
+    ranges.clear();
+    SPARE_RANGES.with_borrow_mut(|spare| {
+        if spare.len() < SPARE_RANGES_KEPT {
+            spare.push(ranges);
         }
     });
 }
@@ -109,18 +71,14 @@ fn map_of(
             continue;
         }
         let name = HeaderName::from_bytes(name).map_err(|_| "header name")?;
-        // SAFETY: the ranges are only of values httparse accepted, whose bytes are HTAB, SP to
-        // `~` and 0x80 to 0xFF (its HEADER_VALUE_MAP): exactly the bytes `HeaderValue` allows
-        // (`b >= 32 && b != 127 || b == b'\t'`). Checked again, they cost a pass over every
-        // value of every head (debug builds still check).
-        let value = unsafe { HeaderValue::from_maybe_shared_unchecked(head.slice(c as usize..d as usize)) };
-        headers.append(name, value);
+        headers.append(name, shared_value(head, c, d));
     }
     Ok(headers)
 }
 
 /// Read access to a head's fields, whether held in an `http` map or as ranges into the
-/// head's bytes (`RawFields`): the framing and reuse rules read both the same way.
+/// head's bytes (`RawFields`, `RawRequest`): the framing, reuse and forwarding rules read them
+/// all the same way.
 pub(crate) trait Fields {
     /// Each field in order, its name lower-case.
     fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
@@ -128,6 +86,27 @@ pub(crate) trait Fields {
     /// The values of every field named `name`, in order.
     fn values<'a>(&'a self, name: &'a HeaderName) -> impl Iterator<Item = &'a [u8]> {
         self.each().filter(move |(n, _)| *n == name.as_str().as_bytes()).map(|(_, v)| v)
+    }
+
+    /// The value of the first field named `name`.
+    fn first(&self, name: &HeaderName) -> Option<&[u8]> {
+        self.each().find(|(n, _)| *n == name.as_str().as_bytes()).map(|(_, v)| v)
+    }
+
+    /// Whether a field named `name` is among them.
+    fn has(&self, name: &HeaderName) -> bool {
+        self.first(name).is_some()
+    }
+
+    /// Which framing, hop-by-hop and client-information fields may be among them, when that
+    /// is known without a pass over them (a flag that is false: there is none).
+    fn hint(&self) -> Option<Present> {
+        None
+    }
+
+    /// The value of the first field named `name` in any case (a name from configuration).
+    fn first_named(&self, name: &str) -> Option<&[u8]> {
+        self.each().find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v)
     }
 }
 
@@ -138,6 +117,160 @@ impl Fields for HeaderMap {
 
     fn values<'a>(&'a self, name: &'a HeaderName) -> impl Iterator<Item = &'a [u8]> {
         self.get_all(name).into_iter().map(HeaderValue::as_bytes)
+    }
+
+    fn first(&self, name: &HeaderName) -> Option<&[u8]> {
+        self.get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn first_named(&self, name: &str) -> Option<&[u8]> {
+        self.get(name).map(HeaderValue::as_bytes)
+    }
+}
+
+/// Edits of a request's fields on its way to a backend (hop-by-hop fields removed, forwarding
+/// fields and configured ones set), on an h2 request's map or an HTTP/1 request's ranges.
+pub(crate) trait EditFields: Fields {
+    /// Removes every field named `name`.
+    fn remove(&mut self, name: &HeaderName) {
+        self.remove_named(name.as_str());
+    }
+
+    /// Removes every field named `name` in any case (a name that is not a valid field name
+    /// names none).
+    fn remove_named(&mut self, name: &str);
+
+    /// Removes every field whose (lower-case) name `keep` does not take.
+    fn retain_names(&mut self, keep: impl Fn(&[u8]) -> bool);
+
+    /// Replaces every field named `name` with one field of `value`.
+    fn set(&mut self, name: HeaderName, value: HeaderValue);
+
+    /// The first value of `name`, as a value of its own (sharing the head's bytes).
+    fn first_owned(&self, name: &HeaderName) -> Option<HeaderValue>;
+}
+
+impl EditFields for HeaderMap {
+    fn remove(&mut self, name: &HeaderName) {
+        HeaderMap::remove(self, name);
+    }
+
+    fn remove_named(&mut self, name: &str) {
+        HeaderMap::remove(self, name);
+    }
+
+    fn retain_names(&mut self, keep: impl Fn(&[u8]) -> bool) {
+        // A map has no retain: each name to remove is looked up (most heads have none).
+        let gone: Vec<HeaderName> = self.keys().filter(|n| !keep(n.as_str().as_bytes())).cloned().collect();
+        for name in gone {
+            HeaderMap::remove(self, name);
+        }
+    }
+
+    fn set(&mut self, name: HeaderName, value: HeaderValue) {
+        HeaderMap::insert(self, name, value);
+    }
+
+    fn first_owned(&self, name: &HeaderName) -> Option<HeaderValue> {
+        self.get(name).cloned()
+    }
+}
+
+/// A value of `head` that httparse accepted, sharing its bytes.
+fn shared_value(head: &Bytes, start: u32, end: u32) -> HeaderValue {
+    // SAFETY: the ranges are only of values httparse accepted, whose bytes are HTAB, SP to
+    // `~` and 0x80 to 0xFF (its HEADER_VALUE_MAP): exactly the bytes `HeaderValue` allows
+    // (`b >= 32 && b != 127 || b == b'\t'`). Checked again, they cost a pass over every
+    // value of every head (debug builds still check).
+    unsafe { HeaderValue::from_maybe_shared_unchecked(head.slice(start as usize..end as usize)) }
+}
+
+/// A client's HTTP/1 request head's fields: ranges into the head split off the connection's
+/// read buffer (names lower-cased in place before it was split), in the client's order. Edits
+/// stay beside them: a removed field's range is dropped, a field set is added after the
+/// client's, and the head written to a backend is the ranges' bytes, then the added fields.
+pub(crate) struct RawRequest {
+    head: Bytes,
+    ranges: Vec<FieldRange>,
+    added: Vec<(HeaderName, HeaderValue)>,
+    /// Names noted as the head was parsed (`Present::note_request`) and as fields were set;
+    /// a removal leaves its flag as it was.
+    present: Present,
+}
+
+impl RawRequest {
+    /// The fields at `ranges` (taken from `spare_ranges`, recycled when the request is
+    /// dropped) of `head`, whose names are lower-case and noted in `present`.
+    pub(crate) fn new(head: Bytes, ranges: Vec<FieldRange>, present: Present) -> Self {
+        RawRequest { head, ranges, added: Vec::new(), present }
+    }
+
+    fn field(&self, &[a, b, c, d]: &FieldRange) -> (&[u8], &[u8]) {
+        (&self.head[a as usize..b as usize], &self.head[c as usize..d as usize])
+    }
+}
+
+#[cfg(test)]
+impl RawRequest {
+    /// The fields of `wire`, a whole request head, as the HTTP/1 parser keeps them.
+    pub(crate) fn from_wire(wire: &[u8]) -> RawRequest {
+        let mut head = wire.to_vec();
+        let mut ranges = spare_ranges();
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut fields);
+        assert!(req.parse(&head).unwrap().is_complete());
+        ranges.extend(req.headers.iter().map(|h| range_of(&head, h)));
+        let mut present = Present::default();
+        for &[a, b, _, _] in &ranges {
+            head[a as usize..b as usize].make_ascii_lowercase();
+            present.note_request(&head[a as usize..b as usize]);
+        }
+        RawRequest::new(Bytes::from(head), ranges, present)
+    }
+}
+
+impl Drop for RawRequest {
+    fn drop(&mut self) {
+        recycle(std::mem::take(&mut self.ranges));
+    }
+}
+
+impl Fields for RawRequest {
+    fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let added = self.added.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        self.ranges.iter().map(|r| self.field(r)).chain(added)
+    }
+
+    fn hint(&self) -> Option<Present> {
+        Some(self.present)
+    }
+}
+
+impl EditFields for RawRequest {
+    fn remove_named(&mut self, name: &str) {
+        let (head, name) = (&self.head, name.as_bytes());
+        self.ranges.retain(|&[a, b, _, _]| !head[a as usize..b as usize].eq_ignore_ascii_case(name));
+        self.added.retain(|(n, _)| !n.as_str().as_bytes().eq_ignore_ascii_case(name));
+    }
+
+    fn retain_names(&mut self, keep: impl Fn(&[u8]) -> bool) {
+        let head = &self.head;
+        self.ranges.retain(|&[a, b, _, _]| keep(&head[a as usize..b as usize]));
+        self.added.retain(|(n, _)| keep(n.as_str().as_bytes()));
+    }
+
+    fn set(&mut self, name: HeaderName, value: HeaderValue) {
+        self.remove(&name);
+        self.present.note_request(name.as_str().as_bytes());
+        self.added.push((name, value));
+    }
+
+    fn first_owned(&self, name: &HeaderName) -> Option<HeaderValue> {
+        let named = |&&[a, b, _, _]: &&FieldRange| &self.head[a as usize..b as usize] == name.as_str().as_bytes();
+        match self.ranges.iter().find(named) {
+            Some(&[_, _, c, d]) => Some(shared_value(&self.head, c, d)),
+            None => self.added.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()),
+        }
     }
 }
 
@@ -185,8 +318,7 @@ impl RawFields {
         self.ranges.clear();
         self.present = Present::default();
         for h in fields {
-            let (n, v) = (offset(buf, h.name.as_bytes()), offset(buf, h.value));
-            let range = [n, n + h.name.len() as u32, v, v + h.value.len() as u32];
+            let range = range_of(buf, h);
             let name = &mut self.head[range[0] as usize..range[1] as usize];
             name.make_ascii_lowercase();
             self.present.note(name);
@@ -219,24 +351,38 @@ impl Fields for RawFields {
 mod tests {
     use super::*;
 
-    /// The map of `head`'s fields, as the request parser makes it.
-    fn parsed(head: &'static [u8]) -> HeaderMap {
-        let mut fields = [httparse::EMPTY_HEADER; 8];
-        let mut req = httparse::Request::new(&mut fields);
-        assert!(req.parse(head).unwrap().is_complete());
-        let mut ranges = Ranges::<8>::new();
-        ranges.record(head, req.headers);
-        header_map(&Bytes::from_static(head), &ranges).unwrap()
+    fn raw(head: &'static [u8]) -> RawRequest {
+        RawRequest::from_wire(head)
+    }
+
+    fn lines(fields: &impl Fields) -> Vec<String> {
+        fields.each().map(|(n, v)| format!("{}: {}", String::from_utf8_lossy(n), String::from_utf8_lossy(v))).collect()
     }
 
     #[test]
-    fn a_recycled_map_keeps_nothing_of_its_last_request() {
-        let first = parsed(b"GET / HTTP/1.1\r\nHost: a\r\nX-Secret: 1\r\nCookie: s=1\r\n\r\n");
-        assert_eq!(first.len(), 3);
-        recycle(first);
-        let second = parsed(b"GET / HTTP/1.1\r\nHost: b\r\n\r\n");
-        assert!(second.capacity() >= 3, "the spare map was taken");
-        assert_eq!(second.iter().collect::<Vec<_>>(), [(&http::header::HOST, &HeaderValue::from_static("b"))]);
+    fn a_recycled_range_list_keeps_nothing_of_its_last_request() {
+        let first = raw(b"GET / HTTP/1.1\r\nHost: a\r\nX-Secret: 1\r\nCookie: s=1\r\n\r\n");
+        assert_eq!(lines(&first).len(), 3);
+        drop(first);
+        let second = raw(b"GET / HTTP/1.1\r\nHost: b\r\n\r\n");
+        assert!(second.ranges.capacity() >= 3, "the spare list was taken");
+        assert_eq!(lines(&second), ["host: b"]);
+    }
+
+    #[test]
+    fn request_edits_remove_in_any_case_and_set_after_the_clients_fields() {
+        let mut r = raw(b"GET / HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nx-b: 2\r\nX-a: 3\r\n\r\n");
+        assert_eq!(r.values(&HeaderName::from_static("x-a")).collect::<Vec<_>>(), [b"1", b"3"]);
+        assert_eq!(r.first_named("X-B"), Some(&b"2"[..]));
+        r.remove_named("X-A");
+        r.set(http::header::HOST, HeaderValue::from_static("b"));
+        r.set(HeaderName::from_static("x-c"), HeaderValue::from_static("4"));
+        assert_eq!(lines(&r), ["x-b: 2", "host: b", "x-c: 4"]);
+        assert_eq!(r.first_owned(&http::header::HOST).unwrap(), "b");
+        assert_eq!(r.first_owned(&HeaderName::from_static("x-b")).unwrap(), "2");
+        r.remove_named("x-c");
+        r.remove_named("bad name");
+        assert_eq!(lines(&r), ["x-b: 2", "host: b"]);
     }
 
     #[test]

@@ -3,14 +3,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, Uri, header};
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
 use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody, backend_fields_into_map};
 use super::budget::{Budget, Late};
-use super::conn::{ConnCtx, IncomingBody};
-use super::fields::{self, Fields};
+use super::conn::{ConnCtx, IncomingBody, RequestLine};
+use super::fields::{EditFields, Fields};
 use super::headers::{self, cookie, is_upgrade};
 use super::request_id;
 use super::respond::error_response;
@@ -22,11 +22,18 @@ use crate::config::{Balance, HashKey};
 use crate::error::{ErrorSource, UpstreamError};
 use crate::pool::{UpBody, open_http};
 
-pub(crate) async fn handle<B: IncomingBody>(mut req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
-    let id = ctx.vip.spec.options.request_id.then(|| request_id::ensure(req.headers_mut()));
-    let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&req, id.clone()));
+/// Handles one request: `parts` (method, target, version) and `fields`, an h2 request's map or
+/// an HTTP/1 request's fields as ranges into its head.
+pub(crate) async fn handle<B: IncomingBody, F: EditFields>(
+    parts: RequestLine,
+    mut fields: F,
+    body: B,
+    ctx: &ConnCtx,
+) -> Response<ProxyBody> {
+    let id = ctx.vip.spec.options.request_id.then(|| request_id::ensure(&mut fields));
+    let logged = ctx.vip.spec.options.access_log.then(|| access_log::Request::of(&parts, id.clone()));
     let started = std::time::Instant::now();
-    let mut resp = forward(req, ctx).await;
+    let mut resp = forward(parts, fields, body, ctx).await;
     if !ctx.vip.response_headers.is_empty() || id.is_some() || logged.is_some() {
         backend_fields_into_map(&mut resp, false);
     }
@@ -42,7 +49,12 @@ pub(crate) async fn handle<B: IncomingBody>(mut req: Request<B>, ctx: &ConnCtx) 
     resp
 }
 
-async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<ProxyBody> {
+async fn forward<B: IncomingBody, F: EditFields>(
+    mut parts: RequestLine,
+    mut fields: F,
+    body: B,
+    ctx: &ConnCtx,
+) -> Response<ProxyBody> {
     if let Some(rate) = &ctx.vip.per_client_rate
         && let Err(wait) = rate.check(ctx.client.ip())
     {
@@ -50,26 +62,25 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
         ctx.vip.counters.clients_limited.fetch_add(1, Relaxed);
         return too_many_requests(wait);
     }
-    if let Some(refusal) = refuse(&req, ctx) {
+    if let Some(refusal) = refuse(&parts, &fields, body.size_hint().exact(), ctx) {
         ctx.vip.counters.rejected.fetch_add(1, Relaxed);
         ctx.vip.counters.client_errors.fetch_add(1, Relaxed);
         return refusal;
     }
     if let Some(status) = ctx.vip.spec.options.https_redirect {
-        return https_redirect(status, &req);
+        return https_redirect(status, &parts.uri, &fields);
     }
     let spec = &ctx.vip.spec;
     let opts = &spec.options;
-    let upgrade = is_upgrade(req.version(), req.headers());
-    let hash = request_hash(&opts.balance, req.headers(), ctx.client_hash);
-    let (mut parts, body) = req.into_parts();
+    let upgrade = is_upgrade(parts.version, &fields);
+    let hash = request_hash(&opts.balance, &fields, ctx.client_hash);
     let proto = if ctx.https { "https" } else { "http" };
-    headers::prepare_request(&mut parts, ctx.client, &opts.forwarded, upgrade, proto);
-    apply(&ctx.vip.request_headers, &mut parts.headers);
+    headers::prepare_request(&mut parts, &mut fields, ctx.client, &opts.forwarded, upgrade, proto);
+    apply(&ctx.vip.request_headers, &mut fields);
     let target = Target {
-        route: route_of(&ctx.vip, &parts),
+        route: route_of(&ctx.vip, &parts.uri, &fields),
         hash,
-        sticky: opts.sticky_cookie.as_deref().and_then(|name| sticky_token(&parts.headers, name)),
+        sticky: opts.sticky_cookie.as_deref().and_then(|name| sticky_token(&fields, name)),
     };
 
     // Only a request that can be sent again as-is may be retried after it left: idempotent
@@ -88,16 +99,14 @@ async fn forward<B: IncomingBody>(req: Request<B>, ctx: &ConnCtx) -> Response<Pr
     let mut up = Request::new(body);
     *up.method_mut() = parts.method;
     *up.uri_mut() = parts.uri;
-    *up.headers_mut() = parts.headers;
 
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
         biased;
-        r = attempts(&mut up, replayable, &target, ctx, upgrade, upload) => r,
+        r = attempts(&mut up, &fields, replayable, &target, ctx, upgrade, upload) => r,
         // Mid-upload, the backend must keep reading: one that stops gets the body timeout.
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
-    fields::recycle(std::mem::take(up.headers_mut()));
     match result {
         Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, target.sticky, ctx),
         Err(e) => {
@@ -127,7 +136,7 @@ struct Target {
 }
 
 /// The backend token in the request's sticky cookie, if it carries a well-formed one.
-fn sticky_token(headers: &HeaderMap, name: &str) -> Option<u32> {
+fn sticky_token(headers: &impl Fields, name: &str) -> Option<u32> {
     headers::cookie(headers, name).and_then(|v| u32::from_str_radix(v, 16).ok())
 }
 
@@ -139,34 +148,30 @@ fn sticky_cookie(name: &str, token: u32, https: bool) -> Option<http::HeaderValu
 }
 
 /// The VIP route that takes the request, by its host and path: None for the VIP's own backends.
-fn route_of(vip: &crate::vip::Vip, parts: &http::request::Parts) -> Option<usize> {
+fn route_of(vip: &crate::vip::Vip, uri: &Uri, fields: &impl Fields) -> Option<usize> {
     if vip.routes.is_empty() {
         return None;
     }
-    vip.route(headers::request_host(&parts.uri, &parts.headers), parts.uri.path())
+    vip.route(headers::request_host(uri, fields), uri.path())
 }
 
 /// Sets and removes the configured header fields.
-fn apply(rules: &crate::config::HeaderRules, headers: &mut HeaderMap) {
+fn apply(rules: &crate::config::HeaderRules, headers: &mut impl EditFields) {
     for (name, value) in rules {
         match value {
-            Some(v) => {
-                headers.insert(name.clone(), v.clone());
-            }
-            None => {
-                headers.remove(name);
-            }
+            Some(v) => headers.set(name.clone(), v.clone()),
+            None => headers.remove(name),
         }
     }
 }
 
 /// The same URL over HTTPS (Host without its port, so port 443), with `status`.
-fn https_redirect<B>(status: u16, req: &Request<B>) -> Response<ProxyBody> {
+fn https_redirect(status: u16, uri: &Uri, fields: &impl Fields) -> Response<ProxyBody> {
     // Without a host (an HTTP/1.0 request) there is nowhere to send the client.
-    let Some(host) = headers::request_host(req.uri(), req.headers()).filter(|h| !h.is_empty()) else {
+    let Some(host) = headers::request_host(uri, fields).filter(|h| !h.is_empty()) else {
         return error_response(StatusCode::BAD_REQUEST, false);
     };
-    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
     let Ok(location) = http::HeaderValue::from_str(&format!("https://{host}{target}")) else {
         return error_response(StatusCode::BAD_REQUEST, false);
     };
@@ -189,13 +194,13 @@ fn is_idempotent(m: &Method) -> bool {
     matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE)
 }
 
-fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32 {
+fn request_hash(balance: &Balance, headers: &impl Fields, client_hash: u32) -> u32 {
     let Balance::ConsistentHash { key } = balance else {
         return client_hash;
     };
     let value = match key {
         HashKey::ClientIp => None,
-        HashKey::Header(name) => headers.get(name.as_str()).map(|v| v.as_bytes()),
+        HashKey::Header(name) => headers.first_named(name),
         HashKey::Cookie(name) => cookie(headers, name).map(str::as_bytes),
     };
     value.map_or(client_hash, |v| lb_common::hash::bytes_hash(v, 0) as u32)
@@ -204,6 +209,7 @@ fn request_hash(balance: &Balance, headers: &HeaderMap, client_hash: u32) -> u32
 /// Tries backends until one answers with a response head, within the retry bound.
 async fn attempts(
     req: &mut Request<UpBody>,
+    fields: &impl Fields,
     replayable: bool,
     target: &Target,
     ctx: &ConnCtx,
@@ -238,7 +244,7 @@ async fn attempts(
             }
         };
         let active = backend.begin();
-        match send(&backend, req, ctx, upload, &mut budget, upgrade, replayable).await {
+        match send(&backend, req, fields, ctx, upload, &mut budget, upgrade, replayable).await {
             Ok(resp) => {
                 if resp.status().is_server_error() {
                     backend.counters.error();
@@ -287,9 +293,11 @@ async fn attempts(
 
 /// One attempt on one backend. On failure, says whether the request was never sent (so any
 /// request may be retried then).
+#[allow(clippy::too_many_arguments)]
 async fn send(
     backend: &Arc<Backend>,
     req: &mut Request<UpBody>,
+    fields: &impl Fields,
     ctx: &ConnCtx,
     upload: &Upload,
     budget: &mut Budget,
@@ -325,7 +333,7 @@ async fn send(
         };
         let sent = tokio::select! {
             biased;
-            r = upstream::send(conn, req, upgrade) => Ok(r),
+            r = upstream::send(conn, req, fields, upgrade) => Ok(r),
             late = budget.answer_due(upload, t.backend_header) => Err(late),
         };
         match sent {

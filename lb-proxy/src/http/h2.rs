@@ -12,7 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::backend_fields_into_map;
-use super::conn::ConnCtx;
+use super::conn::{ConnCtx, RequestLine};
 use super::forward::handle;
 use super::h2_send::SendWatch;
 use crate::shutdown::Tasks;
@@ -33,7 +33,9 @@ where
         // future several times on its way into the task's cell; the request's whole state
         // machine moved each time cost kilobytes of copies per request, a pointer does not.
         Box::pin(async move {
-            let mut resp = handle(req, &ctx).await;
+            let (mut parts, body) = req.into_parts();
+            let fields = std::mem::take(&mut parts.headers);
+            let mut resp = handle(RequestLine::of(parts), fields, body, &ctx).await;
             // hyper writes the response from its map.
             backend_fields_into_map(&mut resp, false);
             Ok::<_, Infallible>(streams.watch(resp))

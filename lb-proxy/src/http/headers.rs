@@ -4,20 +4,22 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Uri, Version, request, response};
+use http::{Uri, Version, response};
 
-use super::fields::{Fields, text};
+use super::conn::RequestLine;
+use super::fields::{EditFields, Fields, text};
 use crate::config::ForwardedHeaders;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Whether an HTTP/1.1 request asks to switch protocols (WebSocket and the like).
-pub(crate) fn is_upgrade(version: Version, headers: &HeaderMap) -> bool {
-    version == Version::HTTP_11 && headers.contains_key(header::UPGRADE) && connection_has(headers, "upgrade")
+pub(crate) fn is_upgrade(version: Version, headers: &impl Fields) -> bool {
+    version == Version::HTTP_11
+        && headers.hint().is_none_or(|p| p.upgrade)
+        && headers.has(&header::UPGRADE)
+        && connection_has(headers, "upgrade")
 }
 
 /// Which of the fields that decide a message's framing and its connection's reuse a head
@@ -30,6 +32,11 @@ pub(crate) struct Present {
     pub(crate) content_length: bool,
     pub(crate) expect: bool,
     pub(crate) date: bool,
+    /// Noted for requests only (`note_request`): any hop-by-hop field, Upgrade, any of the
+    /// client-information fields.
+    pub(crate) hop_by_hop: bool,
+    pub(crate) upgrade: bool,
+    pub(crate) forwarded: bool,
 }
 
 impl Present {
@@ -65,6 +72,20 @@ impl Present {
         };
         *flag |= name == known;
     }
+
+    /// Notes a lower-case request field name: as `note` does, and whether it is hop-by-hop
+    /// (Upgrade noted apart) or a client-information field. Most requests carry none of
+    /// those, and then their removal needs no pass over the fields.
+    pub(crate) fn note_request(&mut self, name: &[u8]) {
+        self.note(name);
+        match hop_by_hop_name(name) {
+            Some(i) => {
+                self.hop_by_hop = true;
+                self.upgrade |= i == 1;
+            }
+            None => self.forwarded |= is_forwarded(name),
+        }
+    }
 }
 
 /// Whether a message lets its connection carry another one after it (RFC 9112 §9.3):
@@ -94,52 +115,48 @@ pub(crate) fn names_other_headers(value: &[u8]) -> bool {
 
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
 /// `Connection: upgrade` and `Upgrade`: they are what the backend must see.
-pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    // Which hop-by-hop names the head carries, in one pass over its names: most heads carry
-    // none, and `Connection: close` alone is the common case of those that do. Each removal
-    // is a lookup, so only the names present are removed.
-    let mut present = [false; HOP_BY_HOP_NAMES];
-    for name in headers.keys() {
-        if let Some(i) = hop_by_hop_index(name) {
-            present[i] = true;
-        }
+pub(crate) fn remove_hop_by_hop(headers: &mut impl EditFields, upgrade: bool) {
+    if !upgrade && headers.hint().is_some_and(|p| !p.hop_by_hop) {
+        return;
     }
-    if !upgrade && !present.contains(&true) {
+    // Most heads carry no hop-by-hop field, and `Connection: close` alone is the common case
+    // of those that do.
+    if !upgrade && !headers.each().any(|(name, _)| hop_by_hop_name(name).is_some()) {
         return;
     }
     // Connection options that name no other header ("close", "keep-alive") need no lookups:
     // a client's `Connection: close` is the common case.
-    if upgrade || headers.get_all(header::CONNECTION).iter().any(|v| names_other_headers(v.as_bytes())) {
-        // The headers the Connection options name. A clone of the values (reference counted)
-        // lets the options be read while the map changes, and a name is looked up as text, so
-        // an option naming no header present costs no allocation.
-        let options: Vec<HeaderValue> = headers.get_all(header::CONNECTION).iter().cloned().collect();
-        for option in options.iter().filter_map(|v| v.to_str().ok()).flat_map(|s| s.split(',')).map(str::trim) {
+    if upgrade || headers.values(&header::CONNECTION).any(names_other_headers) {
+        // The headers the Connection options name, copied so that they can be read while the
+        // fields change (a value that is not text names none).
+        let options: Vec<String> = headers
+            .values(&header::CONNECTION)
+            .filter_map(text)
+            .flat_map(|s| s.split(','))
+            .map(|o| o.trim().to_string())
+            .collect();
+        for option in &options {
             // Host is end-to-end whatever Connection says: a backend needs it (RFC 9112 §3.2).
             let keep = option.eq_ignore_ascii_case("host") || (upgrade && option.eq_ignore_ascii_case("upgrade"));
-            if !keep {
-                headers.remove(option);
+            if !keep && !option.is_empty() {
+                headers.remove_named(option);
             }
         }
     }
-    for (name, present) in HOP_BY_HOP.iter().zip(present) {
-        let kept = upgrade && (*name == header::CONNECTION || *name == header::UPGRADE);
-        if present && !kept {
-            headers.remove(name);
-        }
-    }
+    // The fixed names in one pass; an upgrade keeps Connection and Upgrade (the first two).
+    headers.retain_names(|name| hop_by_hop_name(name).is_none_or(|i| upgrade && i < 2));
     if upgrade {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.set(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
 }
 
-/// The fixed hop-by-hop headers, and Connection and Upgrade.
-const HOP_BY_HOP_NAMES: usize = 9;
-const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_NAMES] = [
+/// The fixed hop-by-hop headers, and Connection and Upgrade, in `hop_by_hop_name`'s order.
+#[cfg(test)]
+const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     header::UPGRADE,
-    KEEP_ALIVE,
-    PROXY_CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
     header::TE,
     header::TRAILER,
     header::TRANSFER_ENCODING,
@@ -147,14 +164,9 @@ const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_NAMES] = [
     header::PROXY_AUTHORIZATION,
 ];
 
-/// Where `name` is in `HOP_BY_HOP`. One match on the (lower-case) name: searching the array
-/// built it anew for every field of every head, and dropped it again (callgrind: about 0.4k
-/// instructions a request); a static array compared name by name costs more still.
-fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    hop_by_hop_name(name.as_str().as_bytes())
-}
-
-/// Where a lower-case field name is in `HOP_BY_HOP`.
+/// Where a lower-case field name is in `HOP_BY_HOP`. One match on the name: searching the
+/// array built it anew for every field of every head, and dropped it again (callgrind: about
+/// 0.4k instructions a request); a static array compared name by name costs more still.
 pub(crate) fn hop_by_hop_name(name: &[u8]) -> Option<usize> {
     Some(match name {
         b"connection" => 0,
@@ -170,10 +182,11 @@ pub(crate) fn hop_by_hop_name(name: &[u8]) -> Option<usize> {
     })
 }
 
-/// Turns a client request head into the one sent to a backend (always HTTP/1.1, origin-form).
-/// `proto` is the scheme the client used (`http` or `https`).
+/// Turns a client request head (`parts`, and its fields) into the one sent to a backend
+/// (always HTTP/1.1, origin-form). `proto` is the scheme the client used (`http` or `https`).
 pub(crate) fn prepare_request(
-    parts: &mut request::Parts,
+    parts: &mut RequestLine,
+    fields: &mut impl EditFields,
     client: SocketAddr,
     opts: &ForwardedHeaders,
     upgrade: bool,
@@ -182,23 +195,23 @@ pub(crate) fn prepare_request(
     // An absolute-form target's authority replaces Host (RFC 9112 §3.2.2); h2 carries the
     // host in :authority. Either way the HTTP/1.1 backend gets it as Host.
     if let Some(v) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
-        parts.headers.insert(header::HOST, v);
+        fields.set(header::HOST, v);
     }
     if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
         let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         parts.uri = Uri::try_from(pq).unwrap_or_else(|_| Uri::from_static("/"));
     }
     parts.version = Version::HTTP_11;
-    remove_hop_by_hop(&mut parts.headers, upgrade);
-    add_forwarded(&mut parts.headers, client.ip(), opts, proto);
+    remove_hop_by_hop(fields, upgrade);
+    add_forwarded(fields, client.ip(), opts, proto);
 }
 
 /// The host a request is for, without its port: an absolute-form target's or h2's authority,
 /// else the Host field (which `prepare_request` fills from the authority).
-pub(crate) fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+pub(crate) fn request_host<'a>(uri: &'a Uri, headers: &'a impl Fields) -> Option<&'a str> {
     match uri.authority() {
         Some(a) => Some(a.host()),
-        None => headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(host_without_port),
+        None => headers.first(&header::HOST).and_then(text).map(host_without_port),
     }
 }
 
@@ -211,10 +224,10 @@ fn host_without_port(host: &str) -> &str {
 }
 
 /// Every line of a (list-valued) header joined in order, as one value (RFC 9110 §5.3).
-fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+fn joined(headers: &impl Fields, name: &HeaderName) -> Option<String> {
     let mut out: Option<String> = None;
-    for v in headers.get_all(name) {
-        let v = v.to_str().ok()?.trim();
+    for v in headers.values(name) {
+        let v = text(v)?.trim();
         match &mut out {
             Some(o) => {
                 o.push_str(", ");
@@ -227,20 +240,23 @@ fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
 }
 
 /// Whether `name` is one of the client-information fields (one match: see `hop_by_hop_index`).
-fn is_forwarded(name: &HeaderName) -> bool {
-    matches!(name.as_str(), "x-forwarded-for" | "x-forwarded-proto" | "x-forwarded-host" | "forwarded")
+fn is_forwarded(name: &[u8]) -> bool {
+    matches!(name, b"x-forwarded-for" | b"x-forwarded-proto" | b"x-forwarded-host" | b"forwarded")
 }
 
-fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeaders, proto: &'static str) {
-    if !opts.trust_incoming && headers.keys().any(is_forwarded) {
+fn add_forwarded(headers: &mut impl EditFields, client: IpAddr, opts: &ForwardedHeaders, proto: &'static str) {
+    if !opts.trust_incoming
+        && headers.hint().is_none_or(|p| p.forwarded)
+        && headers.each().any(|(n, _)| is_forwarded(n))
+    {
         for n in [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, header::FORWARDED] {
-            headers.remove(n);
+            headers.remove(&n);
         }
     }
     if !opts.x_forwarded && !opts.forwarded {
         return;
     }
-    let host = headers.get(header::HOST).cloned();
+    let host = headers.first_owned(&header::HOST);
     if opts.x_forwarded {
         let ip = client.to_string();
         let xff = match joined(headers, &X_FORWARDED_FOR) {
@@ -248,13 +264,13 @@ fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeader
             None => ip,
         };
         if let Ok(v) = HeaderValue::from_str(&xff) {
-            headers.insert(X_FORWARDED_FOR, v);
+            headers.set(X_FORWARDED_FOR, v);
         }
-        if !headers.contains_key(X_FORWARDED_PROTO) {
-            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+        if !headers.has(&X_FORWARDED_PROTO) {
+            headers.set(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
         }
-        if let (false, Some(h)) = (headers.contains_key(X_FORWARDED_HOST), &host) {
-            headers.insert(X_FORWARDED_HOST, h.clone());
+        if let (false, Some(h)) = (headers.has(&X_FORWARDED_HOST), &host) {
+            headers.set(X_FORWARDED_HOST, h.clone());
         }
     }
     if opts.forwarded {
@@ -278,7 +294,7 @@ fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, opts: &ForwardedHeader
             None => elem,
         };
         if let Ok(v) = HeaderValue::from_str(&value) {
-            headers.insert(header::FORWARDED, v);
+            headers.set(header::FORWARDED, v);
         }
     }
 }
@@ -289,11 +305,10 @@ pub(crate) fn prepare_response(parts: &mut response::Parts, upgrade: bool) {
 }
 
 /// The value of cookie `name` in the request's Cookie headers.
-pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn cookie<'a>(headers: &'a impl Fields, name: &str) -> Option<&'a str> {
     headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+        .values(&header::COOKIE)
+        .filter_map(text)
         .flat_map(|s| s.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == name)
@@ -307,13 +322,13 @@ mod tests {
     #[test]
     fn the_hop_by_hop_match_finds_each_name_at_its_place() {
         for (i, name) in HOP_BY_HOP.iter().enumerate() {
-            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
+            assert_eq!(hop_by_hop_name(name.as_str().as_bytes()), Some(i), "{name}");
         }
-        assert_eq!(hop_by_hop_index(&header::HOST), None);
+        assert_eq!(hop_by_hop_name(b"host"), None);
         for name in [X_FORWARDED_FOR, X_FORWARDED_PROTO, X_FORWARDED_HOST, header::FORWARDED] {
-            assert!(is_forwarded(&name), "{name}");
+            assert!(is_forwarded(name.as_str().as_bytes()), "{name}");
         }
-        assert!(!is_forwarded(&header::HOST));
+        assert!(!is_forwarded(b"host"));
     }
 
     #[test]
@@ -329,8 +344,37 @@ mod tests {
         assert!(p.date && p.expect && p.connection && p.content_length && p.transfer_encoding, "{p:?}");
     }
 
-    fn parts(req: http::Request<()>) -> request::Parts {
+    fn parts(req: http::Request<()>) -> http::request::Parts {
         req.into_parts().0
+    }
+
+    fn sorted_lines(fields: &impl Fields) -> Vec<String> {
+        let mut lines: Vec<String> = fields
+            .each()
+            .map(|(n, v)| format!("{}: {}", String::from_utf8_lossy(n), String::from_utf8_lossy(v)))
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// `prepare_request` on `p`'s fields both as an h2 request's map and as an HTTP/1
+    /// request's ranges: the two must come out with the same fields (the map's returned).
+    fn prepare(p: &mut http::request::Parts, client: &str, opts: &ForwardedHeaders, upgrade: bool) {
+        let mut wire = String::from("GET / HTTP/1.1\r\n");
+        for (n, v) in &p.headers {
+            wire.push_str(&format!("{}: {}\r\n", n.as_str().to_ascii_uppercase(), v.to_str().unwrap()));
+        }
+        wire.push_str("\r\n");
+        let mut raw = crate::http::fields::RawRequest::from_wire(wire.as_bytes());
+        let client = client.parse().unwrap();
+        let line = || RequestLine { method: p.method.clone(), uri: p.uri.clone(), version: p.version };
+        let (mut raw_line, mut map_line) = (line(), line());
+        prepare_request(&mut raw_line, &mut raw, client, opts, upgrade, "http");
+        let mut map = std::mem::take(&mut p.headers);
+        prepare_request(&mut map_line, &mut map, client, opts, upgrade, "http");
+        assert_eq!(sorted_lines(&raw), sorted_lines(&map), "ranges and map agree");
+        assert_eq!((&raw_line.uri, raw_line.version), (&map_line.uri, map_line.version));
+        (p.uri, p.version, p.headers) = (map_line.uri, map_line.version, map);
     }
 
     #[test]
@@ -347,7 +391,7 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &ForwardedHeaders::default(), false, "http");
+        prepare(&mut p, "192.0.2.7:9", &ForwardedHeaders::default(), false);
         for gone in ["connection", "keep-alive", "x-secret", "te", "proxy-authorization", "upgrade"] {
             assert!(!p.headers.contains_key(gone), "{gone} must be removed");
         }
@@ -365,7 +409,7 @@ mod tests {
                 .unwrap(),
         );
         let none = ForwardedHeaders { x_forwarded: false, forwarded: false, trust_incoming: false };
-        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &none, false, "http");
+        prepare(&mut p, "192.0.2.7:9", &none, false);
         assert!(!p.headers.contains_key("connection"));
         assert_eq!(p.headers["host"], "example.org", "Host is end-to-end whatever Connection says");
         assert_eq!(p.headers["x-kept"], "yes");
@@ -378,7 +422,7 @@ mod tests {
             http::Request::get("/ws").header("connection", "Upgrade").header("upgrade", "websocket").body(()).unwrap(),
         );
         assert!(is_upgrade(p.version, &p.headers));
-        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &ForwardedHeaders::default(), true, "http");
+        prepare(&mut p, "192.0.2.7:9", &ForwardedHeaders::default(), true);
         assert_eq!(p.headers["upgrade"], "websocket");
         assert_eq!(p.headers["connection"], "upgrade");
     }
@@ -394,7 +438,7 @@ mod tests {
                 .unwrap(),
         );
         let opts = ForwardedHeaders { x_forwarded: true, forwarded: true, trust_incoming: false };
-        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false, "http");
+        prepare(&mut p, "192.0.2.7:9", &opts, false);
         assert_eq!(p.headers["x-forwarded-for"], "192.0.2.7");
         assert_eq!(p.headers["x-forwarded-proto"], "http");
         assert_eq!(p.headers["x-forwarded-host"], "example.org");
@@ -412,7 +456,7 @@ mod tests {
                 .unwrap(),
         );
         let opts = ForwardedHeaders { x_forwarded: true, forwarded: true, trust_incoming: true };
-        prepare_request(&mut p, "[2001:db8::5]:9".parse().unwrap(), &opts, false, "http");
+        prepare(&mut p, "[2001:db8::5]:9", &opts, false);
         assert_eq!(p.headers["x-forwarded-for"], "198.51.100.1, 2001:db8::5");
         assert_eq!(p.headers["forwarded"], "for=198.51.100.1, for=\"[2001:db8::5]\";host=example.org;proto=http");
     }
@@ -422,7 +466,7 @@ mod tests {
         let mut p =
             parts(http::Request::get("http://example.org:8080/a?b=1").version(Version::HTTP_2).body(()).unwrap());
         let opts = ForwardedHeaders { x_forwarded: false, ..Default::default() };
-        prepare_request(&mut p, "192.0.2.7:9".parse().unwrap(), &opts, false, "http");
+        prepare(&mut p, "192.0.2.7:9", &opts, false);
         assert_eq!(p.headers["host"], "example.org:8080");
         assert_eq!(p.uri, "/a?b=1");
         assert_eq!(p.version, Version::HTTP_11);

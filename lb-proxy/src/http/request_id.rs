@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use http::HeaderValue;
 
+use super::fields::EditFields;
+
 static KEY: LazyLock<RandomState> = LazyLock::new(RandomState::new);
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -20,12 +22,12 @@ pub(crate) fn new_id() -> HeaderValue {
 }
 
 /// The request's id: the one it came with, or a new one written into its head.
-pub(crate) fn ensure(headers: &mut http::HeaderMap) -> HeaderValue {
-    match headers.get(HEADER) {
-        Some(id) if !id.is_empty() => id.clone(),
+pub(crate) fn ensure(headers: &mut impl EditFields) -> HeaderValue {
+    match headers.first_owned(&HEADER) {
+        Some(id) if !id.is_empty() => id,
         _ => {
             let id = new_id();
-            headers.insert(HEADER, id.clone());
+            headers.set(HEADER, id.clone());
             id
         }
     }

@@ -12,8 +12,7 @@ use tokio::io::AsyncRead;
 use crate::error::BoxError;
 use crate::http::decode::{Decoder, Step};
 
-/// Reads of this size; the buffer is reused once what it held has been taken.
-const READ_SIZE: usize = 8 * 1024;
+use super::spare::READ_SIZE;
 
 pub(crate) struct Reader<R> {
     rd: R,
@@ -25,8 +24,9 @@ pub(crate) struct Reader<R> {
 }
 
 impl<R: AsyncRead + Unpin> Reader<R> {
-    pub(crate) fn new(rd: R) -> Self {
-        Reader { rd, buf: BytesMut::new(), body_done: true }
+    /// Reading into `buf` (empty).
+    pub(crate) fn new(rd: R, buf: BytesMut) -> Self {
+        Reader { rd, buf, body_done: true }
     }
 
     /// Reads into `buf`: the number of bytes, 0 at the client's end.

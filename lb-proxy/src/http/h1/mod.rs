@@ -13,6 +13,7 @@ mod prefixed;
 mod request;
 mod response;
 mod send;
+mod spare;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -71,10 +72,8 @@ where
     let ctx = ConnCtx::new(vip, client, https);
     let (rd, wr) = tokio::io::split(stream);
     let mut wr = SendTimeout::new(wr, opts.timeouts.send);
-    let reader: SharedReader<_> = Arc::new(Mutex::new(Reader::new(rd)));
-    // Room for a usual response head: grown a few bytes at a time, it would be reallocated
-    // several times on every new connection.
-    let mut out = Vec::with_capacity(1024);
+    let (read_buf, mut out) = spare::take();
+    let reader: SharedReader<_> = Arc::new(Mutex::new(Reader::new(rd, read_buf)));
     let mut timer = HeadTimer::new();
     let stop = tasks.stop.clone();
     // One waiter for the connection's life: made anew for every wait, it would join and leave
@@ -129,11 +128,11 @@ where
             version: head.parts.version,
             keep_alive: head.keep_alive && !opts.close_after_response,
         };
-        let req = http::Request::from_parts(head.parts, ClientBody::new(reader.clone(), decoder));
+        let body = ClientBody::new(reader.clone(), decoder);
         let answered = {
             // Pinned here, in this task's own state: moved into the watcher it would be stored
             // twice. In its own block, so the response's writing reuses its room.
-            let served = std::pin::pin!(handle(req, &ctx));
+            let served = std::pin::pin!(handle(head.parts, head.fields, body, &ctx));
             unless_client_leaves(served, &reader, opts.limits.max_header_bytes).await
         };
         let Some(mut resp) = answered else {
@@ -171,6 +170,7 @@ where
             break;
         }
     }
+    spare::give_back(std::mem::take(&mut lock(&reader).buf), out);
     let _ = wr.shutdown().await;
 }
 

@@ -5,11 +5,12 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::header::{self, HeaderMap};
-use http::{Method, StatusCode, Uri, Version, request};
+use http::header;
+use http::{Method, StatusCode, Uri, Version};
 
 use crate::config::Limits;
-use crate::http::fields;
+use crate::http::conn::RequestLine;
+use crate::http::fields::{self, Fields, RawRequest, text};
 use crate::http::headers::{Present, persistent};
 
 /// Header fields parsed on the stack; a limit above it is parsed with room on the heap.
@@ -24,7 +25,8 @@ pub(crate) enum Framing {
 }
 
 pub(crate) struct Head {
-    pub(crate) parts: request::Parts,
+    pub(crate) parts: RequestLine,
+    pub(crate) fields: RawRequest,
     pub(crate) framing: Framing,
     /// The client lets the connection carry another request after this one.
     pub(crate) keep_alive: bool,
@@ -38,17 +40,15 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
     let max_headers = limits.max_headers;
     let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_FIELDS];
     let mut heap = Vec::new();
-    let fields: &mut [MaybeUninit<httparse::Header<'_>>] = if max_headers <= STACK_FIELDS {
+    let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if max_headers <= STACK_FIELDS {
         &mut stack[..max_headers]
     } else {
         heap.resize_with(max_headers, MaybeUninit::uninit);
         &mut heap
     };
-    // Byte ranges of each name and value, taken while `buf` is borrowed.
-    let mut ranges = fields::Ranges::<STACK_FIELDS>::new();
-    let (len, method, target, minor) = {
+    let (len, method, target, minor, ranges) = {
         let mut req = httparse::Request::new(&mut []);
-        let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, fields) {
+        let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, slots) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() > limits.max_header_bytes => {
                 return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
@@ -60,43 +60,48 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
         if len > limits.max_header_bytes {
             return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
         }
-        ranges.record(buf, req.headers);
+        // Byte ranges of each name and value, taken while `buf` is borrowed.
+        let mut ranges = fields::spare_ranges();
+        ranges.extend(req.headers.iter().map(|h| fields::range_of(buf, h)));
         let method =
             Method::from_bytes(req.method.unwrap_or_default().as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?;
         let path = req.path.unwrap_or_default();
         let at = fields::offset(buf, path.as_bytes()) as usize;
-        (len, method, [at, at + path.len()], req.version.unwrap_or(1))
+        (len, method, [at, at + path.len()], req.version.unwrap_or(1), ranges)
     };
+    // Names lower-cased in place (httparse accepted only token characters, which `http`'s
+    // names are too), and the framing and reuse fields noted on the way.
+    let mut present = Present::default();
+    for &[a, b, _, _] in &ranges {
+        let name = &mut buf[a as usize..b as usize];
+        name.make_ascii_lowercase();
+        present.note_request(name);
+    }
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target[0]..target[1])).map_err(|_| StatusCode::BAD_REQUEST)?;
-    let headers = fields::header_map(&head, &ranges).map_err(|_| StatusCode::BAD_REQUEST)?;
+    let fields = RawRequest::new(head, ranges, present);
     let version = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
-    let present = Present::scan(&headers);
-    let framing = framing(&headers, version, present)?;
-    let keep_alive = persistent(version, &headers, present);
+    let framing = framing(&fields, version, present)?;
+    let keep_alive = persistent(version, &fields, present);
     let expects_continue = version == Version::HTTP_11
         && framing != Framing::None
         && present.expect
-        && headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    let mut r = http::Request::new(());
-    *r.method_mut() = method;
-    *r.uri_mut() = uri;
-    *r.version_mut() = version;
-    *r.headers_mut() = headers;
-    Ok(Some(Head { parts: r.into_parts().0, framing, keep_alive, expects_continue }))
+        && fields.first(&header::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    let parts = RequestLine { method, uri, version };
+    Ok(Some(Head { parts, fields, framing, keep_alive, expects_continue }))
 }
 
 /// The body's framing, or 400 for anything ambiguous.
-fn framing(headers: &HeaderMap, version: Version, present: Present) -> Result<Framing, StatusCode> {
+fn framing(headers: &impl Fields, version: Version, present: Present) -> Result<Framing, StatusCode> {
     let bad = StatusCode::BAD_REQUEST;
     if present.transfer_encoding {
         // Transfer-Encoding with Content-Length, or in HTTP/1.0, is refused (§6.1, §6.3).
         if version != Version::HTTP_11 || present.content_length {
             return Err(bad);
         }
-        let codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+        let codings = headers.values(&header::TRANSFER_ENCODING);
         let mut chunked_last = false;
-        for coding in codings.map(|v| v.to_str().map_err(|_| bad)).flat_map(|v| match v {
+        for coding in codings.map(|v| text(v).ok_or(bad)).flat_map(|v| match v {
             Ok(v) => v.split(',').map(Ok).collect::<Vec<_>>(),
             Err(e) => vec![Err(e)],
         }) {
@@ -112,12 +117,12 @@ fn framing(headers: &HeaderMap, version: Version, present: Present) -> Result<Fr
     if !present.content_length {
         return Ok(Framing::None);
     }
-    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    let mut lengths = headers.values(&header::CONTENT_LENGTH);
     let Some(length) = lengths.next() else {
         return Ok(Framing::None);
     };
     // One plain decimal number: repeated fields, lists and signs are refused.
-    let digits = length.as_bytes();
+    let digits = length;
     if lengths.next().is_some() || digits.len() > 19 {
         return Err(bad);
     }
@@ -149,7 +154,8 @@ mod tests {
             (h.parts.method, h.parts.uri.to_string(), h.parts.version),
             (Method::GET, "/a?b".into(), Version::HTTP_11)
         );
-        assert_eq!(h.parts.headers.get_all("x-a").iter().collect::<Vec<_>>(), ["1", "2"]);
+        let x_a = http::HeaderName::from_static("x-a");
+        assert_eq!(h.fields.values(&x_a).collect::<Vec<_>>(), [b"1", b"2"], "names lower-cased");
         assert_eq!((h.framing, h.keep_alive, h.expects_continue), (Framing::None, true, false));
         assert_eq!(&buf[..], b"GET /next");
         assert!(parse(&mut buf, &limits()).unwrap().is_none(), "incomplete");

@@ -24,14 +24,22 @@ pub(crate) enum RequestFraming {
     Chunked,
 }
 
-/// Appends the request head to `out`. Origin-form target, names as the map holds them
-/// (lowercase), the body's framing added when its headers do not give it.
-pub(crate) fn encode_request<B: http_body::Body>(req: &Request<B>, out: &mut Vec<u8>) -> RequestFraming {
+/// Appends the head of `req` (method, target; its map is not read) with `headers` to `out`.
+/// Origin-form target, names lower-case, the body's framing added when its headers do not
+/// give it.
+pub(crate) fn encode_request<B: http_body::Body>(
+    req: &Request<B>,
+    headers: &impl Fields,
+    out: &mut Vec<u8>,
+) -> RequestFraming {
     let body = req.body();
-    let headers = req.headers();
+    // Looked for only when there is a body: most requests have none.
+    let has_length = !body.is_end_stream()
+        && headers.hint().is_none_or(|p| p.content_length)
+        && headers.has(&header::CONTENT_LENGTH);
     let framing = if body.is_end_stream() {
         RequestFraming::None
-    } else if headers.contains_key(header::CONTENT_LENGTH) || body.size_hint().exact().is_some() {
+    } else if has_length || body.size_hint().exact().is_some() {
         RequestFraming::Length
     } else {
         RequestFraming::Chunked
@@ -40,14 +48,14 @@ pub(crate) fn encode_request<B: http_body::Body>(req: &Request<B>, out: &mut Vec
     out.push(b' ');
     out.extend_from_slice(req.uri().path_and_query().map_or("/", |p| p.as_str()).as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
+    for (name, value) in headers.each() {
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
     match framing {
-        RequestFraming::Length if !headers.contains_key(header::CONTENT_LENGTH) => {
+        RequestFraming::Length if !has_length => {
             let len = body.size_hint().exact().unwrap_or(0);
             out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes());
         }
@@ -188,16 +196,16 @@ mod tests {
     fn request_heads_are_origin_form_and_framed() {
         let mut out = Vec::new();
         let req = Request::get("/a?b=1").header("host", "x").body(Empty::<Bytes>::new()).unwrap();
-        assert_eq!(encode_request(&req, &mut out), RequestFraming::None);
+        assert_eq!(encode_request(&req, req.headers(), &mut out), RequestFraming::None);
         assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: x\r\n\r\n");
         out.clear();
         let req = Request::post("/p").body(Full::new(Bytes::from_static(b"abc"))).unwrap();
-        assert_eq!(encode_request(&req, &mut out), RequestFraming::Length);
+        assert_eq!(encode_request(&req, req.headers(), &mut out), RequestFraming::Length);
         assert_eq!(out, b"POST /p HTTP/1.1\r\ncontent-length: 3\r\n\r\n");
         out.clear();
         let req =
             Request::post("/p").header("content-length", "3").body(Full::new(Bytes::from_static(b"abc"))).unwrap();
-        encode_request(&req, &mut out);
+        encode_request(&req, req.headers(), &mut out);
         assert_eq!(out, b"POST /p HTTP/1.1\r\ncontent-length: 3\r\n\r\n", "an existing length is not repeated");
     }
 

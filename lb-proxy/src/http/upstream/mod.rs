@@ -19,7 +19,7 @@ pub(crate) use body::ResponseBody;
 use head::{MAX_RESPONSE_HEAD, RequestFraming, parse_response, response_framing};
 pub(crate) use stream::Stream;
 
-use crate::http::fields::RawFields;
+use crate::http::fields::{Fields, RawFields};
 
 /// First read size; it doubles while reads fill it (large bodies), up to `MAX_READ`.
 const MIN_READ: usize = 8 * 1024;
@@ -90,13 +90,14 @@ impl Conn {
     }
 }
 
-/// Sends `req` on `conn` and reads the response head; its body is read as the returned
+/// Sends `req` (its fields `fields`) on `conn` and reads the response head; its body is read as the returned
 /// response's body is polled. `upgrade`: the request asks to switch protocols. The request's
 /// body is taken as it is sent; the request itself stays the caller's, so one that was never
 /// written (`Failure::unsent`) can be sent again elsewhere.
 pub(crate) async fn send<B>(
     mut conn: Box<Conn>,
     req: &mut Request<B>,
+    fields: &impl Fields,
     upgrade: bool,
 ) -> Result<Response<ResponseBody>, Failure>
 where
@@ -105,7 +106,7 @@ where
 {
     let failed = |fault, unsent| Failure { fault, unsent, silent: false };
     conn.out.clear();
-    let framing = head::encode_request(req, &mut conn.out);
+    let framing = head::encode_request(req, fields, &mut conn.out);
     conn.write_out().await.map_err(|e| failed(BackendFault::Io(e), true))?;
     let complete = match framing {
         RequestFraming::None => true,
