@@ -1,13 +1,16 @@
 //! The read side of an HTTP/1 client connection, and a request's body read from it as the
-//! backend side takes it (no copy into a channel between the two).
-use std::io;
+//! backend side takes it (no copy into a channel between the two). The write side reaches the
+//! same stream through the same shared state: one allocation for the connection's stream, its
+//! halves and its read buffer, where splitting the stream first would take one more (and a
+//! second lock on every read and write).
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use tokio::io::AsyncRead;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::BoxError;
 use crate::http::decode::{Decoder, Step};
@@ -15,6 +18,7 @@ use crate::http::decode::{Decoder, Step};
 use super::spare::READ_SIZE;
 
 pub(crate) struct Reader<R> {
+    /// The whole client stream: read here, written through a `Writer`.
     rd: R,
     /// Read from the client and not yet taken: the rest of a head, a body, pipelined requests.
     pub(crate) buf: BytesMut,
@@ -47,6 +51,36 @@ pub(crate) type SharedReader<R> = Arc<Mutex<Reader<R>>>;
 
 pub(crate) fn lock<R>(r: &SharedReader<R>) -> std::sync::MutexGuard<'_, Reader<R>> {
     r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The write side of the client stream held by a `SharedReader`. The lock is held only for
+/// each call, as `tokio::io::split`'s would be.
+pub(crate) struct Writer<S>(pub(crate) SharedReader<S>);
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Writer<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut lock(&self.0).rd).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut lock(&self.0).rd).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        lock(&self.0).rd.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut lock(&self.0).rd).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut lock(&self.0).rd).poll_shutdown(cx)
+    }
 }
 
 pub(crate) struct ClientBody<R> {

@@ -22,10 +22,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
 use http::{Method, StatusCode};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, Sleep};
 
-use self::body::{ClientBody, Reader, SharedReader, lock};
+use self::body::{ClientBody, Reader, SharedReader, Writer, lock};
 use self::request::Framing;
 use self::send::SendTimeout;
 use super::conn::ConnCtx;
@@ -70,10 +70,9 @@ where
 {
     let opts = &vip.spec.options;
     let ctx = ConnCtx::new(vip, client, https);
-    let (rd, wr) = tokio::io::split(stream);
-    let mut wr = SendTimeout::new(wr, opts.timeouts.send);
     let (read_buf, mut out) = spare::take();
-    let reader: SharedReader<_> = Arc::new(Mutex::new(Reader::new(rd, read_buf)));
+    let reader: SharedReader<_> = Arc::new(Mutex::new(Reader::new(stream, read_buf)));
+    let mut wr = SendTimeout::new(Writer(reader.clone()), opts.timeouts.send);
     let mut timer = HeadTimer::new();
     let stop = tasks.stop.clone();
     // One waiter for the connection's life: made anew for every wait, it would join and leave
@@ -207,12 +206,13 @@ async fn read_more<R: AsyncRead + Unpin>(reader: &SharedReader<R>) -> bool {
 /// The whole client stream again, with what was read of it and not yet taken; None while a
 /// request body still holds the reader.
 fn reclaim<S: AsyncRead + AsyncWrite + Unpin>(
-    reader: SharedReader<ReadHalf<S>>,
-    wr: SendTimeout<WriteHalf<S>>,
+    reader: SharedReader<S>,
+    wr: SendTimeout<Writer<S>>,
 ) -> Option<(S, bytes::BytesMut)> {
+    // The writer holds the other handle of the stream's own.
+    drop(wr);
     let reader = Arc::try_unwrap(reader).ok()?;
-    let (rd, read) = reader.into_inner().unwrap_or_else(|e| e.into_inner()).into_inner();
-    Some((rd.unsplit(wr.into_inner()), read))
+    Some(reader.into_inner().unwrap_or_else(|e| e.into_inner()).into_inner())
 }
 
 enum Opening {

@@ -29,10 +29,6 @@ impl<W> SendTimeout<W> {
         self.timed_out
     }
 
-    pub(crate) fn into_inner(self) -> W {
-        self.inner
-    }
-
     /// The outcome of one write-side call: progress pushes the timer back; waiting checks it.
     fn watch<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match polled {
