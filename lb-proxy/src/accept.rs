@@ -131,7 +131,12 @@ async fn connection(stream: Accepted, client: SocketAddr, vip: Arc<Vip>, tasks: 
     vip.counters.client_connections.fetch_add(1, Relaxed);
     crate::trim::connection_opened();
     match vip.spec.mode {
-        Mode::Http => crate::http::serve_connection(stream, client, &vip, tasks).await,
+        Mode::Http => {
+            // A forced stop drops the connection wherever it is. Watched here, around the
+            // serving's own future, so that future is one level below the task's.
+            let force = tasks.force.clone();
+            crate::shutdown::until(&force, crate::http::serve_connection(stream, client, &vip, tasks)).await
+        }
         Mode::Tcp => crate::tcp::serve_connection(stream, client, &vip, tasks).await,
     }
     vip.counters.client_connections.fetch_sub(1, Relaxed);

@@ -109,6 +109,36 @@ impl Future for Raised<'_> {
     }
 }
 
+pin_project! {
+    /// `fut` until it ends or `signal` is raised, whichever comes first (`fut` is polled
+    /// first). Built by hand rather than with `select!` in an async fn: that would be one more
+    /// level of future, and each level copies the whole of `fut`'s state once more as it first
+    /// runs (kilobytes for a connection).
+    pub(crate) struct Until<'a, F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        raised: Raised<'a>,
+    }
+}
+
+/// `fut`, dropped wherever it is once `signal` is raised.
+pub(crate) fn until<F: Future<Output = ()>>(signal: &Signal, fut: F) -> Until<'_, F> {
+    Until { fut, raised: signal.raised() }
+}
+
+impl<F: Future<Output = ()>> Future for Until<'_, F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if this.fut.poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        this.raised.poll(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

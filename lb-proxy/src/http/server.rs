@@ -1,11 +1,14 @@
 //! Serving the client connections of an HTTP VIP.
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 
 use super::h2::serve_h2;
 use crate::shutdown::Tasks;
@@ -19,24 +22,30 @@ pub(crate) async fn refuse_connection(mut stream: TcpStream, response: &'static 
 }
 
 /// Serves one client connection until it ends: TLS (ALPN h2 or HTTP/1.1) on VIPs that
-/// terminate it, else HTTP/1.1 or h2c with prior knowledge. The TLS and h2 paths are boxed:
-/// their states are large, and inline they would make every connection's task (copied when it
-/// is spawned) several times the size plain HTTP/1 needs.
-pub(crate) async fn serve_connection(stream: TcpStream, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks) {
+/// terminate it, else HTTP/1.1 or h2c with prior knowledge. Not an async fn: a plain
+/// connection's future is the HTTP/1 serving's own, handed to the caller to await where it
+/// lives, since each level of async fn around it would copy its whole state (kilobytes)
+/// once more as it first runs. The TLS and h2 paths are boxed: their states are large, and
+/// inline they would make every connection's task several times the size plain HTTP/1 needs.
+pub(crate) fn serve_connection<'a>(
+    stream: TcpStream,
+    client: SocketAddr,
+    vip: &'a Arc<Vip>,
+    tasks: Tasks,
+) -> Either<Pin<Box<dyn Future<Output = ()> + Send + 'a>>, impl Future<Output = ()> + Send + 'a> {
+    let Some(tls) = &vip.tls else {
+        // Plain connections are HTTP/1 until their first bytes turn out to be the h2 preface.
+        return Either::Right(super::h1::serve(stream, client, vip, tasks, false));
+    };
     let timeouts = &vip.spec.options.timeouts;
-    if let Some(tls) = &vip.tls {
-        return Box::pin(async move {
-            let Some((stream, h2)) = crate::tls::accept(tls, stream, timeouts.handshake).await else {
-                vip.counters.tls_failures.fetch_add(1, Relaxed);
-                return;
-            };
-            match h2 {
-                true => serve_h2(stream, client, vip, tasks, true).await,
-                false => super::h1::serve(stream, client, vip, tasks, true).await,
-            }
-        })
-        .await;
-    }
-    // Plain connections are HTTP/1 until their first bytes turn out to be the h2 preface.
-    super::h1::serve(stream, client, vip, tasks, false).await
+    Either::Left(Box::pin(async move {
+        let Some((stream, h2)) = crate::tls::accept(tls, stream, timeouts.handshake).await else {
+            vip.counters.tls_failures.fetch_add(1, Relaxed);
+            return;
+        };
+        match h2 {
+            true => serve_h2(stream, client, vip, tasks, true).await,
+            false => super::h1::serve(stream, client, vip, tasks, true).await,
+        }
+    }))
 }

@@ -38,19 +38,6 @@ use crate::vip::Vip;
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-pub(crate) async fn serve<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let force = tasks.force.clone();
-    tokio::select! {
-        biased;
-        _ = serve_requests(stream, client, vip, tasks, https) => {}
-        // A forced stop drops the connection wherever it is.
-        _ = force.raised() => {}
-    }
-}
-
 /// How reading the next head ended.
 // Returned once per request and matched at once: boxing the head would cost an allocation each.
 #[allow(clippy::large_enum_variant)]
@@ -64,7 +51,9 @@ enum Next {
     TimedOut,
 }
 
-async fn serve_requests<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
+/// Serves an HTTP/1 client connection until it ends. The caller drops it at a forced stop
+/// (`shutdown::until`), wherever it is.
+pub(crate) async fn serve<S>(stream: S, client: SocketAddr, vip: &Arc<Vip>, tasks: Tasks, https: bool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
