@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::netns::{Netns, die_with_parent, run_name};
 
+pub mod ring;
 pub mod scenario;
 
 /// The router's configuration: BGP from every node with BFD, and equal routes merged into one

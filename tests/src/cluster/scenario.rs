@@ -296,36 +296,12 @@ struct MovedFlow {
 }
 
 /// Up to [`CLIENTS`] flows whose backend is not the one step 3 removes but whose ring slot the
-/// removal hands to another backend. The rings are built as the daemon builds them (the
-/// same code, from a configuration with the same backends), and the choice before the removal
-/// is checked against the node's own `explain`.
+/// removal hands to another backend ([`super::ring::RingModel`]); the choice before the
+/// removal is checked against the node's own `explain`.
 fn moved_flows(node: &Daemon) -> Vec<MovedFlow> {
-    use lb_common::flow::FlowKey;
-    use lb_common::hash::ring_slot;
-    use lb_ctl::state::{State, plan::ring_input};
-
-    let backends: Vec<String> = (0..BACKENDS).map(|j| format!("{{ address = \"{}\" }}", backend_addr(j))).collect();
-    let text = format!(
-        "[[vip]]\nname = \"web\"\naddress = \"{VIP}\"\nport = 80\nforwarding = \"dsr-ipip\"\nhash = \"flow\"\nencap_source = \"{}\"\nbackends = [ {} ]\n",
-        node_addr(0),
-        backends.join(", ")
-    );
-    let config = lb_ctl::config::Config::parse(&text, std::path::Path::new("lb.toml")).expect("ring configuration");
-    let before = State::from_config(&config, &State::default()).expect("state");
-    let mut after = before.clone();
-    after.remove_backend("web", &backend_addr(REMOVED).to_string()).expect("remove");
-    // Each ring as backend addresses by slot.
-    let ring_of = |state: &State| -> Vec<SocketAddr> {
-        let v = &state.vips[0];
-        let by_id = |id: u32| v.backends.iter().find(|b| b.id == id).expect("ring member").address;
-        ring_input(v).build(state.ring_size).into_iter().map(by_id).collect()
-    };
-    let (ring_before, ring_after) = (ring_of(&before), ring_of(&after));
-    let v = &before.vips[0];
-    let choose = |ring: &[SocketAddr], key: &FlowKey| {
-        ring[ring_slot(v.hash.wire(), key, before.hash_seed, before.ring_size) as usize]
-    };
     let removed = SocketAddr::from((backend_addr(REMOVED), 80));
+    let before = super::ring::RingModel::web(BACKENDS);
+    let after = before.without(removed);
     // Maglev's minimal disruption: removing one of three backends hands only about 10 of the
     // 65537 slots of the two others to another backend, so such flows are searched for (source
     // ports below the client's ephemeral range; the VIP hashes the 5-tuple), not met by chance.
@@ -333,10 +309,7 @@ fn moved_flows(node: &Daemon) -> Vec<MovedFlow> {
     'search: for port in 1024..20_000u16 {
         for k in 0..CLIENTS {
             let client = SocketAddrV4::new(client_addr(k), port);
-            let (src, family) = lb_common::ip_bytes(std::net::IpAddr::V4(*client.ip()));
-            let (dst, _) = lb_common::ip_bytes(VIP.into());
-            let key = FlowKey::new(src, dst, port.to_be(), 80u16.to_be(), 6, family);
-            let (b, a) = (choose(&ring_before, &key), choose(&ring_after, &key));
+            let (b, a) = (before.backend_of(client), after.backend_of(client));
             if b != removed && a != b {
                 flows.push(MovedFlow { client, before: b, after: a });
                 if flows.len() == CLIENTS {

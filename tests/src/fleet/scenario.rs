@@ -14,11 +14,13 @@
 //!   nothing.
 //!
 //! Each step's connections broken and bytes lost are returned (and said).
+use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use super::traffic::{Churn, Tally};
 use super::{FleetLab, backend, etcd, vip, vip_key};
 use crate::cluster::client_addr;
+use crate::cluster::ring::RingModel;
 use crate::lab::Hold;
 
 /// Backends serving; the fleet starts with the first two, (a) adds the third.
@@ -63,6 +65,24 @@ fn holds(lab: &FleetLab, secs: usize) -> Vec<Hold> {
 
 fn churn(lab: &FleetLab) -> Churn {
     Churn::start(&lab.cluster.client.name, vip(), HOLDS, CHURN_ADDRS)
+}
+
+/// New-connection flows from the churn's client addresses (source ports above the holds' and
+/// below the client's ephemeral range, each used once) that the ring of every backend sends
+/// to a backend other than `avoid`; a few are checked against node 0's `explain`.
+fn churn_avoiding(lab: &FleetLab, avoid: SocketAddr) -> Vec<SocketAddrV4> {
+    let ring = RingModel::web(BACKENDS);
+    let flows: Vec<SocketAddrV4> = (21_000..32_000u16)
+        .flat_map(|port| (HOLDS..CLIENTS).map(move |k| SocketAddrV4::new(client_addr(k), port)))
+        .filter(|f| ring.backend_of(*f) != avoid)
+        .collect();
+    for f in flows.iter().step_by(flows.len() / 4) {
+        let view: serde_json::Value =
+            serde_json::from_str(&lab.daemons[0].ok(&["explain", "web", &f.to_string(), "--json"]))
+                .expect("explain --json");
+        assert_eq!(view["backend"].as_str(), Some(ring.backend_of(*f).to_string().as_str()), "{f}: {view}");
+    }
+    flows
 }
 
 fn wait(lab: &FleetLab, what: &str, done: impl Fn() -> bool) {
@@ -142,13 +162,14 @@ pub fn run(lab: &mut FleetLab, say: &mut dyn FnMut(String)) -> Outcome {
     out.settle(say, "(b) etcd leader killed", Tally::of(h, c));
 
     // (c) The last node cut off from etcd; the added backend removed from the fleet meanwhile. The
-    // long-lived connections are on flows the ring sends to other backends (the removed one's
-    // own flows move, by design, wherever it is removed).
+    // long-lived and the new connections are on flows the ring sends to other backends (the
+    // removed one's own flows move, by design, wherever it is removed: a new connection in
+    // flight there as a node applies the removal is reset).
     let cut = nodes - 1;
     let mut port = 20_000;
     let flows: Vec<_> = (0..HOLDS).map(|k| lab.flow_avoiding(k, added, &mut port)).collect();
     let h: Vec<Hold> = flows.iter().map(|f| Hold::open_from(&lab.cluster.client.name, vip(), *f, 25)).collect();
-    let c = churn(lab);
+    let c = Churn::over(&lab.cluster.client.name, vip(), churn_avoiding(lab, added));
     etcd::partition(&lab.cluster.nodes[cut]);
     wait(lab, "the cut-off node says it lost etcd", || lab.fleet_view(cut)["connected"] == false);
     let status = lab.daemons[cut].ok(&["status"]);

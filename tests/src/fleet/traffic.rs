@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use crate::cluster::client_addr;
-use crate::lab::{Hold, http_get};
+use crate::lab::{Hold, http_get_from};
 use crate::netns::enter_named;
 
 /// The churn's bound: it stops by itself after this long.
@@ -21,7 +21,23 @@ pub struct Churn {
 }
 
 impl Churn {
+    /// From the client addresses `first..first + count`, any source port.
     pub fn start(client_ns: &str, vip: SocketAddrV4, first: usize, count: usize) -> Churn {
+        Churn::with_sources(client_ns, vip, move |done| Some(SocketAddrV4::new(client_addr(first + done % count), 0)))
+    }
+
+    /// From each of `flows` (source address and port) once, in order; then it waits to be
+    /// stopped. For a step whose new connections must avoid a backend (a 5-tuple-hashed VIP).
+    pub fn over(client_ns: &str, vip: SocketAddrV4, flows: Vec<SocketAddrV4>) -> Churn {
+        Churn::with_sources(client_ns, vip, move |done| flows.get(done).copied())
+    }
+
+    /// Connection `done` from `source(done)`, until it gives none or the churn is stopped.
+    fn with_sources(
+        client_ns: &str,
+        vip: SocketAddrV4,
+        source: impl Fn(usize) -> Option<SocketAddrV4> + Send + 'static,
+    ) -> Churn {
         let stop = Arc::new(AtomicBool::new(false));
         let (flag, ns) = (stop.clone(), client_ns.to_string());
         let thread = std::thread::spawn(move || {
@@ -29,8 +45,11 @@ impl Churn {
             let started = Instant::now();
             let (mut done, mut failed) = (0usize, Vec::new());
             while !flag.load(Relaxed) && started.elapsed() < CHURN_LIMIT {
-                let src = client_addr(first + done % count);
-                match http_get(src, vip, "/") {
+                let Some(src) = source(done) else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                match http_get_from(src.into(), vip.into(), "/") {
                     Ok((200, _)) => {}
                     outcome => failed.push(format!("new connection {src} -> {vip}: {outcome:?}")),
                 }

@@ -19,18 +19,24 @@ pub fn wait_for_listener(addr: SocketAddr, timeout: Duration) {
 pub fn http_get(src: impl Into<IpAddr>, dst: impl Into<SocketAddr>, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
     let dst = dst.into();
     exchange(
-        src.into(),
+        SocketAddr::new(src.into(), 0),
         dst,
         format!("GET {path} HTTP/1.1\r\nHost: {dst}\r\nConnection: close\r\n\r\n").as_bytes(),
         &[],
     )
 }
 
-/// Sends `head` and `body` from `src` to `dst`, reads the response to the end.
-fn exchange(src: IpAddr, dst: SocketAddr, head: &[u8], body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
+/// [`http_get`] from a chosen source port too (`src`), for a flow whose backend the caller
+/// chose (a 5-tuple-hashed VIP).
+pub fn http_get_from(src: SocketAddr, dst: SocketAddr, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    exchange(src, dst, format!("GET {path} HTTP/1.1\r\nHost: {dst}\r\nConnection: close\r\n\r\n").as_bytes(), &[])
+}
+
+/// Sends `head` and `body` from `src` (port 0: any) to `dst`, reads the response to the end.
+fn exchange(src: SocketAddr, dst: SocketAddr, head: &[u8], body: &[u8]) -> std::io::Result<(u16, Vec<u8>)> {
     use std::io::{Read, Write};
     let socket = socket2::Socket::new(socket2::Domain::for_address(dst), socket2::Type::STREAM, None)?;
-    socket.bind(&SocketAddr::from((src, 0)).into())?;
+    socket.bind(&src.into())?;
     socket.set_read_timeout(Some(Duration::from_secs(10)))?;
     socket.set_write_timeout(Some(Duration::from_secs(10)))?;
     socket.connect_timeout(&dst.into(), Duration::from_secs(5))?;
@@ -60,7 +66,7 @@ pub fn http_post(
 ) -> std::io::Result<(u16, Vec<u8>)> {
     let dst = dst.into();
     exchange(
-        src.into(),
+        SocketAddr::new(src.into(), 0),
         dst,
         format!("POST {path} HTTP/1.1\r\nHost: {dst}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())
             .as_bytes(),
