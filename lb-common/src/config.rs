@@ -41,6 +41,16 @@ pub mod port_flags {
     pub const NAT_BACKEND_TCP: u32 = 1 << 2;
     /// Some NAT backend of a UDP VIP answers from this source port.
     pub const NAT_BACKEND_UDP: u32 = 1 << 3;
+
+    /// The VIP and NAT-backend bits of L4 `protocol` (TCP or UDP; None for any other).
+    #[inline(always)]
+    pub const fn of_protocol(protocol: u8) -> Option<(u32, u32)> {
+        match protocol {
+            crate::ip_proto::TCP => Some((VIP_TCP, NAT_BACKEND_TCP)),
+            crate::ip_proto::UDP => Some((VIP_UDP, NAT_BACKEND_UDP)),
+            _ => None,
+        }
+    }
 }
 
 crate::user_pod!(DataplaneConfig);

@@ -226,15 +226,16 @@ fn put_on(
 /// old one's place, and a keeper of it. Fails, changing nothing the next try needs, while no
 /// interface of that name exists.
 pub fn attach_again(ebpf: &mut aya::Ebpf, keeper: &PinKeeper) -> Result<PinKeeper> {
-    let Placement { iface, mode } = keeper.placement().clone();
-    let attached = load::attach(ebpf, program_names::INGRESS, &iface, mode)?;
+    let placement = keeper.placement().clone();
+    let iface = &placement.iface;
+    let attached = load::attach(ebpf, program_names::INGRESS, iface, placement.mode)?;
     let link = load::program(ebpf, program_names::INGRESS)?.take_link(attached.link).map_err(err)?;
     let fd_link = FdLink::try_from(link).map_err(|e| err(format!("the new link on {iface}: {e}")))?;
     let link_path = keeper.link_path();
     // The old pin holds a link with no interface: the new one takes its place.
     let _ = std::fs::remove_file(link_path);
     fd_link.pin(link_path).map_err(|e| err(format!("pinning {}: {e}", link_path.display())))?;
-    PinKeeper::open(keeper.dir(), link_path, Placement { iface, mode })
+    PinKeeper::open(keeper.dir(), link_path, placement)
 }
 
 /// What [`detach`] found and removed.

@@ -75,10 +75,9 @@ fn not_balanced(parsed: Parsed) -> Verdict {
 fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P, known_dst_flags: Option<u32>) -> Verdict {
     let (src_port, dst_port) = pkt.ports();
     let protocol = pkt.protocol();
-    let (vip_bit, backend_bit) = if protocol == ip_proto::TCP {
-        (port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP)
-    } else {
-        (port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP)
+    // Parsed packets are TCP or UDP.
+    let Some((vip_bit, backend_bit)) = port_flags::of_protocol(protocol) else {
+        return (XDP_PASS, Counter::PassNotVip);
     };
     // Addresses are read only once a port says the packet may concern us: most traffic that
     // passes through is decided by the two port lookups alone.

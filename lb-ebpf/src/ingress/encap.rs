@@ -60,7 +60,7 @@ pub fn balance_encap<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow
         Ok(choice) => choice,
         Err(verdict) => return verdict,
     };
-    let generation = flow.tables.map_or(0, |t| t.nexthop_generation);
+    let generation = flow.nexthop_generation();
     encapsulate(ctx, pkt, vip, (choice.backend_id, choice.backend), flow.hash, generation)
 }
 

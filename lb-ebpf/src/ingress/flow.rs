@@ -18,3 +18,12 @@ pub struct Flow<'a> {
     /// whatever the connection table and ring say.
     pub server: Option<(u32, &'static Backend)>,
 }
+
+impl Flow<'_> {
+    /// The next-hop cache's generation (0 until userspace configured the tables): a cached
+    /// next hop of another generation is looked up again.
+    #[inline(always)]
+    pub fn nexthop_generation(&self) -> u32 {
+        self.tables.map_or(0, |t| t.nexthop_generation)
+    }
+}

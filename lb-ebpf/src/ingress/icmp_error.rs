@@ -52,7 +52,9 @@ pub fn to_backend<E: FlowError>(ctx: &XdpContext, err: &E) -> Verdict {
     let (to, ttl) = err.destination();
     let quoted = err.quoted();
     let (vip_addr, vip_port, protocol) = (quoted.src, quoted.src_port, quoted.protocol);
-    let vip_bit = if protocol == ip_proto::TCP { port_flags::VIP_TCP } else { port_flags::VIP_UDP };
+    let Some((vip_bit, _)) = port_flags::of_protocol(protocol) else {
+        return NOT_OURS;
+    };
     if maps::port_flags(u16::from_be(vip_port)) & vip_bit == 0 || to != vip_addr {
         return NOT_OURS;
     }

@@ -29,7 +29,7 @@ pub fn balance_l2<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: &
         Err(verdict) => return verdict,
     };
     let sent = Sent { family: P::FAMILY, protocol: pkt.protocol(), tos: pkt.tos(), len: pkt.ip_len() };
-    let generation = flow.tables.map_or(0, |t| t.nexthop_generation);
+    let generation = flow.nexthop_generation();
     match send_l2(ctx, &sent, vip, (choice.backend_id, choice.backend), generation) {
         Ok(verdict) => verdict,
         Err(mtu) => pkt.too_big(ctx, mtu),

@@ -30,7 +30,7 @@ pub fn balance_nat<P: IpPacket>(ctx: &XdpContext, pkt: &P, vip: &VipInfo, flow: 
     let bytes = packet_len(ctx);
     let backend_addr = field(&backend.addr);
     let to_backend = (&ANY_SOURCE, backend_addr);
-    let generation = flow.tables.map_or(0, |t| t.nexthop_generation);
+    let generation = flow.nexthop_generation();
     let verdict = rewrite_and_send(
         ctx,
         pkt,

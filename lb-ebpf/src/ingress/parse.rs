@@ -56,11 +56,10 @@ pub fn first_look(ctx: &XdpContext) -> u32 {
         return UNKNOWN;
     }
     let proto = f[L3 + 9];
-    let (minimum, vip_bit, backend_bit) = match proto {
-        ip_proto::TCP => (20, port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP),
-        ip_proto::UDP => (8, port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP),
-        _ => return UNKNOWN,
+    let Some((vip_bit, backend_bit)) = port_flags::of_protocol(proto) else {
+        return UNKNOWN;
     };
+    let minimum = if proto == ip_proto::TCP { 20 } else { 8 };
     // SAFETY: inside the frame checked above.
     let [src_port, dst_port] = unsafe { *(frame as *const u8).add(L4).cast::<[u16; 2]>() };
     // The destination first: a VIP's packet is told after one lookup.

@@ -40,12 +40,13 @@ pub fn passes_through(ctx: &XdpContext, l3_offset: usize) -> bool {
     };
     // SAFETY: bounds checked by ptr_at.
     let ip = unsafe { &*ip };
-    let (vip_bit, backend_bit, minimum) = match ip[6] {
-        ip_proto::TCP => (port_flags::VIP_TCP, port_flags::NAT_BACKEND_TCP, 20),
-        ip_proto::UDP => (port_flags::VIP_UDP, port_flags::NAT_BACKEND_UDP, 8),
-        ip_proto::ICMPV6 => return well_formed(ctx, l3_offset, ip, 4) && ip[IPV6_LEN] > ICMPV6_LAST_ERROR,
-        _ => return false,
+    if ip[6] == ip_proto::ICMPV6 {
+        return well_formed(ctx, l3_offset, ip, 4) && ip[IPV6_LEN] > ICMPV6_LAST_ERROR;
+    }
+    let Some((vip_bit, backend_bit)) = port_flags::of_protocol(ip[6]) else {
+        return false;
     };
+    let minimum = if ip[6] == ip_proto::TCP { 20 } else { 8 };
     // The destination port first: a VIP's packet goes on with no more checks here.
     // A TCP SYN to a NAT backend's port is noted (a connection straight to a backend), so any
     // packet to such a port goes on too.
