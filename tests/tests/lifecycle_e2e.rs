@@ -29,9 +29,14 @@ fn daemon(lab: &Lab, tag: &str) -> Daemon {
 
 /// lb.toml: the NAT VIP `web` on the backend, and `extra` after it.
 fn config(d: &Daemon, extra: &str) -> String {
+    config_to_port(d, 8080, extra)
+}
+
+/// As [`config`], with `web`'s backend on `port` (8080: the one the test backend serves).
+fn config_to_port(d: &Daemon, port: u16, extra: &str) -> String {
     format!(
         "[daemon]\napi_socket = \"{}\"\nflow_table_size = 65536\n\n[[vip]]\nname = \"web\"\naddress = \"{VIP}\"\n\
-         port = 80\nbackends = [ {{ address = \"{}\", port = 8080 }} ]\n{extra}",
+         port = 80\nbackends = [ {{ address = \"{}\", port = {port} }} ]\n{extra}",
         d.socket().display(),
         backend_addr(0)
     )
@@ -88,7 +93,8 @@ fn files_in(dir: &Path) -> Vec<String> {
 /// is attached and the maps written) leaves the host as it found it: no program on the
 /// interface, no pins, no saved state, no socket or lock. And when it found a running
 /// balancer's pins (a daemon killed with -9), those stay as they were: same saved ids, and
-/// the balancer keeps forwarding.
+/// the balancer keeps forwarding as it did (the failed start's file moved the VIP's backend
+/// to another port: no map took it).
 #[test]
 fn a_start_that_fails_late_leaves_the_host_as_it_found_it() {
     if !require_root("a_start_that_fails_late_leaves_the_host_as_it_found_it") {
@@ -117,7 +123,7 @@ fn a_start_that_fails_late_leaves_the_host_as_it_found_it() {
     let saved = std::fs::read_to_string(d.state_dir().join(&ids_file)).unwrap();
     let pins = files_in(d.pins());
 
-    d.write_config_text(&config(&d, &proxy_vip_on_a_missing_address()));
+    d.write_config_text(&config_to_port(&d, 9090, &proxy_vip_on_a_missing_address()));
     let (status, log) = d.attach_expecting_failure(Entry::Nsenter);
     assert_eq!(status.code(), Some(1), "{log}");
     let mut after = files_in(d.pins());

@@ -87,6 +87,9 @@ pub enum DaemonError {
     /// A proxy VIP could not start (its address is in use, or not this host's).
     #[error("the proxy VIPs could not start: {0}")]
     Proxy(String),
+    /// The routing table for the announced VIPs could not be opened.
+    #[error("{0}")]
+    Routes(String),
     /// Flow sharing could not listen on `[cluster] listen`.
     #[error("cluster: cannot listen on {0}: {1}")]
     Cluster(std::net::SocketAddr, std::io::Error),
@@ -180,15 +183,16 @@ pub struct Daemon {
     handle: DaemonHandle,
     writer: Option<tokio::task::JoinHandle<Box<dyn Dataplane>>>,
     /// Whether the writer started the proxy VIPs; taken by [`Daemon::started`].
-    started: Option<oneshot::Receiver<Result<(), String>>>,
+    started: Option<oneshot::Receiver<Result<(), DaemonError>>>,
 }
 
 impl Daemon {
-    /// Builds the state of `config`, writes it to `dataplane`, starts the health checkers and
-    /// the writer. Must be called from within a tokio runtime.
+    /// Builds the state of `config`, starts the health checkers and the writer, which writes
+    /// the state to `dataplane` once what can fail has started ([`Daemon::started`]). Must be
+    /// called from within a tokio runtime.
     pub fn start(config: Config, mut dataplane: Box<dyn Dataplane>, options: Options) -> Result<Daemon, DaemonError> {
         let previous = options.ids_file.as_deref().and_then(load_saved);
-        let (skeleton, mut applier) = match &previous {
+        let (skeleton, applier) = match &previous {
             Some(saved) => {
                 let mut skeleton = State::from_saved(saved);
                 // Maps found pinned hold the previous run's entries: assume them, so the
@@ -221,14 +225,6 @@ impl Daemon {
         {
             crate::fleet::state::apply_drains(&mut state, &drains)?;
         }
-        let report = applier.apply(&mut *dataplane, &MapContents::of(&state))?;
-        tracing::info!(
-            vips = state.vips.len(),
-            backends = state.vips.iter().map(|v| v.backends.len()).sum::<usize>(),
-            reused_ids = previous.is_some(),
-            changes = %describe(&report),
-            "maps written"
-        );
         let (tx, rx) = mpsc::unbounded_channel();
         let sink_tx = tx.clone();
         let sink: health::Sink = Arc::new(move |event| {
@@ -282,13 +278,13 @@ impl Daemon {
         Ok(Daemon { handle: DaemonHandle { tx, fleet }, writer: Some(writer), started: Some(started_rx) })
     }
 
-    /// Waits until the writer has started every proxy VIP; an error if one could not (the
-    /// writer has then stopped).
+    /// Waits until the writer has started every proxy VIP and written the maps; an error if it
+    /// could not (the writer has then stopped, the maps as they were).
     pub async fn started(&mut self) -> Result<(), DaemonError> {
         let Some(started) = self.started.take() else { return Ok(()) };
         match started.await {
-            Ok(result) => result.map_err(DaemonError::Proxy),
-            Err(_) => Err(DaemonError::Proxy("the writer stopped before starting them".into())),
+            Ok(result) => result,
+            Err(_) => Err(DaemonError::Proxy("the writer stopped before starting".into())),
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 use super::resolver::{Answer, Plan};
-use super::{Command, Options, describe, unix_now};
+use super::{Command, DaemonError, Options, describe, unix_now};
 use crate::announce::{self, KernelRoutes, MemoryRoutes, Routes};
 use crate::api::types::{Changed, NodeView, ReloadView};
 use crate::api::{ApiError, Request, Response};
@@ -145,20 +145,25 @@ impl Writer {
     }
 
     /// Serves `rx` until a stop. `started` says first whether the proxy VIPs could start
-    /// (listen); if not, the writer stops at once: a daemon missing VIPs must not run.
+    /// (listen) and the maps be written; if not, the writer stops at once: a daemon missing
+    /// VIPs must not run. The maps are written last, so a start that fails leaves them as it
+    /// found them: a running balancer's pins keep forwarding as they did.
     pub(super) fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<Command>,
-        started: tokio::sync::oneshot::Sender<Result<(), String>>,
+        started: tokio::sync::oneshot::Sender<Result<(), DaemonError>>,
     ) -> Box<dyn Dataplane> {
         let state = self.state.clone();
-        let opened = self.open_routes();
-        if let Err(e) = opened.and_then(|()| self.sync_proxy(&state).map_err(|e| e.to_string())) {
+        let opened = self.open_routes().map_err(DaemonError::Routes);
+        let ready = opened
+            .and_then(|()| self.sync_proxy(&state).map_err(|e| DaemonError::Proxy(e.to_string())))
+            .and_then(|()| self.write_first());
+        if let Err(e) = ready {
             self.checkers.stop();
             if let Some(proxy) = &mut self.proxy {
                 proxy.shutdown(std::time::Duration::ZERO);
             }
-            let _ = started.send(Err(e.to_string()));
+            let _ = started.send(Err(e));
             return self.dp;
         }
         // Saved only now: a start that fails leaves the previous run's ids as they were.
@@ -268,6 +273,18 @@ impl Writer {
     }
 
     /// Opens the kernel routing table of the announced VIPs (when the data plane is real).
+    /// Writes the state the daemon started with (the first apply: onto what the pins hold).
+    fn write_first(&mut self) -> Result<(), DaemonError> {
+        let report = self.applier.apply(&mut *self.dp, &MapContents::of(&self.state))?;
+        tracing::info!(
+            vips = self.state.vips.len(),
+            backends = self.state.vips.iter().map(|v| v.backends.len()).sum::<usize>(),
+            changes = %describe(&report),
+            "maps written"
+        );
+        Ok(())
+    }
+
     fn open_routes(&mut self) -> Result<(), String> {
         if !self.options.kernel_routes {
             return Ok(());
