@@ -60,23 +60,27 @@ pub fn first_look(ctx: &XdpContext) -> u32 {
         return UNKNOWN;
     };
     let minimum = if proto == ip_proto::TCP { 20 } else { 8 };
+    // The frame's checks before the lookups: LLVM takes each inlined lookup for a helper call
+    // that clobbers the argument registers, so what is decided before one is not kept (spilled)
+    // across it. A frame that is not a whole datagram without options gets the whole parse,
+    // which never needs its flags (it finds the frame malformed, a fragment or with options).
+    let tot_len = be16(L3 + 2) as usize;
+    let whole = f[L3] == PLAIN_VIHL
+        && be16(L3 + 6) & FRAGMENT_BITS == 0
+        && tot_len >= IPV4_LEN + minimum
+        && L3 + tot_len <= ctx.data_end() - ctx.data();
+    if !whole {
+        return UNKNOWN;
+    }
     // SAFETY: inside the frame checked above.
     let [src_port, dst_port] = unsafe { *(frame as *const u8).add(L4).cast::<[u16; 2]>() };
     // The destination first: a VIP's packet is told after one lookup.
     let dst_flags = maps::port_flags(u16::from_be(dst_port));
-    let ours = dst_flags & (vip_bit | backend_bit) != 0 || maps::port_flags(u16::from_be(src_port)) & backend_bit != 0;
-    let tot_len = be16(L3 + 2) as usize;
-    let plain = f[L3] == PLAIN_VIHL;
-    if !ours
-        && plain
-        && be16(L3 + 6) & FRAGMENT_BITS == 0
-        && tot_len >= IPV4_LEN + minimum
-        && L3 + tot_len <= ctx.data_end() - ctx.data()
-    {
+    if dst_flags & (vip_bit | backend_bit) == 0 && maps::port_flags(u16::from_be(src_port)) & backend_bit == 0 {
         return PASSES;
     }
     // Without options the ports were read where the whole parse finds them: their flags hold.
-    if plain { FLAGS_KNOWN | dst_flags } else { UNKNOWN }
+    FLAGS_KNOWN | dst_flags
 }
 
 /// The destination port flags `first_look` read, if it did (`first`: its answer).
