@@ -106,11 +106,15 @@ pub struct Options {
     /// maps of its own and run beside this build's on the same rows: an A/B of two builds in
     /// one run, paired by round, which a shared host's phases do not skew as two runs would.
     pub against: Option<std::path::PathBuf>,
+    /// How the programs take turns within a row of a round: call by call (each program runs
+    /// with the caches the others' last call left), or in blocks of all the row's calls of one
+    /// program, then the next (each runs warm, as a host's one balancer does).
+    pub in_blocks: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { rounds: ROUNDS, only: None, katran: None, profile: false, against: None }
+        Options { rounds: ROUNDS, only: None, katran: None, profile: false, against: None, in_blocks: false }
     }
 }
 
@@ -174,7 +178,13 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
     };
     let katran = katran.as_mut().map(|k| k.parts()).transpose()?;
     let sampler = options.profile.then(|| super::line_profile::Sampler::start(cpu)).transpose()?;
-    let results = measure(&mut groups, bare, katran, g0, options.rounds.max(1))?;
+    if options.in_blocks {
+        println!(
+            "turns: in blocks of {CALLS_PER_ROUND} calls of one program, then the next (bare, then ours and the others, their order reversed every other round)"
+        );
+    }
+    let turns = Turns { rounds: options.rounds.max(1), in_blocks: options.in_blocks };
+    let results = measure(&mut groups, bare, katran, g0, turns)?;
     if let Some(sampler) = sampler {
         let samples = sampler.stop()?;
         samples.report(groups[0].ours, program_names::INGRESS)?;
@@ -534,18 +544,35 @@ pub(super) struct RowResult {
 /// Katran's program and the maps a run changes, when it runs beside ours.
 pub(super) type KatranRun<'a> = Option<(&'a Xdp, &'a mut super::katran::Maps)>;
 
+/// How many rounds, and how the programs take turns within one ([`Options::in_blocks`]).
+#[derive(Clone, Copy)]
+pub(super) struct Turns {
+    pub rounds: usize,
+    pub in_blocks: bool,
+}
+
+/// One of the programs a row runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Who {
+    Bare,
+    Ours,
+    B,
+    Katran,
+}
+
 /// Checks every path takes its branch, then times them all: in each round every row of every
 /// group in turn (the groups' rows alternated), each row `bare`, `ours` and Katran (its rows)
-/// in turn, call by call; medians over rounds. The rounds interleave the rows, so a slow phase
-/// of the host (seconds long on a shared VM) hits every row alike rather than the rows it
-/// happens to fall on.
+/// in turn, call by call or in blocks ([`Turns`]); medians over rounds. The rounds interleave
+/// the rows, so a slow phase of the host (seconds long on a shared VM) hits every row alike
+/// rather than the rows it happens to fall on.
 pub(super) fn measure(
     groups: &mut [Group],
     bare: &Xdp,
     mut katran: KatranRun,
     ingress: u32,
-    rounds: usize,
+    turns: Turns,
 ) -> anyhow::Result<Vec<RowResult>> {
+    let rounds = turns.rounds;
     // Katran's key of each row's frame, for the rows it runs (new-flow rows forget it).
     let katran_keys: Vec<Vec<Option<super::katran::FlowKey>>> = groups
         .iter()
@@ -614,29 +641,48 @@ pub(super) fn measure(
                 rows.tables.set_row(&rows.paths[i])?;
                 ns_per_run(b, &mut ab_state);
             }
-            for _ in 0..CALLS_PER_ROUND {
-                run_xdp(bare, &path.frame, ingress);
-                let against = |against: &mut Option<(Rows, &Xdp)>| -> anyhow::Result<()> {
-                    if let Some((rows, b)) = against {
-                        let own = &rows.paths[i];
-                        rows.tables.forget(own)?;
-                        run_xdp(b, &own.frame, ingress);
+            // One call of `who` on this row's frame (new-flow rows forget the flow first).
+            let mut call = |who: Who| -> anyhow::Result<()> {
+                match who {
+                    Who::Bare => drop(run_xdp(bare, &path.frame, ingress)),
+                    Who::Ours => {
+                        group.rows.tables.forget(path)?;
+                        run_xdp(group.ours, &path.frame, ingress);
                     }
-                    Ok(())
-                };
-                if b_first {
-                    against(&mut group.against)?;
-                }
-                group.rows.tables.forget(path)?;
-                run_xdp(group.ours, &path.frame, ingress);
-                if !b_first {
-                    against(&mut group.against)?;
-                }
-                if let (Some((program, maps)), Some(key)) = (katran.as_mut(), katran_key) {
-                    if path.forget.is_some() {
-                        maps.forget(key)?;
+                    Who::B => {
+                        if let Some((rows, b)) = &mut group.against {
+                            let own = &rows.paths[i];
+                            rows.tables.forget(own)?;
+                            run_xdp(b, &own.frame, ingress);
+                        }
                     }
-                    run_xdp(program, &path.frame, ingress);
+                    Who::Katran => {
+                        if let (Some((program, maps)), Some(key)) = (katran.as_mut(), katran_key) {
+                            if path.forget.is_some() {
+                                maps.forget(key)?;
+                            }
+                            run_xdp(program, &path.frame, ingress);
+                        }
+                    }
+                }
+                Ok(())
+            };
+            let others = if b_first { [Who::B, Who::Ours, Who::Katran] } else { [Who::Ours, Who::B, Who::Katran] };
+            if turns.in_blocks {
+                let mut order = vec![Who::Bare];
+                // Katran's block before ours in odd rounds: the place in the loop falls on both.
+                order.extend(if b_first { [Who::Katran, Who::B, Who::Ours] } else { others });
+                for who in order {
+                    for _ in 0..CALLS_PER_ROUND {
+                        call(who)?;
+                    }
+                }
+            } else {
+                for _ in 0..CALLS_PER_ROUND {
+                    call(Who::Bare)?;
+                    for who in others {
+                        call(who)?;
+                    }
                 }
             }
             let b = ns_per_run(bare, &mut b_state);
@@ -710,7 +756,7 @@ pub(super) fn measure(
     }
     if katran.is_some() {
         println!(
-            "(Katran: the same frames, called after ours in the same loop; one SYN path (ring, then IPIP) for both \
+            "(Katran: the same frames, run in the same loop as ours; one SYN path (ring, then IPIP) for both \
              our NAT and DSR SYN rows, one established path for our NAT and IPIP rows; Katran / ours is paired by \
              round, the target is >= 2x)"
         );

@@ -32,6 +32,10 @@ enum Bench {
         /// this build's on the same rows with maps of its own, "B / ours" paired by round.
         #[arg(long)]
         against: Option<std::path::PathBuf>,
+        /// Programs take turns within a row in blocks of all its calls (each runs warm, as a
+        /// host's one balancer does) instead of call by call (each after the others' last call).
+        #[arg(long)]
+        in_blocks: bool,
     },
     /// ns per packet of an established flow as the flows grow from 1 to 1,000,000 (root).
     Flows {
@@ -111,8 +115,9 @@ static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().what {
-        Bench::Dataplane { rounds, only, katran, profile, against } => {
-            bench::dataplane::run_with(&bench::dataplane::Options { rounds, only, katran, profile, against }).map(drop)
+        Bench::Dataplane { rounds, only, katran, profile, against, in_blocks } => {
+            let options = bench::dataplane::Options { rounds, only, katran, profile, against, in_blocks };
+            bench::dataplane::run_with(&options).map(drop)
         }
         Bench::Flows { katran } => bench::flows::run(katran.as_deref()).map(drop),
         Bench::Proxy { instructions: true } => bench::proxy::instructions::run(),
