@@ -196,10 +196,18 @@ pub fn run(cluster: &mut Cluster, daemons: &mut [Daemon], options: Options, say:
         out.bad_peers = Some(bad_peers(cluster, daemons, say));
     }
 
-    // Step 1: node 1 is killed while connections stream.
+    // Step 1: node 1 is killed while connections stream (once their flows reached the peers:
+    // on a loaded host sharing can lag the 500 ms the connections are given).
+    let shared_before = options.share.then(|| sharing_totals(daemons));
     let holds: Vec<Hold> =
         (0..CLIENTS).map(|k| Hold::open(&cluster.client.name, vip(), client_addr(k), STREAM_SECS)).collect();
     std::thread::sleep(Duration::from_millis(500));
+    if let Some(before) = shared_before {
+        match wait_shared(daemons, before, CLIENTS as u64) {
+            Some(took) => say(format!("their flows recorded by every peer within {} ms", took.as_millis())),
+            None => say("their flows not all recorded by every peer within 10 s: killing node 1 anyway".into()),
+        }
+    }
     let packets: Vec<u64> = daemons.iter().map(vip_packets).collect();
     out.nodes_used = packets.iter().filter(|p| **p > 0).count();
     say(format!("{} connections streaming; VIP packets per node {packets:?}", holds.len()));
@@ -488,6 +496,28 @@ fn ring_digest(d: &Daemon) -> String {
 
 fn vip_packets(d: &Daemon) -> u64 {
     vips_json(d)[0]["packets"].as_u64().unwrap_or(0)
+}
+
+/// Flows the nodes sent to their peers and flows they recorded from them, over all nodes.
+fn sharing_totals(daemons: &[Daemon]) -> (u64, u64) {
+    let total = |name| daemons.iter().map(|d| shared_counter(d, name)).sum::<u64>();
+    (total("flows_sent"), total("flows_recorded"))
+}
+
+/// Waits (10 s at most: the connections' endings tell what a lag broke) until `flows` more
+/// flows were sent since `before`, and each was recorded by every other node; how long that
+/// took.
+fn wait_shared(daemons: &[Daemon], before: (u64, u64), flows: u64) -> Option<Duration> {
+    let peers = daemons.len() as u64 - 1;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        let (sent, recorded) = sharing_totals(daemons);
+        if sent >= before.0 + flows && recorded >= before.1 + flows * peers {
+            return Some(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
 }
 
 fn shared_counter(d: &Daemon, name: &str) -> u64 {
