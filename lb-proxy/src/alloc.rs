@@ -8,8 +8,11 @@
 //! free it, a tenth of what a new connection costs the proxy in user space (callgrind).
 //! Asking `malloc` for the size plus the alignment and returning the aligned address inside
 //! costs a cached `malloc` and 128 bytes a block. mimalloc and jemalloc also allocate these
-//! cheaply, but keep a burst's memory (see `trim.rs`), which glibc with `malloc_trim` gives
-//! back; this keeps glibc.
+//! cheaply, but with their defaults keep a burst's memory (see `trim.rs`), which glibc with
+//! `malloc_trim` gives back. Measured again against this (docs/benchmarks.md, "Instructions
+//! per request", e4dfbed): jemalloc set to purge in the background gives memory back as
+//! glibc does but takes 0.9k more instructions per new connection; mimalloc saves 0.8k but
+//! keeps twice glibc's memory after a burst even when collected. So this keeps glibc.
 use std::alloc::{GlobalAlloc, Layout, System};
 
 /// glibc's `malloc` returns blocks aligned to 16 bytes on 64-bit targets.
