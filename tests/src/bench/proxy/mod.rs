@@ -4,7 +4,8 @@
 //! requests/s (MiB/s for bulk), p50/p99/p99.9 latency, errors and the proxy's CPU time per
 //! request (per MiB for bulk); asserts nothing. `LB_BENCH_ROUNDS=N` repeats every workload N
 //! times (peers interleaved) and compares medians; `LB_BENCH_TESTS=a,b` runs only the
-//! workloads whose names contain one of those words (case-insensitive). `--instructions`
+//! workloads whose names contain one of those words (case-insensitive); a workload's whole
+//! name runs it and those named after it (`"HTTP 1 KiB, new conn"`: that one alone). `--instructions`
 //! counts user-space instructions per request instead (see [`instructions`]). Everything listens on
 //! 127.0.0.1, and every process started here is stopped by its pid when the run ends (also on error).
 use std::net::TcpListener;
@@ -86,12 +87,23 @@ fn rounds() -> usize {
     std::env::var("LB_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1usize).max(1)
 }
 
-/// Whether a workload is selected by `LB_BENCH_TESTS` (comma-separated parts of names; all
-/// workloads when unset), to profile or tune one workload without the whole run.
+/// Whether a workload is selected by `LB_BENCH_TESTS` (all workloads when unset), to profile
+/// or tune one workload without the whole run.
 fn selected(test: &str) -> bool {
-    let Ok(wanted) = std::env::var("LB_BENCH_TESTS") else { return true };
+    std::env::var("LB_BENCH_TESTS").map_or(true, |wanted| selects(&wanted, test))
+}
+
+/// Whether `wanted` selects workload `test`, in any case: a workload's whole name selects it
+/// and the workloads named after it ("HTTP 1 KiB" also selects "HTTP 1 KiB, new conn", and
+/// "HTTP 1 KiB, new conn" only that one, though it holds a comma); otherwise comma-separated
+/// parts of names.
+fn selects(wanted: &str, test: &str) -> bool {
+    let wanted = wanted.trim().to_lowercase();
+    if TESTS.iter().any(|t| t.name.to_lowercase() == wanted) {
+        return test.to_lowercase().starts_with(&wanted);
+    }
     let test = test.to_lowercase();
-    wanted.split(',').map(|w| w.trim().to_lowercase()).any(|w| !w.is_empty() && test.contains(&w))
+    wanted.split(',').map(str::trim).any(|w| !w.is_empty() && test.contains(w))
 }
 
 /// Whether a peer is selected by `LB_BENCH_PEERS` (comma-separated names; all peers when
@@ -431,5 +443,22 @@ impl Drop for Procs {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selects;
+
+    #[test]
+    fn a_whole_name_selects_that_workload_and_parts_select_every_match() {
+        assert!(selects("HTTP 1 KiB, new conn", "HTTP 1 KiB, new conn"));
+        assert!(!selects("HTTP 1 KiB, new conn", "HTTP 1 KiB"));
+        assert!(!selects("http 1 kib, new conn", "TLS 1 KiB, new conn"));
+        assert!(selects("HTTP 1 KiB", "HTTP 1 KiB, new conn"));
+        assert!(selects("HTTP 1 KiB", "HTTP 1 KiB"));
+        assert!(selects("tcp mode, h2", "h2 1 KiB, 10x10 streams"));
+        assert!(selects("tcp mode, h2", "TCP mode, 1 KiB"));
+        assert!(!selects("tcp mode, h2", "HTTP 300 KiB"));
     }
 }
