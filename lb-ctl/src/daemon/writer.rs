@@ -272,7 +272,6 @@ impl Writer {
         }
     }
 
-    /// Opens the kernel routing table of the announced VIPs (when the data plane is real).
     /// Writes the state the daemon started with (the first apply: onto what the pins hold).
     fn write_first(&mut self) -> Result<(), DaemonError> {
         let report = self.applier.apply(&mut *self.dp, &MapContents::of(&self.state))?;
@@ -285,6 +284,7 @@ impl Writer {
         Ok(())
     }
 
+    /// Opens the kernel routing table of the announced VIPs (when the data plane is real).
     fn open_routes(&mut self) -> Result<(), String> {
         if !self.options.kernel_routes {
             return Ok(());
