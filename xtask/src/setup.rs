@@ -16,7 +16,8 @@ const LLVM_MAJOR: &str = "22";
 /// recommended by chromium, and recommends are not installed), BIRD 2 (the scale-out
 /// suite announces VIPs over BGP to a router namespace) and nft (nftables: the export test
 /// checks the generated ruleset with `nft -c`), etcd (the fleet suites
-/// start a real etcd cluster) and protoc (etcd-client's build script compiles etcd's protobufs).
+/// start a real etcd cluster) and protoc with the protobuf well-known types (etcd-client's build script compiles
+/// etcd's protobufs).
 pub(crate) const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "ethtool",
@@ -28,10 +29,13 @@ pub(crate) const DEBIAN_PACKAGES: &[&str] = &[
     "fonts-liberation",
     "bird2",
     "nftables",
-    // `[fleet]`: the tests start a real etcd; etcd-client's build script needs protoc.
+    // `[fleet]`: the tests start a real etcd; etcd-client's build script needs protoc and the
+    // well-known types etcd's protobufs import (google/protobuf/descriptor.proto, struct.proto),
+    // which are in libprotobuf-dev: protobuf-compiler only recommends it.
     "etcd-server",
     "etcd-client",
     "protobuf-compiler",
+    "libprotobuf-dev",
     // The completion tests drive each shell's own completion machinery.
     "zsh",
     "fish",
