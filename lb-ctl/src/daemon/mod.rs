@@ -93,6 +93,9 @@ pub enum DaemonError {
     /// Flow sharing could not listen on `[cluster] listen`.
     #[error("cluster: cannot listen on {0}: {1}")]
     Cluster(std::net::SocketAddr, std::io::Error),
+    /// The writer ended before it said how its start went (it panicked).
+    #[error("the map writer stopped before it started")]
+    WriterStopped,
 }
 
 /// How to reach the writer; cheap to clone.
@@ -284,7 +287,7 @@ impl Daemon {
         let Some(started) = self.started.take() else { return Ok(()) };
         match started.await {
             Ok(result) => result,
-            Err(_) => Err(DaemonError::Proxy("the writer stopped before starting".into())),
+            Err(_) => Err(DaemonError::WriterStopped),
         }
     }
 

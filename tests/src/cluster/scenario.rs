@@ -328,9 +328,7 @@ fn moved_flows(node: &Daemon) -> Vec<MovedFlow> {
     }
     assert!(flows.len() >= CLIENTS / 2, "only {} flows found whose ring slot the removal moves", flows.len());
     for f in &flows {
-        let view: serde_json::Value =
-            serde_json::from_str(&node.ok(&["explain", "web", &f.client.to_string(), "--json"]))
-                .expect("explain --json");
+        let view = node.explain("web", &f.client.to_string());
         assert_eq!(
             view["backend"].as_str(),
             Some(f.before.to_string().as_str()),
@@ -431,11 +429,7 @@ fn open_placed(
     let hold = Hold::open_from(&cluster.client.name, vip(), client, secs);
     if !share {
         let local = hold.local().to_string();
-        let node = nodes.iter().copied().find(|i| {
-            let view: serde_json::Value =
-                serde_json::from_str(&daemons[*i].ok(&["explain", "web", &local, "--json"])).expect("explain --json");
-            view["decision"] == "conntrack"
-        });
+        let node = nodes.iter().copied().find(|i| daemons[*i].explain("web", &local)["decision"] == "conntrack");
         return (hold, node);
     }
     let started = Instant::now();

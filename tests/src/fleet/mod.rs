@@ -187,19 +187,4 @@ impl FleetLab {
             && nodes.iter().all(|n| n["current"] == true && n["rings_agree"] == true)
             && nodes.windows(2).all(|w| w[0]["record"]["rings"] == w[1]["record"]["rings"])
     }
-
-    /// A free source port of client address `k` whose flow the ring in node 0's maps sends
-    /// to a backend other than `avoid` (asked with `lb-ctl explain`), from `from` up.
-    pub fn flow_avoiding(&self, k: usize, avoid: SocketAddr, from: &mut u16) -> SocketAddrV4 {
-        loop {
-            let client = SocketAddrV4::new(crate::cluster::client_addr(k), *from);
-            *from += 1;
-            let view: serde_json::Value =
-                serde_json::from_str(&self.daemons[0].ok(&["explain", "web", &client.to_string(), "--json"]))
-                    .expect("explain --json");
-            if view["backend"].as_str() != Some(avoid.to_string().as_str()) {
-                return client;
-            }
-        }
-    }
 }

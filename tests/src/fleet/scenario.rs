@@ -67,22 +67,31 @@ fn churn(lab: &FleetLab) -> Churn {
     Churn::start(&lab.cluster.client.name, vip(), HOLDS, CHURN_ADDRS)
 }
 
-/// New-connection flows from the churn's client addresses (source ports above the holds' and
-/// below the client's ephemeral range, each used once) that the ring of every backend sends
-/// to a backend other than `avoid`; a few are checked against node 0's `explain`.
-fn churn_avoiding(lab: &FleetLab, avoid: SocketAddr) -> Vec<SocketAddrV4> {
+/// Flows that the ring of every backend sends to a backend other than `avoid`, computed with
+/// the daemon's own ring code ([`RingModel`]): for the holds, one per hold client address
+/// (source ports from 20000); for the churn, every one from the churn's client addresses
+/// (source ports above the holds' and below the client's ephemeral range, each used once). A few
+/// of each are checked against node 0's `explain`.
+fn flows_avoiding(lab: &FleetLab, avoid: SocketAddr) -> (Vec<SocketAddrV4>, Vec<SocketAddrV4>) {
     let ring = RingModel::web(BACKENDS);
-    let flows: Vec<SocketAddrV4> = (21_000..32_000u16)
-        .flat_map(|port| (HOLDS..CLIENTS).map(move |k| SocketAddrV4::new(client_addr(k), port)))
-        .filter(|f| ring.backend_of(*f) != avoid)
+    let avoids = |f: &SocketAddrV4| ring.backend_of(*f) != avoid;
+    let holds: Vec<SocketAddrV4> = (0..HOLDS)
+        .map(|k| {
+            (20_000..21_000u16)
+                .map(|port| SocketAddrV4::new(client_addr(k), port))
+                .find(avoids)
+                .expect("a hold flow avoiding the backend")
+        })
         .collect();
-    for f in flows.iter().step_by(flows.len() / 4) {
-        let view: serde_json::Value =
-            serde_json::from_str(&lab.daemons[0].ok(&["explain", "web", &f.to_string(), "--json"]))
-                .expect("explain --json");
+    let churn: Vec<SocketAddrV4> = (21_000..32_000u16)
+        .flat_map(|port| (HOLDS..CLIENTS).map(move |k| SocketAddrV4::new(client_addr(k), port)))
+        .filter(avoids)
+        .collect();
+    for f in holds.iter().chain(churn.iter().step_by(churn.len() / 4)) {
+        let view = lab.daemons[0].explain("web", &f.to_string());
         assert_eq!(view["backend"].as_str(), Some(ring.backend_of(*f).to_string().as_str()), "{f}: {view}");
     }
-    flows
+    (holds, churn)
 }
 
 fn wait(lab: &FleetLab, what: &str, done: impl Fn() -> bool) {
@@ -166,10 +175,9 @@ pub fn run(lab: &mut FleetLab, say: &mut dyn FnMut(String)) -> Outcome {
     // removed one's own flows move, by design, wherever it is removed: a new connection in
     // flight there as a node applies the removal is reset).
     let cut = nodes - 1;
-    let mut port = 20_000;
-    let flows: Vec<_> = (0..HOLDS).map(|k| lab.flow_avoiding(k, added, &mut port)).collect();
-    let h: Vec<Hold> = flows.iter().map(|f| Hold::open_from(&lab.cluster.client.name, vip(), *f, 25)).collect();
-    let c = Churn::over(&lab.cluster.client.name, vip(), churn_avoiding(lab, added));
+    let (hold_flows, churn_flows) = flows_avoiding(lab, added);
+    let h: Vec<Hold> = hold_flows.iter().map(|f| Hold::open_from(&lab.cluster.client.name, vip(), *f, 25)).collect();
+    let c = Churn::over(&lab.cluster.client.name, vip(), churn_flows);
     etcd::partition(&lab.cluster.nodes[cut]);
     wait(lab, "the cut-off node says it lost etcd", || lab.fleet_view(cut)["connected"] == false);
     let status = lab.daemons[cut].ok(&["status"]);

@@ -297,6 +297,12 @@ impl Daemon {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// `lb-ctl explain VIP CLIENT --json`: how the balancer places `client`'s flow (`decision`,
+    /// `backend`, ...).
+    pub fn explain(&self, vip: &str, client: &str) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["explain", vip, client, "--json"])).expect("explain --json")
+    }
+
     /// `lb-ctl backends list --json`.
     pub fn backends(&self) -> Vec<BackendView> {
         serde_json::from_str(&self.ok(&["backends", "list", "--json"])).expect("backends list --json")
