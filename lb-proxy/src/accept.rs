@@ -4,11 +4,15 @@
 //! listener bound elsewhere has one acceptor, which hands connections to the workers in turn
 //! (a re-registration with the receiving worker's reactor). Either way each connection is
 //! admitted against the VIP's cap and then lives on one worker.
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -77,6 +81,20 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
             continue;
         };
         let worker = if spread { set.next() } else { workers::current() };
+        let places = (permit, place);
+        if worker == workers::current() && vip.spec.mode == Mode::Http && vip.tls.is_none() {
+            // A plain HTTP connection served where it was accepted (nearly all of them): its
+            // task is its HTTP/1 serving itself, built in the task's box. Built in an async
+            // function instead, that serving (kilobytes) would be copied whole into the
+            // function's state as it first ran.
+            let open = Open::new(vip.clone(), places);
+            let task = built_in_box(|| {
+                let serving = crate::http::serve_plain(stream, client, vip.clone(), tasks.clone());
+                Holding { fut: crate::shutdown::until_owned(&tasks.force, serving), open }
+            });
+            set.spawn_on(worker, &tasks.tracker, task);
+            continue;
+        }
         // A stream is registered with the reactor of the worker that accepted it; another
         // worker registers it anew with its own.
         let stream = if worker == workers::current() {
@@ -90,10 +108,7 @@ pub(crate) async fn serve(listener: TcpListener, vip: Arc<Vip>, tasks: Tasks, se
                 }
             }
         };
-        // Boxed: the connection's future is kilobytes, and a task's future is moved several
-        // times on its way into the runtime and written over once more when it ends; a box
-        // makes each of those moves a pointer's.
-        let task = Box::pin(connection(stream, client, vip.clone(), tasks.clone(), (permit, place)));
+        let task = built_in_box(|| connection(stream, client, vip.clone(), tasks.clone(), places));
         set.spawn_on(worker, &tasks.tracker, task);
     }
 }
@@ -107,9 +122,57 @@ fn refuse(stream: TcpStream, vip: &Vip, tasks: &Tasks, response: &'static [u8]) 
     }
 }
 
-/// What a connection holds while it is open: its place under the VIP's cap and under its
-/// client's.
+/// `make()`'s value in a box allocated first. A connection's future is kilobytes: a task's
+/// future is moved several times on its way into the runtime and written over once more
+/// when it ends, which a box makes a pointer's moves; and built on the stack and then boxed
+/// (`Box::pin`), it would be copied whole into the box (0.5k instructions, callgrind).
+#[inline(always)]
+fn built_in_box<F>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
+}
+
+/// A connection's place under the VIP's cap and under its client's.
 type Places = (OwnedSemaphorePermit, Option<crate::limits::ClientPlace>);
+
+/// What a connection holds while it is open: its places, and its count among the VIP's
+/// connections and the process's (`trim`); all given back when it is dropped.
+struct Open {
+    vip: Arc<Vip>,
+    _places: Places,
+}
+
+impl Open {
+    fn new(vip: Arc<Vip>, places: Places) -> Open {
+        // TCP_NODELAY and keepalive come from the listener (`pool::set_client_options`).
+        vip.counters.client_connections.fetch_add(1, Relaxed);
+        crate::trim::connection_opened();
+        Open { vip, _places: places }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.vip.counters.client_connections.fetch_sub(1, Relaxed);
+        crate::trim::connection_closed();
+    }
+}
+
+pin_project! {
+    /// A connection's serving, holding the connection open ([`Open`]) until it ends.
+    struct Holding<F> {
+        #[pin]
+        fut: F,
+        open: Open,
+    }
+}
+
+impl<F: Future<Output = ()>> Future for Holding<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.project().fut.poll(cx)
+    }
+}
 
 enum Accepted {
     Here(TcpStream),
@@ -127,9 +190,7 @@ async fn connection(stream: Accepted, client: SocketAddr, vip: Arc<Vip>, tasks: 
             }
         },
     };
-    // TCP_NODELAY and keepalive come from the listener (`pool::set_client_options`).
-    vip.counters.client_connections.fetch_add(1, Relaxed);
-    crate::trim::connection_opened();
+    let _open = Open::new(vip.clone(), places);
     match vip.spec.mode {
         Mode::Http => {
             // A forced stop drops the connection wherever it is. Watched here, around the
@@ -139,7 +200,4 @@ async fn connection(stream: Accepted, client: SocketAddr, vip: Arc<Vip>, tasks: 
         }
         Mode::Tcp => crate::tcp::serve_connection(stream, client, &vip, tasks).await,
     }
-    vip.counters.client_connections.fetch_sub(1, Relaxed);
-    crate::trim::connection_closed();
-    drop(places);
 }

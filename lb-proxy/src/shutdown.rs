@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 
 use pin_project_lite::pin_project;
 use tokio::sync::Notify;
-use tokio::sync::futures::Notified;
+use tokio::sync::futures::{Notified, OwnedNotified};
 use tokio_util::task::TaskTracker;
 
 #[derive(Clone, Debug)]
@@ -58,7 +58,8 @@ impl Stopper {
 #[derive(Debug, Default)]
 pub(crate) struct Signal {
     up: AtomicBool,
-    notify: Notify,
+    // Shared so that a waiter may own it ([`Signal::raised_owned`]).
+    notify: Arc<Notify>,
 }
 
 impl Signal {
@@ -75,6 +76,34 @@ impl Signal {
     pub(crate) fn raised(&self) -> Raised<'_> {
         Raised { signal: self, notified: self.notify.notified(), registered: None }
     }
+
+    /// [`Signal::raised`], owning what it waits on: for a future that must be `'static` from
+    /// the start (a connection's, built in its task's box).
+    #[inline(always)]
+    pub(crate) fn raised_owned(self: &Arc<Self>) -> OwnedRaised {
+        OwnedRaised { signal: self.clone(), notified: None, registered: None }
+    }
+}
+
+/// A raised signal's poll, shared by [`Raised`] and [`OwnedRaised`]: a flag is read, and the
+/// waiter list (behind a lock) is visited only to register a waker other than the one held.
+fn poll_raised(
+    signal: &Signal,
+    notified: Pin<&mut impl Future<Output = ()>>,
+    registered: &mut Option<Waker>,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    if signal.is_raised() {
+        return Poll::Ready(());
+    }
+    if registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        return Poll::Pending;
+    }
+    if notified.poll(cx).is_ready() {
+        return Poll::Ready(());
+    }
+    *registered = Some(cx.waker().clone());
+    Poll::Pending
 }
 
 pin_project! {
@@ -95,39 +124,59 @@ impl Future for Raised<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.project();
-        if this.signal.is_raised() {
-            return Poll::Ready(());
-        }
-        if this.registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            return Poll::Pending;
-        }
-        if this.notified.poll(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        *this.registered = Some(cx.waker().clone());
-        Poll::Pending
+        poll_raised(this.signal, this.notified, this.registered, cx)
+    }
+}
+
+/// [`Raised`] owning its signal. Its waiter is made as it is first polled (before the flag is
+/// read, as [`Raised`]'s): made at once, it would be built outside the box of the future that
+/// holds it, and that future copied whole into the box.
+pub(crate) struct OwnedRaised {
+    signal: Arc<Signal>,
+    notified: Option<OwnedNotified>,
+    registered: Option<Waker>,
+}
+
+impl Future for OwnedRaised {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: nothing is moved out of `self`; `notified`, once made, stays where it is
+        // until `self` is dropped.
+        let this = unsafe { self.get_unchecked_mut() };
+        let notified = this.notified.get_or_insert_with(|| this.signal.notify.clone().notified_owned());
+        // SAFETY: as above, `notified` is pinned inside `self`.
+        let notified = unsafe { Pin::new_unchecked(notified) };
+        poll_raised(&this.signal, notified, &mut this.registered, cx)
     }
 }
 
 pin_project! {
-    /// `fut` until it ends or `signal` is raised, whichever comes first (`fut` is polled
-    /// first). Built by hand rather than with `select!` in an async fn: that would be one more
-    /// level of future, and each level copies the whole of `fut`'s state once more as it first
-    /// runs (kilobytes for a connection).
-    pub(crate) struct Until<'a, F> {
+    /// `fut` until it ends or the signal `raised` waits for is raised, whichever comes first
+    /// (`fut` is polled first). Built by hand rather than with `select!` in an async fn: that
+    /// would be one more level of future, and each level copies the whole of `fut`'s state
+    /// once more as it first runs (kilobytes for a connection).
+    pub(crate) struct Until<F, R> {
         #[pin]
         fut: F,
         #[pin]
-        raised: Raised<'a>,
+        raised: R,
     }
 }
 
 /// `fut`, dropped wherever it is once `signal` is raised.
-pub(crate) fn until<F: Future<Output = ()>>(signal: &Signal, fut: F) -> Until<'_, F> {
+pub(crate) fn until<F: Future<Output = ()>>(signal: &Signal, fut: F) -> Until<F, Raised<'_>> {
     Until { fut, raised: signal.raised() }
 }
 
-impl<F: Future<Output = ()>> Future for Until<'_, F> {
+/// [`until`], owning the signal: `'static` if `fut` is. Inlined, so that a future built to be
+/// boxed is built in its box (through a call it would be copied whole, twice).
+#[inline(always)]
+pub(crate) fn until_owned<F: Future<Output = ()>>(signal: &Arc<Signal>, fut: F) -> Until<F, OwnedRaised> {
+    Until { fut, raised: signal.raised_owned() }
+}
+
+impl<F: Future<Output = ()>, R: Future<Output = ()>> Future for Until<F, R> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {

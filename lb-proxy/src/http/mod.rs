@@ -22,4 +22,4 @@ mod validate;
 
 pub use access_log::log_access_as_fields;
 pub(crate) use respond::{BUSY_RESPONSE, TOO_MANY_RESPONSE};
-pub(crate) use server::{refuse_connection, serve_connection};
+pub(crate) use server::{refuse_connection, serve_connection, serve_plain};

@@ -21,11 +21,25 @@ pub(crate) async fn refuse_connection(mut stream: TcpStream, response: &'static 
     let _ = stream.shutdown().await;
 }
 
+/// Serves a plain (not TLS) client connection accepted on this worker until it ends: HTTP/1.1,
+/// or h2c with prior knowledge. `'static`, and inlined so that the acceptor builds the
+/// serving's future in the task's box.
+#[inline(always)]
+pub(crate) fn serve_plain(
+    stream: TcpStream,
+    client: SocketAddr,
+    vip: Arc<Vip>,
+    tasks: Tasks,
+) -> impl Future<Output = ()> + Send + 'static {
+    super::h1::serve(stream, client, vip, tasks, false)
+}
+
 /// Serves one client connection until it ends: TLS (ALPN h2 or HTTP/1.1) on VIPs that
-/// terminate it, else HTTP/1.1 or h2c with prior knowledge. Not an async fn: a plain
-/// connection's future is the HTTP/1 serving's own, handed to the caller to await where it
-/// lives, since each level of async fn around it would copy its whole state (kilobytes)
-/// once more as it first runs. The TLS and h2 paths are boxed: their states are large, and
+/// terminate it, else HTTP/1.1 or h2c with prior knowledge (a plain connection handed to
+/// another worker; one served where it was accepted gets [`serve_plain`]). Not an async fn:
+/// a plain connection's future is the HTTP/1 serving's own, handed to the caller to await
+/// where it lives, since each level of async fn around it would copy its whole state
+/// (kilobytes) once more as it first runs. The TLS and h2 paths are boxed: their states are large, and
 /// inline they would make every connection's task several times the size plain HTTP/1 needs.
 pub(crate) fn serve_connection<'a>(
     stream: TcpStream,
@@ -35,7 +49,7 @@ pub(crate) fn serve_connection<'a>(
 ) -> Either<Pin<Box<dyn Future<Output = ()> + Send + 'a>>, impl Future<Output = ()> + Send + 'a> {
     let Some(tls) = &vip.tls else {
         // Plain connections are HTTP/1 until their first bytes turn out to be the h2 preface.
-        return Either::Right(super::h1::serve(stream, client, vip, tasks, false));
+        return Either::Right(super::h1::serve(stream, client, vip.clone(), tasks, false));
     };
     let timeouts = &vip.spec.options.timeouts;
     Either::Left(Box::pin(async move {
@@ -45,7 +59,7 @@ pub(crate) fn serve_connection<'a>(
         };
         match h2 {
             true => serve_h2(stream, client, vip, tasks, true).await,
-            false => super::h1::serve(stream, client, vip, tasks, true).await,
+            false => super::h1::serve(stream, client, vip.clone(), tasks, true).await,
         }
     }))
 }
