@@ -18,6 +18,10 @@ static ALLOCATOR: lb_proxy::Allocator = lb_proxy::Allocator;
 fn main() -> ExitCode {
     // The command line as its help shows it (`docs::command`).
     let cli = Cli::from_arg_matches(&docs::command().get_matches()).unwrap_or_else(|e| e.exit());
+    if matches!(cli.command, Command::Attach(_) | Command::Proxy(_)) {
+        // The daemon may serve proxy VIPs: glibc's per-thread cache sized for them.
+        lb_proxy::restart_with_malloc_tuning();
+    }
     let result = match cli.command {
         Command::Attach(args) => start::attach(args).map(|()| ExitCode::SUCCESS),
         Command::Proxy(args) => start::proxy(args, cli.socket).map(|()| ExitCode::SUCCESS),

@@ -63,6 +63,11 @@ struct Proxy {
 impl Proxy {
     /// `lb-ctl --socket SOCKET proxy ARGS` (ARGS without the socket), once `ready` connects.
     fn start(dir: tempfile::TempDir, args: &[&str], ready: &[SocketAddr]) -> Proxy {
+        Proxy::start_with_env(dir, args, ready, &[])
+    }
+
+    /// [`Proxy::start`] with `env` added to the environment it is started with.
+    fn start_with_env(dir: tempfile::TempDir, args: &[&str], ready: &[SocketAddr], env: &[(&str, &str)]) -> Proxy {
         let socket = dir.path().join("proxy.sock");
         let log = dir.path().join("proxy.log");
         let child = Command::new(BIN)
@@ -70,6 +75,7 @@ impl Proxy {
             .arg(&socket)
             .arg("proxy")
             .args(args)
+            .envs(env.iter().copied())
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -241,4 +247,34 @@ fn a_proxy_only_daemon_reads_as_a_proxy() {
     assert!(status.success(), "{status}:\n{log}");
     assert!(log.contains("stopped"), "{log}");
     assert!(!log.contains("keeps forwarding"), "nothing keeps forwarding after a proxy-only daemon stops:\n{log}");
+}
+
+/// The daemon runs with glibc's per-thread cache sized for the proxy (it starts itself again
+/// with the tunable set, same pid), and keeps an operator's own `tcache_count` and other
+/// tunables as they are.
+#[test]
+fn the_daemon_runs_with_its_malloc_tuning_unless_the_operator_chose_one() {
+    let backend = SilentBackend::start();
+    let run = |env: &[(&str, &str)]| {
+        let vip = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let listen = vip.to_string();
+        let backend = backend.addr.to_string();
+        let proxy = Proxy::start_with_env(
+            tempfile::tempdir().unwrap(),
+            &["--listen", &listen, "--backend", &backend],
+            &[vip],
+            env,
+        );
+        proxy.ok(&["status"]);
+        // Logged from the environment glibc gave the process (/proc/PID/environ shows the
+        // original as glibc rewrote it, cut at its first tunable).
+        let log = proxy.log_text();
+        let line = log.lines().find(|l| l.contains("malloc tuning")).unwrap_or_else(|| panic!("{log}")).to_string();
+        line.split("glibc_tunables=").nth(1).unwrap_or_default().trim().to_string()
+    };
+    assert_eq!(run(&[]), lb_proxy::MALLOC_TUNING);
+    let other = "glibc.malloc.arena_max=4";
+    assert_eq!(run(&[("GLIBC_TUNABLES", other)]), format!("{other}:{}", lb_proxy::MALLOC_TUNING));
+    let own = "glibc.malloc.tcache_count=7";
+    assert_eq!(run(&[("GLIBC_TUNABLES", own)]), own, "the operator's choice stays");
 }

@@ -24,6 +24,8 @@ fn main() {
     raise_fd_limit();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--serve") {
+        // As the daemon starts.
+        lb_proxy::restart_with_malloc_tuning();
         let port: u16 = args[1].parse().unwrap();
         let backend: u16 = args[2].parse().unwrap();
         return serve(port, backend);

@@ -43,7 +43,7 @@ mod vip;
 mod vip_backends;
 mod workers;
 
-pub use alloc::Allocator;
+pub use alloc::{Allocator, MALLOC_TUNING, restart_with_malloc_tuning};
 pub use config::{
     AccessLogFormat, BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, HttpRoute, Limits,
     Mode, Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,

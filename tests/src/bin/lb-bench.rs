@@ -162,6 +162,8 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Bench::ProxyFrontend { args } => {
+            // As the daemon starts.
+            lb_proxy::restart_with_malloc_tuning();
             bench::proxy::frontend::run(&args);
             Ok(())
         }
