@@ -269,8 +269,8 @@ fn the_daemon_runs_with_its_malloc_tuning_unless_the_operator_chose_one() {
         // Logged from the environment glibc gave the process (/proc/PID/environ shows the
         // original as glibc rewrote it, cut at its first tunable).
         let log = proxy.log_text();
-        let line = log.lines().find(|l| l.contains("malloc tuning")).unwrap_or_else(|| panic!("{log}")).to_string();
-        line.split("glibc_tunables=").nth(1).unwrap_or_default().trim().to_string()
+        let line = log.lines().find(|l| l.contains("glibc_tunables=")).unwrap_or_else(|| panic!("{log}")).to_string();
+        line.split("glibc_tunables=").nth(1).and_then(|v| v.split_whitespace().next()).unwrap_or_default().to_string()
     };
     assert_eq!(run(&[]), lb_proxy::MALLOC_TUNING);
     let other = "glibc.malloc.arena_max=4";

@@ -22,12 +22,7 @@ fn init_logging(format: LogFormat, cli_level: Option<&str>, config: &Config) -> 
         Some(level) => logging::Level::CommandLine(level),
         None => logging::Level::File(&config.daemon.log_level),
     };
-    logging::init(matches!(format, LogFormat::Json), level)?;
-    // What glibc's allocator runs with (`lb_proxy::restart_with_malloc_tuning`): the
-    // environment as glibc left it, since /proc/PID/environ shows its rewritten original.
-    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-    tracing::info!(glibc_tunables = %tunables, "malloc tuning");
-    Ok(())
+    logging::init(matches!(format, LogFormat::Json), level)
 }
 
 pub fn attach(args: AttachArgs) -> anyhow::Result<()> {

@@ -46,6 +46,9 @@ pub async fn serve(
         xdp_mode = options.xdp_mode.as_deref().unwrap_or("none"),
         config = %config.source.display(),
         socket = %listeners.unix.listener.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.display().to_string())).unwrap_or_default(),
+        // What glibc's allocator runs with (`lb_proxy::restart_with_malloc_tuning`), from the
+        // environment as glibc left it (/proc/PID/environ shows its rewritten original).
+        glibc_tunables = %std::env::var("GLIBC_TUNABLES").unwrap_or_default(),
         "started"
     );
     let (config, options, follower) = crate::fleet::follow::starting(config, options);
