@@ -49,7 +49,7 @@ pub(crate) fn serve_connection<'a>(
 ) -> Either<Pin<Box<dyn Future<Output = ()> + Send + 'a>>, impl Future<Output = ()> + Send + 'a> {
     let Some(tls) = &vip.tls else {
         // Plain connections are HTTP/1 until their first bytes turn out to be the h2 preface.
-        return Either::Right(super::h1::serve(stream, client, vip.clone(), tasks, false));
+        return Either::Right(serve_plain(stream, client, vip.clone(), tasks));
     };
     let timeouts = &vip.spec.options.timeouts;
     Either::Left(Box::pin(async move {

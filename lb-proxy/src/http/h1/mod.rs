@@ -53,9 +53,7 @@ enum Next {
 
 /// Serves an HTTP/1 client connection until it ends. The caller drops it at a forced stop
 /// (`shutdown::until`), wherever it is. Owns its VIP, so that a plain connection's task can be
-/// this future itself, built in its box (`accept`; inlined there, so that nothing but its
-/// arguments is written before it is in the box).
-#[inline(always)]
+/// this future itself, built in its box (`accept`).
 pub(crate) async fn serve<S>(stream: S, client: SocketAddr, vip: Arc<Vip>, tasks: Tasks, https: bool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
