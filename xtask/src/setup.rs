@@ -36,6 +36,9 @@ pub(crate) const DEBIAN_PACKAGES: &[&str] = &[
     "etcd-client",
     "protobuf-compiler",
     "libprotobuf-dev",
+    // `bench dataplane --katran DIR` builds Katran's balancer as its Makefile-bpf does.
+    "clang",
+    "llvm",
     // The completion tests drive each shell's own completion machinery.
     "zsh",
     "fish",

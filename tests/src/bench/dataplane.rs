@@ -73,6 +73,14 @@ pub(crate) fn ns_per_run(prog: &Xdp, before: &mut (u64, u64)) -> f64 {
     per
 }
 
+/// The lb_ingress object of another build, read for the rest of the run, to measure beside this
+/// build's ("B / ours").
+pub(super) fn against_object(path: &std::path::Path) -> anyhow::Result<&'static [u8]> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    println!("against: {} (\"B\"), beside this build (\"ours\")", path.display());
+    Ok(Box::leak(bytes.into_boxed_slice()))
+}
+
 /// Empties connection-table set `set`.
 fn forget<V: Copy + Default>(table: &mut Array<MapData, FlowSet<V>>, set: &u32) -> anyhow::Result<()>
 where
@@ -142,14 +150,7 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
     let ours4: &Xdp = program(dp4.ebpf_mut(), program_names::INGRESS)?;
     let ours6: &Xdp = program(dp6.ebpf_mut(), program_names::INGRESS)?;
     // The build measured against this one: its own maps, filled as ours.
-    let against_object = match &options.against {
-        Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            println!("against: {} (\"B\"), beside this build (\"ours\")", path.display());
-            Some(&*Box::leak(bytes.into_boxed_slice()))
-        }
-        None => None,
-    };
+    let against_object = options.against.as_deref().map(against_object).transpose()?;
     let mut b4 = against_object.map(|object| balancer_of(Some(object), false));
     let mut b6 = against_object.map(|object| balancer_of(Some(object), false));
     let b_rows4 = b4.as_mut().map(ipv4_rows).transpose()?;

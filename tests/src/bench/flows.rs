@@ -1,14 +1,15 @@
 //! Per-packet cost as the number of flows grows (`lb-bench flows`, root): two established
 //! paths of lb_ingress, UDP by NAT and TCP by IP in IP (DSR, Katran's own path), with 1 to
 //! 1,000,000 flows in the connection table, packets taking the flows in a scattered order, so
-//! the larger counts miss the CPU caches as real traffic does. A NAT packet of a flow seen
-//! rarely also checks its reply entry (once a reply-check period per flow, which at these
-//! counts is nearly every packet): a second table's set; a DSR packet has none. Same method as `lb-bench dataplane` (single BPF_PROG_TEST_RUN calls alternating with
+//! the larger counts miss the CPU caches as real traffic does. Each flow is recorded by two
+//! packets (an established flow has sent more than its first). Same method as `lb-bench
+//! dataplane` (single BPF_PROG_TEST_RUN calls alternating with
 //! a bare XDP_PASS, extra ns over bare, medians over rounds). Prints figures, asserts nothing.
 //!
 //! With `--katran DIR` Katran runs the same packets in the same loop (bare, ours, Katran, call by
 //! call), its connection table (this CPU's LRU) of the same capacity as ours in each series.
-//! The process is pinned to one CPU.
+//! The process is pinned to one CPU. With `--against OBJ` another build's lb_ingress (with
+//! tables of its own, filled alike) runs in the same loop too, "B / ours" paired by round.
 //!
 //! Two series: the table sized for a million flows throughout (as a balancer runs), and a
 //! table sized to each count (four ways per flow). Their difference is the cost of the table's
@@ -21,7 +22,7 @@ use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
 
-use super::dataplane::ns_per_run;
+use super::dataplane::{against_object, ns_per_run, quartiles};
 use super::katran;
 use super::stats::median;
 use crate::fixture::{RING, configure, lab, vips};
@@ -50,6 +51,17 @@ pub struct FlowsCost {
     pub extra_ns: f64,
     /// Katran's, with a connection table of as many flows as our table has ways (when it ran).
     pub katran_ns: Option<f64>,
+    /// The build measured against this one (`--against`): its extra ns over ours, paired by
+    /// round: (median, 25%, 75%).
+    #[serde(skip)]
+    pub b_over_ours: Option<(f64, f64, f64)>,
+}
+
+/// One count's measurement: ours, Katran's and B / ours (when they ran).
+struct Measured {
+    ours: f64,
+    katran: Option<f64>,
+    b_over_ours: Option<(f64, f64, f64)>,
 }
 
 /// A measured path: its name, and flow `i`'s packet on it.
@@ -90,34 +102,43 @@ fn dsr_frame(i: u32, vip: [u8; 4]) -> Vec<u8> {
         .bytes()
 }
 
-/// A balancer with a table of `table_ways`, configured with the fixture's VIPs.
-fn balancer(table_ways: u32) -> anyhow::Result<AyaDataplane> {
-    let options = LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: table_ways, ..LoadOptions::default() };
+/// A balancer (of lb_ingress object `object`, else this build's) with a table of `table_ways`,
+/// configured with the fixture's VIPs.
+fn balancer(object: Option<&'static [u8]>, table_ways: u32) -> anyhow::Result<AyaDataplane> {
+    let options =
+        LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: table_ways, object, ..LoadOptions::default() };
     let mut dp = AyaDataplane::new(load_ingress(&options)?, RING);
     configure(&mut dp, &vips());
     Ok(dp)
 }
 
-/// Records flows `from..count` (each flow's first packet; Katran records all `count` in a table
-/// of `table` flows: UDP entries age out after 30 s there), then measures the extra ns per
-/// packet of an established flow, the packets visiting the `count` flows in scattered order:
-/// (ours, Katran's).
+/// Records flows `from..count` in our balancer and B's (each flow's first two packets; Katran records
+/// all `count` in a table of `table` flows: UDP entries age out after 30 s there), then measures
+/// the extra ns per packet of an established flow, the packets visiting the `count` flows in
+/// scattered order.
 fn measure(
-    dp: &mut AyaDataplane,
+    (dp, b): (&mut AyaDataplane, Option<&mut AyaDataplane>),
     bare: &Xdp,
     mut katran: Option<(&Xdp, &mut katran::Maps)>,
     (from, count, table): (u32, u32, u32),
     ingress: u32,
     path: &FlowPath,
-) -> anyhow::Result<(f64, Option<f64>)> {
+) -> anyhow::Result<Measured> {
     let vip = vips()[path.vip].addr;
     let frame = |i| (path.frame)(i, vip);
     let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
-    for i in from..count {
-        run_xdp(ours, &frame(i), ingress);
+    let b: Option<&Xdp> = b.map(|b| program(b.ebpf_mut(), program_names::INGRESS)).transpose()?.map(|p| &*p);
+    for (name, program) in [("ours", Some(ours)), ("B", b)] {
+        let Some(program) = program else { continue };
+        // Two packets a flow: an established flow has sent more than its first (which records
+        // a UDP flow unproven; the second proves it, and a NAT flow's reply entry with it).
+        for i in from..count {
+            run_xdp(program, &frame(i), ingress);
+            run_xdp(program, &frame(i), ingress);
+        }
+        let check = run_xdp(program, &frame(count - 1), ingress);
+        anyhow::ensure!(check.action == XDP_TX, "{name}, flow {count}: verdict {}", action_name(check.action));
     }
-    let check = run_xdp(ours, &frame(count - 1), ingress);
-    anyhow::ensure!(check.action == XDP_TX, "flow {count}: verdict {}", action_name(check.action));
     if let Some((program, maps)) = katran.as_mut() {
         maps.new_table(table)?;
         for i in 0..count {
@@ -126,33 +147,51 @@ fn measure(
         let check = run_xdp(program, &frame(count - 1), ingress);
         anyhow::ensure!(check.action == XDP_TX, "Katran, flow {count}: verdict {}", action_name(check.action));
     }
-    let (mut b_state, mut o_state, mut k_state) = ((0, 0), (0, 0), (0, 0));
-    ns_per_run(bare, &mut b_state);
+    let katran = katran.map(|(program, _)| program);
+    let (mut bare_state, mut o_state, mut k_state, mut b_state) = ((0, 0), (0, 0), (0, 0), (0, 0));
+    // Each program's run time and count so far: the rounds below take differences.
+    ns_per_run(bare, &mut bare_state);
     ns_per_run(ours, &mut o_state);
-    if let Some((program, _)) = &katran {
-        ns_per_run(program, &mut k_state);
+    if let Some(p) = katran {
+        ns_per_run(p, &mut k_state);
+    }
+    if let Some(p) = b {
+        ns_per_run(p, &mut b_state);
     }
     // A large step coprime with every count visits all the flows, in a scattered order.
     let mut at: u64 = 0;
-    let (mut extra, mut katran_extra) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
+    let (mut extra, mut katran_extra, mut b_extra) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        // The programs after bare take turns in one order, then the other: the last to run a
+        // packet was seen to gain a few percent.
+        let mut turns = [Some(ours), katran, b];
+        if round % 2 == 1 {
+            turns.reverse();
+        }
         for _ in 0..CALLS_PER_ROUND {
             at = (at + 2_654_435_761) % u64::from(count);
             let packet = frame(at as u32);
             run_xdp(bare, &packet, ingress);
-            run_xdp(ours, &packet, ingress);
-            if let Some((program, _)) = &katran {
+            for program in turns.into_iter().flatten() {
                 run_xdp(program, &packet, ingress);
             }
         }
-        let b = ns_per_run(bare, &mut b_state);
-        extra.push(ns_per_run(ours, &mut o_state) - b);
-        if let Some((program, _)) = &katran {
-            katran_extra.push(ns_per_run(program, &mut k_state) - b);
+        let base = ns_per_run(bare, &mut bare_state);
+        extra.push(ns_per_run(ours, &mut o_state) - base);
+        if let Some(p) = katran {
+            katran_extra.push(ns_per_run(p, &mut k_state) - base);
+        }
+        if let Some(p) = b {
+            b_extra.push(ns_per_run(p, &mut b_state) - base);
         }
     }
-    let katran_ns = (!katran_extra.is_empty()).then(|| median(katran_extra.into_iter()));
-    Ok((median(extra.into_iter()), katran_ns))
+    let b_over_ours =
+        (!b_extra.is_empty()).then(|| quartiles(b_extra.iter().zip(&extra).map(|(b, o)| b / o).collect()));
+    Ok(Measured {
+        ours: median(extra.into_iter()),
+        katran: (!katran_extra.is_empty()).then(|| median(katran_extra.into_iter())),
+        b_over_ours,
+    })
 }
 
 /// The same Katran, lent to one measurement.
@@ -164,9 +203,10 @@ fn evicted(dp: &AyaDataplane) -> anyhow::Result<u64> {
     Ok(dp.counters()?.into_iter().find(|(c, _)| *c == Counter::FlowTableFull).map_or(0, |(_, v)| v))
 }
 
-pub fn run(katran_checkout: Option<&Path>) -> anyhow::Result<Vec<FlowsCost>> {
+pub fn run(katran_checkout: Option<&Path>, against: Option<&Path>) -> anyhow::Result<Vec<FlowsCost>> {
     anyhow::ensure!(crate::privileges::require_root("lb-bench flows"), "the flows benchmark needs root");
     let katran_object = katran_checkout.map(katran::object_in).transpose()?;
+    let against = against.map(against_object).transpose()?;
     let ns = lab();
     let _inside = ns.enter();
     let cpu = crate::testrun::pin_to_this_cpu()?;
@@ -178,7 +218,7 @@ pub fn run(katran_checkout: Option<&Path>) -> anyhow::Result<Vec<FlowsCost>> {
     let _stats = enable_stats(Stats::RunTime)?;
     let mut costs = Vec::new();
     for path in &PATHS {
-        costs.extend(series(path, bare, &mut katran, cpu, g0)?);
+        costs.extend(series(path, bare, &mut katran, against, (cpu, g0))?);
     }
     Ok(costs)
 }
@@ -188,8 +228,8 @@ fn series(
     path: &FlowPath,
     bare: &Xdp,
     katran: &mut Option<(&Xdp, &mut katran::Maps)>,
-    cpu: u32,
-    g0: u32,
+    against: Option<&'static [u8]>,
+    (cpu, g0): (u32, u32),
 ) -> anyhow::Result<Vec<FlowsCost>> {
     println!(
         "lb_ingress {} against the number of flows, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, flows in \
@@ -197,31 +237,56 @@ fn series(
         path.name
     );
     let shown = |ns: Option<f64>| ns.map_or("-".to_string(), |k| format!("{k:.1}"));
+    let ratio =
+        |r: Option<(f64, f64, f64)>| r.map_or("-".to_string(), |(m, lo, hi)| format!("{m:.3}x [{lo:.3}..{hi:.3}]"));
     print!("{:>10} {:>16} {:>14} {:>16}", "flows", "table ways", "extra ns", "sized table ns");
     if katran.is_some() {
         print!(" {:>14} {:>20}", "Katran ns", "Katran sized ns");
     }
+    if against.is_some() {
+        print!(" {:>22} {:>22}", "B / ours [IQR]", "B / ours, sized");
+    }
     println!();
     let mut costs = Vec::new();
-    let mut full = balancer(FLOW_TABLE)?;
+    let mut full = balancer(None, FLOW_TABLE)?;
+    let mut full_b = against.map(|object| balancer(Some(object), FLOW_TABLE)).transpose()?;
     let mut recorded = 0;
     for count in FLOW_COUNTS {
-        let (extra_ns, katran_ns) =
-            measure(&mut full, bare, reborrow(katran), (recorded, count, FLOW_TABLE), g0, path)?;
+        let all =
+            measure((&mut full, full_b.as_mut()), bare, reborrow(katran), (recorded, count, FLOW_TABLE), g0, path)?;
         recorded = count;
-        costs.push(FlowsCost { path: path.name, flows: count, table_ways: FLOW_TABLE, extra_ns, katran_ns });
+        costs.push(FlowsCost {
+            path: path.name,
+            flows: count,
+            table_ways: FLOW_TABLE,
+            extra_ns: all.ours,
+            katran_ns: all.katran,
+            b_over_ours: all.b_over_ours,
+        });
         let sized_ways = (4 * count).next_power_of_two().max(MIN_TABLE);
-        let (sized, katran_sized) = if sized_ways < FLOW_TABLE {
-            let mut dp = balancer(sized_ways)?;
-            let (ns, katran_ns) = measure(&mut dp, bare, reborrow(katran), (0, count, sized_ways), g0, path)?;
-            costs.push(FlowsCost { path: path.name, flows: count, table_ways: sized_ways, extra_ns: ns, katran_ns });
-            (format!("{ns:>7.1} ({sized_ways} ways)"), shown(katran_ns))
+        let sized = if sized_ways < FLOW_TABLE {
+            let mut dp = balancer(None, sized_ways)?;
+            let mut b = against.map(|object| balancer(Some(object), sized_ways)).transpose()?;
+            let sized = measure((&mut dp, b.as_mut()), bare, reborrow(katran), (0, count, sized_ways), g0, path)?;
+            costs.push(FlowsCost {
+                path: path.name,
+                flows: count,
+                table_ways: sized_ways,
+                extra_ns: sized.ours,
+                katran_ns: sized.katran,
+                b_over_ours: sized.b_over_ours,
+            });
+            Some(sized)
         } else {
-            ("-".into(), "-".into())
+            None
         };
-        print!("{count:>10} {FLOW_TABLE:>16} {extra_ns:>14.1} {sized:>16}");
+        let sized_ns = sized.as_ref().map_or("-".into(), |m| format!("{:>7.1} ({sized_ways} ways)", m.ours));
+        print!("{count:>10} {FLOW_TABLE:>16} {:>14.1} {sized_ns:>16}", all.ours);
         if katran.is_some() {
-            print!(" {:>14} {katran_sized:>20}", shown(katran_ns));
+            print!(" {:>14} {:>20}", shown(all.katran), shown(sized.as_ref().and_then(|m| m.katran)));
+        }
+        if against.is_some() {
+            print!(" {:>22} {:>22}", ratio(all.b_over_ours), ratio(sized.as_ref().and_then(|m| m.b_over_ours)));
         }
         println!();
     }

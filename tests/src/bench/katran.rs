@@ -14,11 +14,12 @@ use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray, PerCpuVa
 use aya::programs::Xdp;
 use aya::{Ebpf, Pod};
 
+use super::katran_build;
 use crate::fixture::{LB_MAC, vips};
 
 /// Where Katran's builds leave the balancer object, relative to the checkout:
 /// build_bpf_modules_opensource.sh (which build_katran.sh runs) and Makefile-bpf run in place.
-const OBJECT_PATHS: [&str; 2] = ["_build/deps/bpfprog/bpf/balancer.bpf.o", "bpf/balancer.bpf.o"];
+const OBJECT_PATHS: [&str; 2] = [katran_build::OBJECT, "bpf/balancer.bpf.o"];
 const PROGRAM: &str = "balancer_ingress";
 
 /// balancer_consts.h: the ring of each VIP, the stats slot of the new-connection rate, and the
@@ -104,19 +105,21 @@ pub fn flow_key(frame: &[u8]) -> FlowKey {
     key
 }
 
-/// The balancer object in a Katran checkout (or the object itself).
+/// The balancer object in a Katran checkout, built there if it has none (or the object itself).
 pub fn object_in(checkout: &Path) -> anyhow::Result<PathBuf> {
     if checkout.is_file() {
         return Ok(checkout.to_path_buf());
     }
-    OBJECT_PATHS.iter().map(|p| checkout.join(p)).find(|p| p.is_file()).ok_or_else(|| {
-        anyhow::anyhow!(
-            "no balancer.bpf.o in {} (looked for {}): build Katran's BPF programs with its own build \
-             (build_bpf_modules_opensource.sh, which build_katran.sh runs) first",
-            checkout.display(),
-            OBJECT_PATHS.join(", ")
-        )
-    })
+    if let Some(built) = OBJECT_PATHS.iter().map(|p| checkout.join(p)).find(|p| p.is_file()) {
+        return Ok(built);
+    }
+    anyhow::ensure!(
+        katran_build::is_checkout(checkout),
+        "no balancer.bpf.o in {} (looked for {}), and it is not a Katran checkout to build one in",
+        checkout.display(),
+        OBJECT_PATHS.join(", ")
+    );
+    katran_build::build(checkout)
 }
 
 /// Katran loaded and configured. The program and the maps a run changes are apart, so a bench

@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod flood;
 pub mod flows;
 pub mod katran;
+mod katran_build;
 pub mod lab;
 pub mod line_profile;
 mod messages;

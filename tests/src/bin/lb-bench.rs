@@ -43,6 +43,10 @@ enum Bench {
         /// the same flows with a connection table of the same capacity.
         #[arg(long)]
         katran: Option<std::path::PathBuf>,
+        /// Another build's lb_ingress object: run beside this build's on the same flows with
+        /// tables of its own, "B / ours" paired by round.
+        #[arg(long)]
+        against: Option<std::path::PathBuf>,
     },
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
     Proxy {
@@ -119,7 +123,7 @@ fn main() -> anyhow::Result<()> {
             let options = bench::dataplane::Options { rounds, only, katran, profile, against, in_blocks };
             bench::dataplane::run_with(&options).map(drop)
         }
-        Bench::Flows { katran } => bench::flows::run(katran.as_deref()).map(drop),
+        Bench::Flows { katran, against } => bench::flows::run(katran.as_deref(), against.as_deref()).map(drop),
         Bench::Proxy { instructions: true } => bench::proxy::instructions::run(),
         Bench::Proxy { instructions: false } => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),

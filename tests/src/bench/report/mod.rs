@@ -49,7 +49,7 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
     println!("==> bench dataplane");
     let dataplane = super::dataplane::run()?;
     println!("==> bench flows");
-    let flows = super::flows::run(None)?;
+    let flows = super::flows::run(None, None)?;
     println!("==> bench control");
     let control = control_text()?;
     println!("==> bench proxy");
