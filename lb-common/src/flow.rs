@@ -38,6 +38,27 @@ pub const CLOSED: u32 = 2;
 /// from the client's ACK on it is proven. FLOWS ways never carry it.
 pub const ANSWERED: u32 = 4;
 
+/// Bit 2 of a FLOWS way's `used` (REVERSE_FLOWS ways use the bit for [`ANSWERED`]): the NAT
+/// flow's reply entry is not in REVERSE_FLOWS. Set by the packet whose reply entry took the
+/// entry's way (an eviction), or by userspace for a flow another balancer shared (its reply
+/// entry was never written here); the flow's next packet writes the reply entry again and
+/// clears it. An established flow then checks its reply entry only when told it is gone (and
+/// once in a long while, for a mark missed: see the program's `table::REPLY_CHECK_SHIFT`),
+/// not on every packet after a pause: a second table's set, in another page. Sharing
+/// [`ANSWERED`]'s bit, a marked way ranks as an answered one when a first packet looks for a
+/// way to take among those that protect nothing: it goes before unmarked ones, which costs its
+/// flow nothing it has not lost already.
+pub const REPLY_LOST: u32 = 4;
+
+/// Kernel ticks in a reply-check period, as a power of two: 2^16, as long as an idle flow stays
+/// protected ([`PROTECT_IDLE_TICKS`]: 262 s at HZ=250, 65 s at HZ=1000). An established NAT
+/// flow checks its reply entry when the entry's eviction marked its way [`REPLY_LOST`], and
+/// otherwise only on its first packet of each period. That covers a mark lost to a race: the
+/// flow's own packet rewriting its stamp on another CPU in the nanoseconds between the marking
+/// CPU's read and write. Until then, the flow's replies from a backend of one VIP are still
+/// rewritten (`NAT_BACKENDS`); from a backend several VIPs share they are dropped.
+pub const REPLY_CHECK_SHIFT: u32 = PROTECT_IDLE_TICKS.trailing_zeros();
+
 /// The flag bits of a way's `used`; the other bits are the kernel tick of its last packet.
 pub const STAMP_FLAGS: u32 = PROVEN | CLOSED | ANSWERED;
 
@@ -90,6 +111,14 @@ pub struct ReverseEntry {
     pub family: u8,
     pub _pad: u8,
     pub vip_id: u32,
+}
+
+impl ReverseEntry {
+    /// The key of the flow (client → VIP) whose reply entry this is, keyed `reply`.
+    #[inline(always)]
+    pub fn forward_key(&self, reply: &FlowKey) -> FlowKey {
+        FlowKey::new(reply.dst, self.vip_addr, reply.dst_port, self.vip_port, reply.protocol, reply.family)
+    }
 }
 
 /// A value stored in a connection table, reduced to one word for the check.

@@ -7,7 +7,8 @@ use aya::maps::{Array, MapData};
 use lb_common::backend::{BACKEND_ACTIVE, Backend};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{
-    CLOSED, FLOW_WAYS, FlowKey, FlowSet, FlowValue, PROTECT_IDLE_TICKS, PROVEN, ReverseSet, STAMP_FLAGS,
+    CLOSED, FLOW_WAYS, FlowEntry, FlowKey, FlowSet, FlowValue, PROTECT_IDLE_TICKS, PROVEN, REPLY_CHECK_SHIFT,
+    REPLY_LOST, ReverseEntry, ReverseSet, STAMP_FLAGS,
 };
 use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::Counter;
@@ -53,17 +54,32 @@ where
     table.get(&set, 0).unwrap().ways.iter().find(|w| w.check != 0 && w.key == *key).map(|w| w.used)
 }
 
-/// Makes the ways of `key`'s REVERSE_FLOWS set for which `which` holds look idle for `ticks`
+/// Makes the ways of `key`'s set in table `name` for which `which` holds look idle for `ticks`
 /// more kernel ticks.
-fn age_reply_ways(dp: &mut AyaDataplane, key: &FlowKey, ticks: u32, which: impl Fn(&FlowKey) -> bool) {
+fn age_ways<V: Copy>(dp: &mut AyaDataplane, name: &str, key: &FlowKey, ticks: u32, which: impl Fn(&FlowKey) -> bool)
+where
+    FlowSet<V>: aya::Pod,
+{
     let set = dp.flow_set_of(key);
-    let map = dp.ebpf_mut().map_mut(map_names::REVERSE_FLOWS).expect("REVERSE_FLOWS");
-    let mut table: Array<&mut MapData, ReverseSet> = Array::try_from(map).unwrap();
+    let map = dp.ebpf_mut().map_mut(name).expect("table");
+    let mut table: Array<&mut MapData, FlowSet<V>> = Array::try_from(map).unwrap();
     let mut ways = table.get(&set, 0).unwrap();
     for way in ways.ways.iter_mut().filter(|w| which(&w.key)) {
         way.used = (way.used & !STAMP_FLAGS).wrapping_sub(ticks) | (way.used & STAMP_FLAGS);
     }
     table.set(set, ways, 0).unwrap();
+}
+
+/// Makes the ways of `key`'s REVERSE_FLOWS set for which `which` holds look idle for `ticks`
+/// more kernel ticks.
+fn age_reply_ways(dp: &mut AyaDataplane, key: &FlowKey, ticks: u32, which: impl Fn(&FlowKey) -> bool) {
+    age_ways::<ReverseEntry>(dp, map_names::REVERSE_FLOWS, key, ticks, which);
+}
+
+/// Makes `key`'s FLOWS way look a reply-check period older: its next packet is the first of a
+/// period, which checks the reply entry even unmarked.
+fn next_reply_check_period(dp: &mut AyaDataplane, key: &FlowKey) {
+    age_ways::<FlowEntry>(dp, map_names::FLOWS, key, 1 << REPLY_CHECK_SHIFT, |k| k == key);
 }
 
 /// Whether a way's flow is proven or closed, from its stamp (the other flags masked).
@@ -91,78 +107,54 @@ fn a_nat_flow_keeps_its_reply_entry() {
     }
     let (ns, mut dp, vips) = setup();
     let _inside = ns.enter();
-    let b = by_hash(&vips[0], client_hash(&ipv4_bytes(CLIENT), SEED));
-    let syn = Frame::tcp(CLIENT, 40000, WEB, 80);
-    let ack = syn.with(|f| {
-        f.l4 = L4::TcpAck;
-        f.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec()
-    });
-    let reply = Frame::tcp(b.0, b.1, CLIENT, 40000).with(|f| {
-        f.l4 = L4::TcpAck;
-        f.src_mac = mac_of(b.0)
-    });
-    let to_backend = |f: &Frame| nat_out(f, (CLIENT, 40000), b, LB_MAC, mac_of(b.0));
-    let rewritten_reply = nat_out(&reply, (WEB, 80), (CLIENT, 40000), LB_MAC, CLIENT_MAC);
+    let conns = connections_in_one_reply_set(&dp, &vips, FLOW_WAYS + 1);
+    let (a, later) = (&conns[0], &conns[1..]);
+    run_all(&mut dp, a.opens());
+    // Established connections the table lost (their ACKs prove them) take the rest of a's reply
+    // set, then one more: it evicts the least recently used reply entry, a's, and marks a's
+    // forward way.
+    let lost =
+        later.iter().map(|c| c.client("ACK of a connection the table lost: recorded", L4::TcpAck, &[])).collect();
+    run_all(&mut dp, lost);
+    assert_eq!(
+        stamp::<ReverseEntry>(&mut dp, map_names::REVERSE_FLOWS, &a.reply_key()),
+        None,
+        "a's reply entry was evicted"
+    );
+    let marked = stamp::<FlowEntry>(&mut dp, map_names::FLOWS, &a.forward_key()).expect("a's forward entry");
+    assert_ne!(marked & REPLY_LOST, 0, "the eviction marks the flow's way");
+    let mut again = a.client("next client packet: entry there, nothing restored", L4::TcpAck, &[Counter::FlowHit]);
+    again.unchanged = vec![Counter::ReverseRestored];
     run_all(
         &mut dp,
         vec![
-            with_events(
-                case(
-                    "SYN: placed, both entries recorded",
-                    syn.bytes(),
-                    XDP_TX,
-                    Some(to_backend(&syn)),
-                    Counter::ForwardTx,
-                ),
-                &[Counter::FlowNew],
+            // The backend serves two VIPs: without its entry the reply cannot be given one.
+            a.backend_dropped("the backend's reply, its entry evicted: dropped, never leaked"),
+            a.client(
+                "the next client packet: its entry written again at once",
+                L4::TcpAck,
+                &[Counter::FlowHit, Counter::ReverseRestored],
             ),
-            with_events(
-                case("ACK: flow hit", ack.bytes(), XDP_TX, Some(to_backend(&ack)), Counter::ForwardTx),
-                &[Counter::FlowHit],
-            ),
+            a.backend("the backend's reply: back to the VIP", L4::TcpAck),
+            again,
         ],
     );
-    let reply_key =
-        FlowKey::new(ipv4_bytes(b.0), ipv4_bytes(CLIENT), b.1.to_be(), 40000u16.to_be(), ip_proto::TCP, family::IPV4);
-    evict_reply_entry(&mut dp, &reply_key);
-    // The check runs on a flow's first packet of each reply-check period (64 kernel ticks:
-    // 640 ms at HZ=100, less at higher HZ): 700 ms reaches the next one.
-    let tick = || std::thread::sleep(std::time::Duration::from_millis(700));
-    tick();
-    let mut c = case(
-        "client packet after its reply entry was evicted: entry written again",
-        ack.bytes(),
-        XDP_TX,
-        Some(to_backend(&ack)),
-        Counter::ForwardTx,
-    );
-    c.events = vec![Counter::FlowHit, Counter::ReverseRestored];
-    let mut reply_case =
-        case("the backend's reply: back to the VIP", reply.bytes(), XDP_TX, Some(rewritten_reply), Counter::ForwardTx);
-    reply_case.events = vec![Counter::NatReply];
-    let mut again = case(
-        "next client packet: entry there, nothing restored",
-        ack.bytes(),
-        XDP_TX,
-        Some(to_backend(&ack)),
-        Counter::ForwardTx,
-    );
-    again.unchanged = vec![Counter::ReverseRestored];
-    run_all(&mut dp, vec![c, reply_case]);
-    tick();
-    run_all(&mut dp, vec![again]);
-    // Evicted again and no client packet since: the backend serves two VIPs, so the reply
-    // cannot be given one. It is dropped, never sent with the backend's address.
-    evict_reply_entry(&mut dp, &reply_key);
+    let kept = stamp::<FlowEntry>(&mut dp, map_names::FLOWS, &a.forward_key()).expect("a's forward entry");
+    assert_eq!(kept & REPLY_LOST, 0, "the mark goes once the entry is written again");
+    // An entry gone without a mark (two CPUs writing its way at once) is written again by the
+    // flow's first packet of the next reply-check period.
+    evict_reply_entry(&mut dp, &a.reply_key());
+    next_reply_check_period(&mut dp, &a.forward_key());
     run_all(
         &mut dp,
-        vec![case(
-            "reply with its entry gone, backend of two VIPs: drop",
-            reply.bytes(),
-            XDP_DROP,
-            None,
-            Counter::DropReplyNoFlow,
-        )],
+        vec![
+            a.client(
+                "first client packet of a period, entry gone unmarked: written again",
+                L4::TcpAck,
+                &[Counter::FlowHit, Counter::ReverseRestored],
+            ),
+            a.backend("the backend's reply: back to the VIP", L4::TcpAck),
+        ],
     );
 }
 
@@ -348,16 +340,15 @@ fn a_closed_flow_never_proves_its_reply_entry_again() {
     run_all(&mut dp, cases);
     evict_reply_entry(&mut dp, &c.reply_key());
     // Late client packets (the ACK of the backend's FIN, retransmissions), each the first of
-    // its reply-check period (700 ms reaches the next one, as above): the first writes the
-    // reply entry again, unproven as its closed forward entry; the next finds it there and
-    // must leave it unproven, or it would protect its way until idle.
-    let tick = || std::thread::sleep(std::time::Duration::from_millis(700));
-    tick();
+    // its reply-check period: the first writes the reply entry again, unproven as its closed
+    // forward entry; the next finds it there and must leave it unproven, or it would protect
+    // its way until idle.
+    next_reply_check_period(&mut dp, &c.forward_key());
     run_all(
         &mut dp,
         vec![c.client("late ACK: reply entry written", L4::TcpAck, &[Counter::FlowHit, Counter::ReverseRestored])],
     );
-    tick();
+    next_reply_check_period(&mut dp, &c.forward_key());
     let mut found = c.client("later ACK: reply entry found", L4::TcpAck, &[Counter::FlowHit]);
     found.unchanged = vec![Counter::ReverseRestored];
     run_all(&mut dp, vec![found]);

@@ -95,7 +95,7 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P, known_dst_flags: Option<u32>)
         // An established flow costs no hash-map lookup: the connection table names its VIP by
         // id, and VIP_INFO (an array) confirms that VIP still exists. Otherwise look the VIP up.
         let found = tables.and_then(|t| maps::flow(key, hash, &t));
-        let (flow, new_period) = (found.map(|(slot, _)| slot), found.is_some_and(|(_, new_period)| new_period));
+        let (flow, reply_check) = (found.map(|(slot, _)| slot), found.is_some_and(|(_, check)| check));
         // SAFETY: a valid map value pointer.
         let by_flow = flow.and_then(|slot| maps::vip_info(unsafe { (*slot).value.vip_id }));
         let vip_key = VipKey { addr: key.dst, port: dst_port, protocol, family: P::FAMILY };
@@ -106,7 +106,7 @@ fn balance<P: IpPacket>(ctx: &XdpContext, pkt: &P, known_dst_flags: Option<u32>)
         };
         if let Some(vip) = vip {
             let server = quic::server(ctx, pkt, vip);
-            let flow = Flow { key, hash, slot: flow, new_period, tables, server };
+            let flow = Flow { key, hash, slot: flow, reply_check, tables, server };
             trace::start(&pkt.tcp());
             let verdict = match vip.forwarding {
                 forwarding::DSR_IPIP | forwarding::DSR_GUE => encap::balance_encap(ctx, pkt, vip, &flow),

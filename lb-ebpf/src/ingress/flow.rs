@@ -10,9 +10,9 @@ pub struct Flow<'a> {
     pub key: &'a FlowKey,
     pub hash: u32,
     pub slot: Option<*mut FlowSlot<FlowEntry>>,
-    /// This packet is the flow's first of the current reply-check period
-    /// (`table::REPLY_CHECK_SHIFT`).
-    pub new_period: bool,
+    /// A NAT flow's packet checks its reply entry: the entry is marked lost, or this is the
+    /// flow's first packet of the current reply-check period (`table::reply_check_due`).
+    pub reply_check: bool,
     pub tables: Option<Tables>,
     /// The backend the packet's QUIC connection ID names (`quic::server`): it goes there,
     /// whatever the connection table and ring say.

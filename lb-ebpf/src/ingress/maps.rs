@@ -10,7 +10,8 @@ use aya_ebpf::programs::XdpContext;
 use lb_common::backend::{Backend, NatBackendKey};
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{
-    FLOW_EVENTS_BYTES, FlowEntry, FlowKey, FlowSlot, ForwardSet, ReverseEntry, ReverseSet, SharedFlow, flow_sets,
+    FLOW_EVENTS_BYTES, FlowEntry, FlowKey, FlowSlot, ForwardSet, REVERSE_DIRECT, ReverseEntry, ReverseSet, SharedFlow,
+    flow_sets,
 };
 use lb_common::limits::{DEFAULT_FLOWS, DEFAULT_RINGS_ENTRIES, MAX_BACKENDS, MAX_VIPS, PORTS};
 use lb_common::nexthop::{BackendHop, NextHop, NextHopKey};
@@ -210,12 +211,12 @@ pub fn tables() -> Option<Tables> {
 /// The flow's way, and whether this is its first packet of the current tick.
 #[inline(always)]
 pub fn flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<(*mut FlowSlot<FlowEntry>, bool)> {
-    table::find_stamped(&FLOWS, key, hash, t)
+    table::find_stamped(&FLOWS, key, hash, t).map(|(slot, used)| (slot, table::reply_check_due(used, t)))
 }
 
 #[inline(always)]
 pub fn record_flow(key: &FlowKey, hash: u32, entry: &FlowEntry, proven: bool, t: &Tables) -> Recorded {
-    let recorded = table::record(&FLOWS, key, hash, entry, proven, t);
+    let recorded = table::record(&FLOWS, (key, hash, entry), proven, t, |_| {});
     if t.share_flows && !matches!(recorded, Recorded::Protected | Recorded::Failed) {
         let event = SharedFlow { key: *key, backend_id: entry.backend_id, vip_id: entry.vip_id };
         if FLOW_EVENTS.output::<SharedFlow>(&event, 0).is_err() {
@@ -237,7 +238,20 @@ pub fn reverse_way(key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot
 /// backend serves one VIP.
 #[inline(always)]
 pub fn record_reverse_flow(key: &FlowKey, hash: u32, entry: &ReverseEntry, proven: bool, t: &Tables) {
-    let _ = table::record(&REVERSE_FLOWS, key, hash, entry, proven, t);
+    let _ = table::record(&REVERSE_FLOWS, (key, hash, entry), proven, t, |evicted| reply_lost(evicted, t));
+}
+
+/// A reply entry is being evicted: its flow's way is marked, so that the flow's next packet
+/// writes the entry again. A way read torn names no flow the table holds, and marks nothing.
+#[inline(always)]
+fn reply_lost(way: *const FlowSlot<ReverseEntry>, t: &Tables) {
+    // SAFETY: a valid map value pointer.
+    let (reply, reverse) = unsafe { ((*way).key, (*way).value) };
+    if reverse.vip_id == REVERSE_DIRECT {
+        return;
+    }
+    let forward = reverse.forward_key(&reply);
+    table::mark_reply_lost(&FLOWS, &forward, t.hash(&forward), t);
 }
 
 /// The VIP id a NAT backend's replies come from (`NAT_BACKEND_SHARED` when several), if the

@@ -42,54 +42,84 @@ pub fn choose(vip: &VipInfo, flow: &Flow, tcp: &TcpFlags) -> Result<Choice, Verd
         return Err((XDP_PASS, Counter::PassNotConfigured));
     };
     let nat = vip.forwarding == forwarding::NAT;
-    let opens_connection = tcp.opens_connection();
-    if let Some(slot) = flow.slot {
-        // SAFETY: a valid map value pointer; the way holds this flow.
-        let entry = unsafe { (*slot).value };
-        if !opens_connection
-            && entry.vip_id == vip.id
-            && quic::agrees(flow, entry.backend_id)
-            && let Some(backend) = maps::backend(entry.backend_id)
-            && backend.is_active()
-            && backend.generation == entry.generation
-        {
-            if tcp.ends_connection() {
-                // The client is done sending (FIN), or with the whole connection (RST).
-                table::close(slot);
-                if nat && tcp.resets_connection() {
-                    close_reply_entry(flow.key, &entry, backend, &t);
-                }
-                maps::count(Counter::FlowHit);
-                return Ok(Choice { backend_id: entry.backend_id, backend });
-            }
-            let newly_proven = table::prove(slot);
-            // When the flow proves itself (so its reply entry is proven with it), then once per
-            // reply-check period: a flow pays for the check on its first packet of each period
-            // (a reply entry evicted meanwhile is written again within a period; its replies
-            // find their VIP through NAT_BACKENDS until then, or are dropped, never leaked).
-            if nat && (newly_proven || flow.new_period) {
-                keep_reply_entry(vip, flow.key, &entry, backend, table::is_proven(slot), &t);
-            }
-            maps::count(Counter::FlowHit);
-            return Ok(Choice { backend_id: entry.backend_id, backend });
+    if let Some(slot) = flow.slot
+        && let Some(choice) = established(vip, flow, tcp, slot, nat, &t)
+    {
+        return Ok(choice);
+    }
+    let (choice, entry, proven) = place_anew(vip, flow, tcp, nat, &t)?;
+    // One place writes the reply entry of a flow placed anew, whichever way it was placed: the
+    // verifier walks the eviction notice (`maps::record_reverse_flow`) in this copy and the
+    // established path's, not in one per way.
+    if nat {
+        record_reply_entry(vip, flow.key, &entry, choice.backend, proven, &t);
+    }
+    Ok(choice)
+}
+
+/// The backend of a flow whose way (`slot`) still holds: its VIP, its backend active and of
+/// the generation it was recorded with, and the packet not opening a new connection. None
+/// otherwise: the flow is placed anew.
+#[inline(always)]
+fn established(
+    vip: &VipInfo,
+    flow: &Flow,
+    tcp: &TcpFlags,
+    slot: *mut FlowSlot<FlowEntry>,
+    nat: bool,
+    t: &Tables,
+) -> Option<Choice> {
+    // SAFETY: a valid map value pointer; the way holds this flow.
+    let entry = unsafe { (*slot).value };
+    if tcp.opens_connection() || entry.vip_id != vip.id || !quic::agrees(flow, entry.backend_id) {
+        return None;
+    }
+    let backend = maps::backend(entry.backend_id).filter(|b| b.is_active() && b.generation == entry.generation)?;
+    maps::count(Counter::FlowHit);
+    if tcp.ends_connection() {
+        // The client is done sending (FIN), or with the whole connection (RST).
+        table::close(slot);
+        if nat && tcp.resets_connection() {
+            close_reply_entry(flow.key, &entry, backend, t);
         }
+    } else {
+        let newly_proven = table::prove(slot);
+        // When the flow proves itself (so its reply entry is proven with it), when its reply
+        // entry was evicted (the evicting packet marked the way `REPLY_LOST`), and once per
+        // reply-check period (for a mark lost). Until then an evicted entry's replies find
+        // their VIP through NAT_BACKENDS, or are dropped, never leaked.
+        if nat && (newly_proven || flow.reply_check) {
+            keep_reply_entry(vip, flow.key, &entry, backend, slot, t);
+        }
+    }
+    Some(Choice { backend_id: entry.backend_id, backend })
+}
+
+/// A flow placed anew (the backend its QUIC connection ID names, else the ring) and recorded:
+/// the backend, the flow's entry, and whether its reply entry is proven.
+#[inline(always)]
+fn place_anew(
+    vip: &VipInfo,
+    flow: &Flow,
+    tcp: &TcpFlags,
+    nat: bool,
+    t: &Tables,
+) -> Result<(Choice, FlowEntry, bool), Verdict> {
+    let opens_connection = tcp.opens_connection();
+    let (backend_id, backend) = place(vip, flow, t)?;
+    let entry = flow_entry(vip, flow.key, backend_id, backend, nat, t);
+    let choice = Choice { backend_id, backend };
+    if let Some(slot) = flow.slot {
         // A new connection on a known 5-tuple starts unproven; a flow moved off a removed
         // backend has already proven itself.
         let proven = !opens_connection;
-        let (backend_id, backend) = place(vip, flow, &t)?;
-        let entry = flow_entry(vip, flow.key, backend_id, backend, nat, &t);
-        table::replace(slot, flow.hash, &entry, proven, &t);
-        if nat {
-            record_reply_entry(vip, flow.key, &entry, backend, proven, &t);
-        }
+        table::replace(slot, flow.hash, &entry, proven, t);
         maps::count(if opens_connection { Counter::FlowNew } else { Counter::FlowRerouted });
-        return Ok(Choice { backend_id, backend });
+        return Ok((choice, entry, proven));
     }
-    let (backend_id, backend) = place(vip, flow, &t)?;
     // A TCP packet without SYN belongs to a connection already open (whose entry the table
     // lost, or that another balancer placed): it has proven itself. SYNs and UDP have not.
     let proven = tcp.continues_connection();
-    let entry = flow_entry(vip, flow.key, backend_id, backend, nat, &t);
     if !maps::take_new_flow(t.new_flow_budget) {
         maps::count(Counter::FlowUnrecorded);
         // The reply entry is written all the same: without it the answer of a backend that
@@ -97,20 +127,14 @@ pub fn choose(vip: &VipInfo, flow: &Flow, tcp: &TcpFlags) -> Result<Choice, Verd
         // ring places the flow's next packets alike). Unproven whatever the packet, so that a
         // flood past the budget (of SYNs, or of ACKs that would claim to be proven) takes only
         // ways that protect nothing.
-        if nat {
-            record_reply_entry(vip, flow.key, &entry, backend, false, &t);
-        }
-        return Ok(Choice { backend_id, backend });
+        return Ok((choice, entry, false));
     }
-    maps::count(match maps::record_flow(flow.key, flow.hash, &entry, proven, &t) {
+    maps::count(match maps::record_flow(flow.key, flow.hash, &entry, proven, t) {
         Recorded::Free | Recorded::Failed => Counter::FlowNew,
         Recorded::Evicted => Counter::FlowTableFull,
         Recorded::Protected => Counter::FlowSetProven,
     });
-    if nat {
-        record_reply_entry(vip, flow.key, &entry, backend, proven, &t);
-    }
-    Ok(Choice { backend_id, backend })
+    Ok((choice, entry, proven))
 }
 
 /// The connection-table entry of `key` on backend `backend_id`.
@@ -134,11 +158,20 @@ fn record_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: 
 }
 
 /// An established NAT flow keeps its reply entry: found (and stamped, so both directions age
-/// together, and marked proven while the forward entry is), or written again if churn evicted
-/// it (proven as the forward entry is: not once the client has closed). The forward entry holds the reply key's hash,
-/// so this costs no hashing; it runs on the flow's first packet of each reply-check period.
+/// together, and marked proven while the forward entry is, `slot`), or written again if churn
+/// evicted it (proven as the forward entry is: not once the client has closed). The forward
+/// entry holds the reply key's hash, so this costs no hashing. The way's lost mark goes once a
+/// packet finds the entry: a write torn by another CPU's is tried again.
 #[inline(always)]
-fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &Backend, proven: bool, t: &Tables) {
+fn keep_reply_entry(
+    vip: &VipInfo,
+    key: &FlowKey,
+    entry: &FlowEntry,
+    backend: &Backend,
+    slot: *mut FlowSlot<FlowEntry>,
+    t: &Tables,
+) {
+    let proven = table::is_proven(slot);
     match reply_way(key, entry, backend, t) {
         // SAFETY: a valid map value pointer; the check has vouched for the value.
         Some(way) if unsafe { (*way).value.vip_id } == vip.id => {
@@ -146,6 +179,7 @@ fn keep_reply_entry(vip: &VipInfo, key: &FlowKey, entry: &FlowEntry, backend: &B
             if proven {
                 table::prove(way);
             }
+            table::reply_kept(slot);
         }
         _ => {
             record_reply_entry(vip, key, entry, backend, proven, t);
@@ -180,9 +214,7 @@ pub fn reply_seen(reply: &FlowKey, way: *mut FlowSlot<ReverseEntry>, tcp: &TcpFl
     table::close(way);
     if tcp.resets_connection() {
         // SAFETY: a valid map value pointer; the check has vouched for the value.
-        let reverse = unsafe { (*way).value };
-        let forward =
-            FlowKey::new(reply.dst, reverse.vip_addr, reply.dst_port, reverse.vip_port, reply.protocol, reply.family);
+        let forward = unsafe { (*way).value }.forward_key(reply);
         if let Some((slot, _)) = maps::flow(&forward, t.hash(&forward), t) {
             table::close(slot);
         }

@@ -13,8 +13,8 @@ use aya_ebpf::helpers::generated::bpf_jiffies64;
 use aya_ebpf::maps::Array;
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{
-    ANSWERED, CLOSED, FLOW_WAYS, FlowKey, FlowSet, FlowSlot, FlowValue, PROVEN, STAMP_FLAGS, protects, slot_check,
-    table_hash,
+    ANSWERED, CLOSED, FLOW_WAYS, FlowEntry, FlowKey, FlowSet, FlowSlot, FlowValue, PROVEN, REPLY_CHECK_SHIFT,
+    REPLY_LOST, STAMP_FLAGS, protects, slot_check, table_hash,
 };
 
 /// What the tables need from CONFIG, and this packet's clock stamp.
@@ -90,19 +90,14 @@ pub fn find<V: FlowValue>(table: &Array<FlowSet<V>>, key: &FlowKey, hash: u32, t
     find_stamped(table, key, hash, t).map(|(slot, _)| slot)
 }
 
-/// Kernel ticks in a reply-check period, as a power of two: 64 ticks, 256 ms at HZ=250 (64 ms
-/// at 1000, 640 ms at 100). An established NAT flow checks its reply entry once a period.
-pub const REPLY_CHECK_SHIFT: u32 = 6;
-
-/// As [`find`], and whether this packet is the flow's first of the current reply-check period
-/// (its stamp, when last written, was in an earlier one).
+/// As [`find`], and the way's stamp before this packet (for [`reply_check_due`]).
 #[inline(always)]
 pub fn find_stamped<V: FlowValue>(
     table: &Array<FlowSet<V>>,
     key: &FlowKey,
     hash: u32,
     t: &Tables,
-) -> Option<(*mut FlowSlot<V>, bool)> {
+) -> Option<(*mut FlowSlot<V>, u32)> {
     let set = table.get_ptr_mut(hash & t.set_mask)?;
     for index in 0..FLOW_WAYS {
         let slot = way(set, index);
@@ -114,11 +109,51 @@ pub fn find_stamped<V: FlowValue>(
                 if used & !STAMP_FLAGS != t.now {
                     (*slot).used = t.now | (used & STAMP_FLAGS);
                 }
-                return Some((slot, used >> REPLY_CHECK_SHIFT != t.now >> REPLY_CHECK_SHIFT));
+                return Some((slot, used));
             }
         }
     }
     None
+}
+
+/// Whether a NAT flow's packet checks its reply entry, given its FLOWS way's stamp before the
+/// packet: the entry is marked lost, or this is the flow's first packet of a reply-check period.
+#[inline(always)]
+pub fn reply_check_due(used: u32, t: &Tables) -> bool {
+    used & REPLY_LOST != 0 || used >> REPLY_CHECK_SHIFT != t.now >> REPLY_CHECK_SHIFT
+}
+
+/// A found FLOWS way's reply entry was checked (and written again if it was missing): the
+/// lost mark, if any, goes.
+#[inline(always)]
+pub fn reply_kept(slot: *mut FlowSlot<FlowEntry>) {
+    // SAFETY: `slot` points into a map value.
+    unsafe {
+        let used = (*slot).used;
+        // Only when marked: most packets then leave the line clean.
+        if used & REPLY_LOST != 0 {
+            (*slot).used = used & !REPLY_LOST;
+        }
+    }
+}
+
+/// Marks the FLOWS way holding `key` (hash `hash`) [`REPLY_LOST`], its stamp left as it is (no
+/// packet of the flow was seen). Nothing if the table does not hold the flow.
+#[inline(always)]
+pub fn mark_reply_lost(table: &Array<FlowSet<FlowEntry>>, key: &FlowKey, hash: u32, t: &Tables) {
+    let Some(set) = table.get_ptr_mut(hash & t.set_mask) else {
+        return;
+    };
+    for index in 0..FLOW_WAYS {
+        let slot = way(set, index);
+        // SAFETY: `slot` points into a map value.
+        unsafe {
+            if (*slot).holds(key, hash) {
+                (*slot).used |= REPLY_LOST;
+                return;
+            }
+        }
+    }
 }
 
 /// Marks a found way's flow as proven (it sent more than its first packet); true when it was
@@ -175,14 +210,14 @@ pub fn close<V>(slot: *mut FlowSlot<V>) {
 /// way it may take. An unproven flow (a first packet) may take only a way that does not
 /// protect its flow (unproven, closed, or idle past `PROTECT_IDLE_TICKS`); a proven one (say,
 /// an established connection the table lost) prefers those, else the least recently used.
+/// `evicting` is shown the way about to be taken from another flow, before it is written.
 #[inline(always)]
 pub fn record<V: FlowValue>(
     table: &Array<FlowSet<V>>,
-    key: &FlowKey,
-    hash: u32,
-    value: &V,
+    (key, hash, value): (&FlowKey, u32, &V),
     proven: bool,
     t: &Tables,
+    evicting: impl FnOnce(*const FlowSlot<V>),
 ) -> Recorded {
     let Some(set) = table.get_ptr_mut(hash & t.set_mask) else {
         return Recorded::Failed;
@@ -221,6 +256,9 @@ pub fn record<V: FlowValue>(
     }
     if victim >= FLOW_WAYS {
         return Recorded::Protected;
+    }
+    if evicts {
+        evicting(way(set, victim));
     }
     write(way(set, victim), key, hash, value, proven_bit, t);
     if evicts { Recorded::Evicted } else { Recorded::Free }
