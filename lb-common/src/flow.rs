@@ -40,11 +40,11 @@ pub const ANSWERED: u32 = 4;
 
 /// Bit 2 of a FLOWS way's `used` (REVERSE_FLOWS ways use the bit for [`ANSWERED`]): the NAT
 /// flow's reply entry is not in REVERSE_FLOWS. Set by the packet whose reply entry took the
-/// entry's way (an eviction), or by userspace for a flow another balancer shared (its reply
-/// entry was never written here); the flow's next packet writes the reply entry again and
-/// clears it. An established flow then checks its reply entry only when told it is gone (and
-/// once in a long while, for a mark missed: see the program's `table::REPLY_CHECK_SHIFT`),
-/// not on every packet after a pause: a second table's set, in another page. Sharing
+/// entry's way (an eviction); the flow's next packet writes the reply entry again, and the
+/// first packet that finds it there clears the mark. An established flow then checks its reply
+/// entry only when told it is gone (and once in a long while, for a mark lost: see
+/// [`REPLY_CHECK_SHIFT`]), not on every packet after a pause: a second table's set, in another
+/// page. Sharing
 /// [`ANSWERED`]'s bit, a marked way ranks as an answered one when a first packet looks for a
 /// way to take among those that protect nothing: it goes before unmarked ones, which costs its
 /// flow nothing it has not lost already.

@@ -128,26 +128,28 @@ impl Future for Raised<'_> {
     }
 }
 
-/// [`Raised`] owning its signal. Its waiter is made as it is first polled (before the flag is
-/// read, as [`Raised`]'s): made at once, it would be built outside the box of the future that
-/// holds it, and that future copied whole into the box.
-pub(crate) struct OwnedRaised {
-    signal: Arc<Signal>,
-    notified: Option<OwnedNotified>,
-    registered: Option<Waker>,
+pin_project! {
+    /// [`Raised`] owning its signal. Its waiter is made as it is first polled (before the flag
+    /// is read, as [`Raised`]'s): made at once, it would be built outside the box of the future
+    /// that holds it, and that future copied whole into the box.
+    pub(crate) struct OwnedRaised {
+        signal: Arc<Signal>,
+        #[pin]
+        notified: Option<OwnedNotified>,
+        registered: Option<Waker>,
+    }
 }
 
 impl Future for OwnedRaised {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        // SAFETY: nothing is moved out of `self`; `notified`, once made, stays where it is
-        // until `self` is dropped.
-        let this = unsafe { self.get_unchecked_mut() };
-        let notified = this.notified.get_or_insert_with(|| this.signal.notify.clone().notified_owned());
-        // SAFETY: as above, `notified` is pinned inside `self`.
-        let notified = unsafe { Pin::new_unchecked(notified) };
-        poll_raised(&this.signal, notified, &mut this.registered, cx)
+        let mut this = self.project();
+        if this.notified.is_none() {
+            this.notified.set(Some(this.signal.notify.clone().notified_owned()));
+        }
+        let notified = this.notified.as_pin_mut().expect("made above");
+        poll_raised(this.signal, notified, this.registered, cx)
     }
 }
 

@@ -208,7 +208,8 @@ pub fn tables() -> Option<Tables> {
     Tables::new(config())
 }
 
-/// The flow's way, and whether this is its first packet of the current tick.
+/// The flow's way, and whether a NAT flow's packet checks its reply entry
+/// (`table::reply_check_due`).
 #[inline(always)]
 pub fn flow(key: &FlowKey, hash: u32, t: &Tables) -> Option<(*mut FlowSlot<FlowEntry>, bool)> {
     table::find_stamped(&FLOWS, key, hash, t).map(|(slot, used)| (slot, table::reply_check_due(used, t)))

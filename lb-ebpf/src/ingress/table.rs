@@ -123,8 +123,7 @@ pub fn reply_check_due(used: u32, t: &Tables) -> bool {
     used & REPLY_LOST != 0 || used >> REPLY_CHECK_SHIFT != t.now >> REPLY_CHECK_SHIFT
 }
 
-/// A found FLOWS way's reply entry was checked (and written again if it was missing): the
-/// lost mark, if any, goes.
+/// A found FLOWS way's reply entry was found in REVERSE_FLOWS: the lost mark, if any, goes.
 #[inline(always)]
 pub fn reply_kept(slot: *mut FlowSlot<FlowEntry>) {
     // SAFETY: `slot` points into a map value.

@@ -6,10 +6,11 @@
 //! dataplane` (single BPF_PROG_TEST_RUN calls alternating with
 //! a bare XDP_PASS, extra ns over bare, medians over rounds). Prints figures, asserts nothing.
 //!
-//! With `--katran DIR` Katran runs the same packets in the same loop (bare, ours, Katran, call by
-//! call), its connection table (this CPU's LRU) of the same capacity as ours in each series.
-//! The process is pinned to one CPU. With `--against OBJ` another build's lb_ingress (with
-//! tables of its own, filled alike) runs in the same loop too, "B / ours" paired by round.
+//! With `--katran DIR` Katran runs the same packets in the same loop (call by call: bare, then
+//! ours and Katran, their order reversed every other round), its connection table (this CPU's
+//! LRU) of the same capacity as ours in each series. The process is pinned to one CPU. With
+//! `--against OBJ` another build's lb_ingress (with tables of its own, filled alike) takes its
+//! turns in the same loop too, "B / ours" paired by round.
 //!
 //! Two series: the table sized for a million flows throughout (as a balancer runs), and a
 //! table sized to each count (four ways per flow). Their difference is the cost of the table's
@@ -51,17 +52,21 @@ pub struct FlowsCost {
     pub extra_ns: f64,
     /// Katran's, with a connection table of as many flows as our table has ways (when it ran).
     pub katran_ns: Option<f64>,
-    /// The build measured against this one (`--against`): its extra ns over ours, paired by
-    /// round: (median, 25%, 75%).
-    #[serde(skip)]
-    pub b_over_ours: Option<(f64, f64, f64)>,
 }
 
-/// One count's measurement: ours, Katran's and B / ours (when they ran).
+/// One count's measurement: ours, Katran's and, with `--against`, B's extra ns over ours,
+/// paired by round (median, 25%, 75%).
 struct Measured {
     ours: f64,
     katran: Option<f64>,
     b_over_ours: Option<(f64, f64, f64)>,
+}
+
+impl Measured {
+    /// The figure `series` returns for `flows` flows in a table of `table_ways`.
+    fn cost(&self, path: &FlowPath, flows: u32, table_ways: u32) -> FlowsCost {
+        FlowsCost { path: path.name, flows, table_ways, extra_ns: self.ours, katran_ns: self.katran }
+    }
 }
 
 /// A measured path: its name, and flow `i`'s packet on it.
@@ -255,27 +260,13 @@ fn series(
         let all =
             measure((&mut full, full_b.as_mut()), bare, reborrow(katran), (recorded, count, FLOW_TABLE), g0, path)?;
         recorded = count;
-        costs.push(FlowsCost {
-            path: path.name,
-            flows: count,
-            table_ways: FLOW_TABLE,
-            extra_ns: all.ours,
-            katran_ns: all.katran,
-            b_over_ours: all.b_over_ours,
-        });
+        costs.push(all.cost(path, count, FLOW_TABLE));
         let sized_ways = (4 * count).next_power_of_two().max(MIN_TABLE);
         let sized = if sized_ways < FLOW_TABLE {
             let mut dp = balancer(None, sized_ways)?;
             let mut b = against.map(|object| balancer(Some(object), sized_ways)).transpose()?;
             let sized = measure((&mut dp, b.as_mut()), bare, reborrow(katran), (0, count, sized_ways), g0, path)?;
-            costs.push(FlowsCost {
-                path: path.name,
-                flows: count,
-                table_ways: sized_ways,
-                extra_ns: sized.ours,
-                katran_ns: sized.katran,
-                b_over_ours: sized.b_over_ours,
-            });
+            costs.push(sized.cost(path, count, sized_ways));
             Some(sized)
         } else {
             None
