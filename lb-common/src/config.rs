@@ -26,7 +26,20 @@ pub struct DataplaneConfig {
     pub new_flow_budget: u32,
     /// Nonzero: every flow recorded is also reported on FLOW_EVENTS ([`crate::flow::SharedFlow`])
     /// for userspace to share with the other balancers (`[cluster]`).
-    pub share_flows: u32,
+    pub share_flows: u8,
+    /// The connection tables' hash function ([`crate::table_hash::kind`]), kept with the tables
+    /// like `table_seed`. Builds before layout version 4 had `share_flows` as a `u32` here,
+    /// 0 or 1 on a little-endian host: this byte then reads 0, their hash.
+    pub table_hash_kind: u8,
+    pub _pad: [u8; 2],
+}
+
+impl DataplaneConfig {
+    /// The connection tables' hash.
+    #[inline(always)]
+    pub fn table_hash(&self) -> crate::table_hash::TableHash {
+        crate::table_hash::TableHash { kind: self.table_hash_kind, seed: self.table_seed }
+    }
 }
 
 /// PORT_FLAGS bits, indexed by L4 port (host order). They let the program skip the VIPS and
@@ -54,3 +67,4 @@ pub mod port_flags {
 }
 
 crate::user_pod!(DataplaneConfig);
+const _: () = assert!(core::mem::size_of::<DataplaneConfig>() == 28);

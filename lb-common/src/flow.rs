@@ -14,7 +14,8 @@
 //! lookup for that packet, never a wrong backend.
 use crate::IpBytes;
 pub use crate::flow_key::FlowKey;
-use crate::hash::{flow_hash, mix64};
+use crate::hash::mix64;
+pub use crate::table_hash::TableHash;
 
 /// Ways per set. A flow is found by comparing its key with each way of its set.
 pub const FLOW_WAYS: usize = 4;
@@ -191,17 +192,10 @@ impl<V: FlowValue> FlowSet<V> {
         self.ways.iter().find(|way| way.holds(key, key_hash))
     }
 
-    /// The ways holding a whole flow, in a table whose hash seed is `seed`.
-    pub fn flows(&self, seed: u32) -> impl Iterator<Item = &FlowSlot<V>> {
-        self.ways.iter().filter(move |way| way.holds(&way.key, table_hash(&way.key, seed)))
+    /// The ways holding a whole flow, in a table hashed by `hash`.
+    pub fn flows(&self, hash: TableHash) -> impl Iterator<Item = &FlowSlot<V>> {
+        self.ways.iter().filter(move |way| way.holds(&way.key, hash.of(&way.key)))
     }
-}
-
-/// The hash that places `key` in a table: the 5-tuple flow hash under the tables' own seed
-/// (`DataplaneConfig::table_seed`).
-#[inline(always)]
-pub fn table_hash(key: &FlowKey, seed: u32) -> u32 {
-    flow_hash(&key.src, &key.dst, key.src_port, key.dst_port, key.protocol, seed)
 }
 
 /// Number of sets for a table of about `entries` flows: a power of two (the set is the hash's
@@ -243,8 +237,8 @@ mod tests {
         FlowKey::new(ipv4_bytes([192, 0, 2, 7]), ipv4_bytes([203, 0, 113, 10]), port.to_be(), 80u16.to_be(), 6, 4)
     }
 
-    fn way(k: FlowKey, seed: u32, value: FlowEntry) -> FlowSlot<FlowEntry> {
-        FlowSlot { key: k, value, used: 0, check: slot_check(table_hash(&k, seed), &value) }
+    fn way(k: FlowKey, hash: TableHash, value: FlowEntry) -> FlowSlot<FlowEntry> {
+        FlowSlot { key: k, value, used: 0, check: slot_check(hash.of(&k), &value) }
     }
 
     #[test]
@@ -258,18 +252,18 @@ mod tests {
 
     #[test]
     fn only_whole_ways_are_found() {
-        let seed = 7;
+        let seed = TableHash { kind: crate::table_hash::kind::NEWEST, seed: 7 };
         let mut set = ForwardSet::default();
         set.ways[1] = way(key(1000), seed, FlowEntry { backend_id: 3, vip_id: 1, generation: 1, reply_hash: 0 });
         set.ways[2] = way(key(1001), seed, FlowEntry { backend_id: 4, vip_id: 1, generation: 1, reply_hash: 0 });
         // Torn: the value of another write under this key's check word.
         set.ways[2].value.backend_id = 5;
-        let h = |port| table_hash(&key(port), seed);
+        let h = |port| seed.of(&key(port));
         assert_eq!(set.find(&key(1000), h(1000)).map(|w| w.value.backend_id), Some(3));
         assert!(set.find(&key(1001), h(1001)).is_none(), "a torn way reads as empty");
         assert!(set.find(&key(1002), h(1002)).is_none());
         assert_eq!(set.flows(seed).count(), 1);
-        assert_eq!(set.flows(seed + 1).count(), 0, "the check binds the table's seed");
+        assert_eq!(set.flows(TableHash { seed: 8, ..seed }).count(), 0, "the check binds the table's seed");
         assert_ne!(slot_check(h(1000), &FlowEntry::default()), 0, "0 marks a free way");
     }
 

@@ -12,10 +12,14 @@
 //! - 2: `FlowEntry` begins with `backend_id`, `VipInfo` with `id` (FLOWS, VIPS, VIP_INFO).
 //! - 3: COUNTERS gained the QUIC counters at its end; QUIC_SERVERS is new. (`VipInfo.flags`
 //!   took a padding byte that older builds left 0: QUIC off, no conversion.)
+//! - 4: CONFIG's `share_flows` became a byte, followed by `table_hash_kind`: tables made by
+//!   this build hash with `table_hash::kind::PAIRED`. Older CONFIG values read as
+//!   `CHAINED`, their tables' hash, so they are kept as they are; an older build must not
+//!   start on a version 4 CONFIG (it would read a `PAIRED` table with the chained hash).
 
 /// The layout version of the maps this build pins.
 #[cfg(not(feature = "layout-v1-test"))]
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// The layout version of the maps this build pins (test-only build of version 1).
 #[cfg(feature = "layout-v1-test")]
 pub const LAYOUT_VERSION: u32 = 1;

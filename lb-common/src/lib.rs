@@ -30,6 +30,7 @@ pub mod layout;
 pub mod nexthop;
 pub mod quic;
 pub mod stats;
+pub mod table_hash;
 pub mod trace;
 pub mod vip;
 

@@ -5,11 +5,12 @@ use aya::Ebpf;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 use lb_common::backend::{BACKEND_NONE, Backend, NatBackendKey, backend_generation};
 use lb_common::config::DataplaneConfig;
-use lb_common::flow::{FlowEntry, FlowKey, ForwardSet, table_hash};
+use lb_common::flow::{FlowEntry, FlowKey, ForwardSet};
 use lb_common::limits::MAX_VIPS;
 use lb_common::map_names;
 use lb_common::quic::QuicServerKey;
 use lb_common::stats::{Counter, Traffic};
+use lb_common::table_hash::{self, TableHash};
 use lb_common::vip::{VipInfo, VipKey, index};
 
 use super::array_mmap::ArrayMmap;
@@ -27,8 +28,9 @@ pub struct AyaDataplane {
     rings_mmap: Option<RingsMmap>,
     /// Sets in the connection tables, as loaded.
     flow_sets: u32,
-    /// The tables' hash seed: kept from reused maps, else random.
-    table_seed: u32,
+    /// The tables' hash (kind and seed): kept from reused maps, else this build's newest kind
+    /// with a random seed.
+    table_hash: TableHash,
     /// FLOWS in our memory (read-only), when the map allows it.
     flows_mmap: Option<ArrayMmap>,
     /// The daemon's hold on the balancer's pins (an attached balancer only).
@@ -70,8 +72,13 @@ impl AyaDataplane {
             .and_then(|m| Array::<&MapData, DataplaneConfig>::try_from(m).ok())
             .and_then(|a| a.get(&0, 0).ok())
             .unwrap_or_default();
-        let table_seed = if config.table_seed != 0 { config.table_seed } else { random_seed() };
-        let mut dataplane = Self { ebpf, ring_size, config, rings_mmap, flow_sets, table_seed, flows_mmap, pins: None };
+        // Reused (pinned) tables keep their hash, kind and seed: a table made by an older build
+        // keeps that build's function. A zero seed is a table made now.
+        let table_hash = match config.table_seed {
+            0 => TableHash { kind: table_hash::kind::NEWEST, seed: random_seed() },
+            _ => config.table_hash(),
+        };
+        let mut dataplane = Self { ebpf, ring_size, config, rings_mmap, flow_sets, table_hash, flows_mmap, pins: None };
         // VIPS may be pinned with VIPs in it; the index is the program's own. Without it new
         // flows are placed all the same, through VIPS.
         if let Err(e) = dataplane.write_vip_index(None) {
@@ -105,11 +112,24 @@ impl AyaDataplane {
     /// The connection tables' hash of `key` (which set it lives in; what `dsr-gue` derives
     /// the outer source port from).
     pub fn table_hash_of(&self, key: &FlowKey) -> u32 {
-        table_hash(key, self.table_seed)
+        self.table_hash.of(key)
     }
 
-    pub(super) fn table_seed(&self) -> u32 {
-        self.table_seed
+    /// The tables' hash, kind and seed.
+    pub fn table_hash(&self) -> TableHash {
+        self.table_hash
+    }
+
+    /// Makes the tables hash with function `kind` (keeping the seed), for a program of a build
+    /// whose CONFIG has no kind and which hashes only one way (a benchmark measuring an older
+    /// build beside this one). Only before the tables hold a flow; CONFIG says it from its next
+    /// write on, or now if it was written.
+    pub fn hash_tables_as(&mut self, kind: u8) -> Result<()> {
+        self.table_hash.kind = kind;
+        match self.config.ring_size {
+            0 => Ok(()),
+            _ => self.set_config(self.config),
+        }
     }
 
     /// FLOWS set of `hash` in the memory mapping (None without one).
@@ -120,7 +140,7 @@ impl AyaDataplane {
 
     /// The FLOWS (and REVERSE_FLOWS) set `key` lives in.
     pub fn flow_set_of(&self, key: &FlowKey) -> u32 {
-        self.set_of_hash(table_hash(key, self.table_seed))
+        self.set_of_hash(self.table_hash.of(key))
     }
 
     fn set_of_hash(&self, hash: u32) -> u32 {
@@ -221,7 +241,8 @@ impl Dataplane for AyaDataplane {
         let config = DataplaneConfig {
             nexthop_generation: generation,
             flow_sets: self.flow_sets,
-            table_seed: self.table_seed,
+            table_seed: self.table_hash.seed,
+            table_hash_kind: self.table_hash.kind,
             ..config
         };
         if config.ring_size != self.ring_size {
@@ -412,7 +433,7 @@ impl Dataplane for AyaDataplane {
         // Each id's current generation: entries of an earlier holder do not count.
         let mut generations: HashMap<u32, Option<u32>> = HashMap::new();
         for index in 0..self.flow_sets {
-            for way in self.flow_set(index)?.flows(self.table_seed) {
+            for way in self.flow_set(index)?.flows(self.table_hash) {
                 let id = way.value.backend_id;
                 let current = match generations.get(&id) {
                     Some(g) => *g,
@@ -446,7 +467,7 @@ impl Dataplane for AyaDataplane {
         if self.flow_sets == 0 {
             return Ok(None);
         }
-        let hash = table_hash(key, self.table_seed);
+        let hash = self.table_hash.of(key);
         let Some(entry) = self.flow_set(self.set_of_hash(hash))?.find(key, hash).map(|way| way.value) else {
             return Ok(None);
         };

@@ -91,6 +91,16 @@ const COUNTERS_V1_V2: &[Migration] = &[
     Migration { from: 1, what: "counters: QUIC counters added at the end", convert: counters_appended },
     Migration { from: 2, what: "counters: QUIC counters added at the end", convert: counters_appended },
 ];
+/// Versions 1 to 3 → 4 of CONFIG: `share_flows` (0 or 1) was a `u32`; its first byte is the
+/// new `share_flows`, and the next one, always 0, reads as `table_hash::kind::CHAINED`: the
+/// hash those builds made their tables with, which the tables keep.
+fn config_hash_kind(_value: &mut [u8]) {}
+
+const CONFIG_V1_V3: &[Migration] = &[
+    Migration { from: 1, what: "config: the table hash's kind (the old hash kept)", convert: config_hash_kind },
+    Migration { from: 2, what: "config: the table hash's kind (the old hash kept)", convert: config_hash_kind },
+    Migration { from: 3, what: "config: the table hash's kind (the old hash kept)", convert: config_hash_kind },
+];
 const VIP_INFO_V1: &[Migration] = &[Migration { from: 1, what: "VIP info: id first", convert: vip_info_v1 }];
 
 /// This build's layout of every pinned map. A map added to `PINNED_MAPS` gets a line here
@@ -118,7 +128,7 @@ pub fn layouts(ring_size: u32, flow_table_size: u32) -> [MapLayout; 13] {
         layout(map_names::FLOWS, 4, size_of::<ForwardSet>(), flows, 2, FLOWS_V1),
         layout(map_names::REVERSE_FLOWS, 4, size_of::<ReverseSet>(), flows, 1, &[]),
         layout(map_names::PORT_FLAGS, 4, 4, Some(PORTS), 1, &[]),
-        layout(map_names::CONFIG, 4, size_of::<DataplaneConfig>(), Some(1), 1, &[]),
+        layout(map_names::CONFIG, 4, size_of::<DataplaneConfig>(), Some(1), 4, CONFIG_V1_V3),
         // Counters and statistics too: a build with more counters would write past a pinned
         // map of fewer (silently lost), and read the others' figures in the wrong places.
         layout(map_names::COUNTERS, 4, size_of::<u64>(), Some(Counter::COUNT), 3, COUNTERS_V1_V2),
@@ -338,6 +348,31 @@ mod tests {
         way1[44..48].copy_from_slice(&3u32.to_ne_bytes());
         flows_v1(&mut bytes);
         assert_eq!(bytes, aya_bytes(&set));
+    }
+
+    /// A version 3 CONFIG, laid out by hand (seven `u32`s, `share_flows` last), reads as this
+    /// build's with the chained table hash: the hash its tables were made with.
+    #[cfg(not(feature = "layout-v1-test"))]
+    #[test]
+    fn version_3_config_keeps_the_chained_table_hash() {
+        use lb_common::table_hash::{TableHash, kind};
+        let mut v3 = Vec::new();
+        for word in [65537u32, 5, 2, 1024, 0xfeed, 100, 1] {
+            v3.extend_from_slice(&word.to_ne_bytes());
+        }
+        config_hash_kind(&mut v3);
+        let config = DataplaneConfig {
+            ring_size: 65537,
+            hash_seed: 5,
+            nexthop_generation: 2,
+            flow_sets: 1024,
+            table_seed: 0xfeed,
+            new_flow_budget: 100,
+            share_flows: 1,
+            ..Default::default()
+        };
+        assert_eq!(v3, aya_bytes(&config));
+        assert_eq!(config.table_hash(), TableHash { kind: kind::CHAINED, seed: 0xfeed });
     }
 
     #[cfg(not(feature = "layout-v1-test"))]

@@ -4,9 +4,7 @@
 //! the same moment reads as empty, never as a wrong backend.
 use std::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 
-use lb_common::flow::{
-    FLOW_WAYS, FlowEntry, FlowSlot, ForwardSet, PROVEN, STAMP_FLAGS, SharedFlow, slot_check, table_hash,
-};
+use lb_common::flow::{FLOW_WAYS, FlowEntry, FlowSlot, ForwardSet, PROVEN, STAMP_FLAGS, SharedFlow, slot_check};
 
 use super::Result;
 use super::aya::AyaDataplane;
@@ -25,7 +23,7 @@ impl AyaDataplane {
         let mut written = 0;
         for f in flows {
             let Some(backend) = self.backend(f.backend_id)? else { continue };
-            let hash = table_hash(&f.key, self.table_seed());
+            let hash = self.table_hash().of(&f.key);
             let Some(set) = self.flow_set_ptr(hash) else { return Ok(written) };
             // SAFETY: an element of the mapping; the program may be writing it (see above).
             let current: ForwardSet = unsafe { read_volatile(set) };

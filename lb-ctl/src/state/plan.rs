@@ -92,11 +92,13 @@ impl MapContents {
                 hash_seed: state.hash_seed,
                 // Caching on (the data plane numbers the generations) unless the TTL is 0.
                 nexthop_generation: u32::from(state.nexthop_ttl_ms > 0),
-                // The map writer fills in the size and seed of the tables it loaded.
+                // The map writer fills in the size and hash of the tables it loaded.
                 flow_sets: 0,
                 table_seed: 0,
+                table_hash_kind: 0,
                 new_flow_budget: state.new_flow_budget,
-                share_flows: u32::from(state.share_flows),
+                share_flows: u8::from(state.share_flows),
+                _pad: [0; 2],
             },
             ..MapContents::default()
         };

@@ -14,8 +14,9 @@ use aya_ebpf::maps::Array;
 use lb_common::config::DataplaneConfig;
 use lb_common::flow::{
     ANSWERED, CLOSED, FLOW_WAYS, FlowEntry, FlowKey, FlowSet, FlowSlot, FlowValue, PROVEN, REPLY_CHECK_SHIFT,
-    REPLY_LOST, STAMP_FLAGS, protects, slot_check, table_hash,
+    REPLY_LOST, STAMP_FLAGS, protects, slot_check,
 };
+use lb_common::table_hash::TableHash;
 
 /// What the tables need from CONFIG, and this packet's clock stamp.
 #[derive(Clone, Copy)]
@@ -23,7 +24,8 @@ pub struct Tables {
     pub ring_size: u32,
     /// The rings' hash seed (`hash_seed`).
     pub ring_seed: u32,
-    table_seed: u32,
+    /// The tables' hash, kind and seed: kept with the tables (CONFIG).
+    table_hash: TableHash,
     /// `flow_sets - 1`: the set is the hash's low bits.
     set_mask: u32,
     /// The kernel tick, `STAMP_FLAGS` cleared (they hold a way's flags in its stamp).
@@ -50,7 +52,7 @@ impl Tables {
         Some(Tables {
             ring_size: config.ring_size,
             ring_seed: config.hash_seed,
-            table_seed: config.table_seed,
+            table_hash: config.table_hash(),
             set_mask: config.flow_sets - 1,
             now,
             new_flow_budget: config.new_flow_budget,
@@ -62,7 +64,7 @@ impl Tables {
     /// The table hash of `key`: which set it lives in, and part of its ways' check word.
     #[inline(always)]
     pub fn hash(&self, key: &FlowKey) -> u32 {
-        table_hash(key, self.table_seed)
+        self.table_hash.of(key)
     }
 }
 

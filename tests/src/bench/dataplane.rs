@@ -81,6 +81,17 @@ pub(super) fn against_object(path: &std::path::Path) -> anyhow::Result<&'static 
     Ok(Box::leak(bytes.into_boxed_slice()))
 }
 
+/// Fits B's maps to an object built before CONFIG named the tables' hash (layout version 4):
+/// such a program hashes its tables with `table_hash::kind::CHAINED` only, and reads the kind's
+/// byte as part of `share_flows`. Its BTF then lacks the field's name.
+pub(super) fn fit_older_object(dp: &mut lb_ctl::dataplane::aya::AyaDataplane, object: &[u8]) -> anyhow::Result<()> {
+    if object.windows(b"table_hash_kind".len()).any(|w| w == b"table_hash_kind") {
+        return Ok(());
+    }
+    println!("against: built before the table hash's kind (layout version 4): its tables hash as it did then");
+    Ok(dp.hash_tables_as(lb_common::table_hash::kind::CHAINED)?)
+}
+
 /// Empties connection-table set `set`.
 fn forget<V: Copy + Default>(table: &mut Array<MapData, FlowSet<V>>, set: &u32) -> anyhow::Result<()>
 where
@@ -151,8 +162,13 @@ pub fn run_with(options: &Options) -> anyhow::Result<Vec<PathCost>> {
     let ours6: &Xdp = program(dp6.ebpf_mut(), program_names::INGRESS)?;
     // The build measured against this one: its own maps, filled as ours.
     let against_object = options.against.as_deref().map(against_object).transpose()?;
-    let mut b4 = against_object.map(|object| balancer_of(Some(object), false));
-    let mut b6 = against_object.map(|object| balancer_of(Some(object), false));
+    let against = |object: &'static [u8]| -> anyhow::Result<_> {
+        let mut dp = balancer_of(Some(object), false);
+        fit_older_object(&mut dp, object)?;
+        Ok(dp)
+    };
+    let mut b4 = against_object.map(against).transpose()?;
+    let mut b6 = against_object.map(against).transpose()?;
     let b_rows4 = b4.as_mut().map(ipv4_rows).transpose()?;
     let b_rows6 = b6.as_mut().map(super::dataplane6::ipv6_rows).transpose()?;
     let b4: Option<&Xdp> =
@@ -499,7 +515,7 @@ impl Tables {
 impl Tables {
     fn set_row(&mut self, path: &Path) -> anyhow::Result<()> {
         let current = self.config.get(&0, 0)?;
-        let share_flows = u32::from(path.share);
+        let share_flows = u8::from(path.share);
         self.config.set(0, DataplaneConfig { new_flow_budget: path.budget, share_flows, ..current }, 0)?;
         let mut trace = TraceControl::default();
         if path.trace {

@@ -113,6 +113,9 @@ fn balancer(object: Option<&'static [u8]>, table_ways: u32) -> anyhow::Result<Ay
     let options =
         LoadOptions { pin_dir: None, ring_size: RING, flow_table_size: table_ways, object, ..LoadOptions::default() };
     let mut dp = AyaDataplane::new(load_ingress(&options)?, RING);
+    if let Some(object) = object {
+        super::dataplane::fit_older_object(&mut dp, object)?;
+    }
     configure(&mut dp, &vips());
     Ok(dp)
 }
