@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use http::{Method, Request, Response, StatusCode, Uri, header};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
@@ -372,7 +372,7 @@ fn finish_response(
     }
     // The hop-by-hop fields are left out as the fields are written (or moved into a map);
     // those a Connection option names too are removed from a map made for it here.
-    if resp.body().raw_fields().is_some_and(|f| f.values(&header::CONNECTION).any(headers::names_other_headers)) {
+    if resp.body().raw_fields().is_some_and(|f| f.present().connection && f.present().options.names_others) {
         fields_into_map(&mut resp);
     }
     let (mut parts, body) = resp.into_parts();

@@ -13,7 +13,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::http::body::ProxyBody;
 use crate::http::fields::{Fields, RawFields};
-use crate::http::headers::{Present, connection_has, hop_by_hop_name};
+use crate::http::headers::{Present, hop_by_hop_name};
 
 /// What the response must fit of its request.
 pub(crate) struct Asked {
@@ -48,7 +48,7 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
         || status == StatusCode::NOT_MODIFIED;
     let present = Present::scan(&parts.headers);
     let dated = present.date || body.raw_fields().is_some_and(|f| f.present().date);
-    let mut keep_alive = asked.keep_alive && !(present.connection && connection_has(&parts.headers, "close"));
+    let mut keep_alive = asked.keep_alive && !(present.connection && present.options.close);
     let framing = if bodiless {
         Framing::None
     } else if let Some(n) = body.size_hint().exact() {
