@@ -205,13 +205,10 @@ impl RawRequest {
         RawRequest { head, ranges, added: Vec::new(), present }
     }
 
-    /// Notes that no Connection field is left, when `name` (in any case) is its name: its
-    /// options, once read, must not outlive it.
-    fn removed(&mut self, name: &[u8]) {
-        if name.eq_ignore_ascii_case(b"connection") {
-            self.present.connection = false;
-            self.present.options = ConnectionOptions::default();
-        }
+    /// Notes that no Connection field is left: its options, once read, must not outlive it.
+    fn connection_removed(&mut self) {
+        self.present.connection = false;
+        self.present.options = ConnectionOptions::default();
     }
 
     fn field(&self, &[a, b, c, d]: &FieldRange) -> (&[u8], &[u8]) {
@@ -274,15 +271,19 @@ impl EditFields for RawRequest {
         let (head, name) = (&self.head, name.as_bytes());
         self.ranges.retain(|&[a, b, _, _]| !head[a as usize..b as usize].eq_ignore_ascii_case(name));
         self.added.retain(|(n, _)| !n.as_str().as_bytes().eq_ignore_ascii_case(name));
-        self.removed(name);
+        if name.eq_ignore_ascii_case(b"connection") {
+            self.connection_removed();
+        }
     }
 
     fn retain_names(&mut self, keep: impl Fn(&[u8]) -> bool) {
         let head = &self.head;
         self.ranges.retain(|&[a, b, _, _]| keep(&head[a as usize..b as usize]));
-        self.added.retain(|(n, _)| keep(n.as_str().as_bytes()));
+        if !self.added.is_empty() {
+            self.added.retain(|(n, _)| keep(n.as_str().as_bytes()));
+        }
         if self.present.connection && !keep(b"connection") {
-            self.removed(b"connection");
+            self.connection_removed();
         }
     }
 
