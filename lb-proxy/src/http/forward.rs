@@ -253,8 +253,7 @@ async fn attempts(
                     backend.outlier.record_success();
                 }
                 let pool_tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
-                let in_flight =
-                    InFlight { active, slot, pool_tag, outlier: opts.outlier.clone(), body_idle: opts.timeouts.body };
+                let in_flight = InFlight { active, slot, pool_tag, vip: ctx.vip.clone() };
                 let retry = replayable
                     && attempt < opts.retries.max
                     && opts.retries.on_status.contains(&resp.status().as_u16());
