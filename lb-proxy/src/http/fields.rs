@@ -99,7 +99,8 @@ pub(crate) trait Fields {
     }
 
     /// Which framing, hop-by-hop and client-information fields may be among them, when that
-    /// is known without a pass over them (a flag that is false: there is none).
+    /// is known without a pass over them (a flag that is false: there is none), and how many
+    /// Host fields there are.
     fn hint(&self) -> Option<Present> {
         None
     }
@@ -113,6 +114,12 @@ pub(crate) trait Fields {
 impl Fields for HeaderMap {
     fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+    }
+
+    /// Nothing, for an empty map (a backend response's, whose fields are still its head's):
+    /// the rules that would search it return at once.
+    fn hint(&self) -> Option<Present> {
+        self.is_empty().then(Present::default)
     }
 
     fn values<'a>(&'a self, name: &'a HeaderName) -> impl Iterator<Item = &'a [u8]> {
@@ -270,9 +277,13 @@ impl EditFields for RawRequest {
     fn remove_named(&mut self, name: &str) {
         let (head, name) = (&self.head, name.as_bytes());
         self.ranges.retain(|&[a, b, _, _]| !head[a as usize..b as usize].eq_ignore_ascii_case(name));
-        self.added.retain(|(n, _)| !n.as_str().as_bytes().eq_ignore_ascii_case(name));
+        if !self.added.is_empty() {
+            self.added.retain(|(n, _)| !n.as_str().as_bytes().eq_ignore_ascii_case(name));
+        }
         if name.eq_ignore_ascii_case(b"connection") {
             self.connection_removed();
+        } else if name.eq_ignore_ascii_case(b"host") {
+            self.present.hosts = 0;
         }
     }
 
@@ -284,6 +295,9 @@ impl EditFields for RawRequest {
         }
         if self.present.connection && !keep(b"connection") {
             self.connection_removed();
+        }
+        if self.present.hosts > 0 && !keep(b"host") {
+            self.present.hosts = 0;
         }
     }
 

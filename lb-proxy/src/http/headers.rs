@@ -37,10 +37,12 @@ pub(crate) struct Present {
     pub(crate) expect: bool,
     pub(crate) date: bool,
     /// Noted for requests only (`note_request`): any hop-by-hop field, Upgrade, any of the
-    /// client-information fields.
+    /// client-information fields, and how many Host fields (up to 2: one too many is all that
+    /// matters).
     pub(crate) hop_by_hop: bool,
     pub(crate) upgrade: bool,
     pub(crate) forwarded: bool,
+    pub(crate) hosts: u8,
     /// The options the Connection fields carry, read as they are noted (or scanned): none
     /// while `connection` is false.
     pub(crate) options: ConnectionOptions,
@@ -150,6 +152,7 @@ impl Present {
                 self.hop_by_hop = true;
                 self.upgrade |= i == 1;
             }
+            None if name == b"host" => self.hosts = (self.hosts + 1).min(2),
             None => self.forwarded |= is_forwarded(name),
         }
     }
@@ -448,6 +451,21 @@ mod tests {
         assert!(!r.hint().unwrap().connection && !options(&r).upgrade);
         let r = crate::http::fields::RawRequest::from_wire(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
         assert!(persistent(Version::HTTP_10, r.hint().unwrap()));
+    }
+
+    #[test]
+    fn raw_request_host_count_follows_its_host_fields() {
+        let hosts = |r: &crate::http::fields::RawRequest| r.hint().unwrap().hosts;
+        let mut r = crate::http::fields::RawRequest::from_wire(b"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\nHOST: b\r\n\r\n");
+        assert_eq!(hosts(&r), 2);
+        r.remove(&header::HOST);
+        assert_eq!(hosts(&r), 0);
+        r.set(header::HOST, HeaderValue::from_static("c"));
+        assert_eq!(hosts(&r), 1);
+        r.retain_names(|n| n != b"host");
+        assert_eq!(hosts(&r), 0);
+        let r = crate::http::fields::RawRequest::from_wire(b"GET / HTTP/1.1\r\nX: 1\r\n\r\n");
+        assert_eq!(hosts(&r), 0);
     }
 
     fn parts(req: http::Request<()>) -> http::request::Parts {
