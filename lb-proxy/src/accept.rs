@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::Mode;
 use crate::shutdown::Tasks;
@@ -132,7 +131,7 @@ fn built_in_box<F>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
 }
 
 /// A connection's place under the VIP's cap and under its client's.
-type Places = (OwnedSemaphorePermit, Option<crate::limits::ClientPlace>);
+type Places = (crate::limits::ConnPlace, Option<crate::limits::ClientPlace>);
 
 /// What a connection holds while it is open: its places, and its count among the VIP's
 /// connections and the process's (`trim`); all given back when it is dropped.

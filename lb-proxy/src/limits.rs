@@ -66,18 +66,38 @@ impl BackendGate {
     }
 }
 
-/// The VIP's cap on concurrent client connections.
+/// The VIP's cap on concurrent client connections. A count, not a semaphore: nothing waits
+/// for a place (a connection over the cap is refused at once), and a semaphore's release
+/// takes its waiters' lock every time (callgrind: about 0.1k instructions a connection).
 #[derive(Clone, Debug)]
-pub(crate) struct ConnLimit(Arc<Semaphore>);
+pub(crate) struct ConnLimit(Arc<OpenCount>);
+
+#[derive(Debug)]
+struct OpenCount {
+    count: AtomicUsize,
+    max: usize,
+}
+
+/// A connection's place under its VIP's cap, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct ConnPlace(Arc<OpenCount>);
 
 impl ConnLimit {
     pub(crate) fn new(max: usize) -> Self {
-        ConnLimit(Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))))
+        ConnLimit(Arc::new(OpenCount { count: AtomicUsize::new(0), max }))
     }
 
-    /// A permit held for the connection's lifetime, or None when the VIP is full.
-    pub(crate) fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
-        self.0.clone().try_acquire_owned().ok()
+    /// A place held for the connection's lifetime, or None when the VIP is full.
+    pub(crate) fn try_admit(&self) -> Option<ConnPlace> {
+        let open = &self.0;
+        open.count.fetch_update(Relaxed, Relaxed, |n| (n < open.max).then_some(n + 1)).ok()?;
+        Some(ConnPlace(open.clone()))
+    }
+}
+
+impl Drop for ConnPlace {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Relaxed);
     }
 }
 
@@ -203,6 +223,19 @@ impl PerClientRate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_cap_admits_up_to_its_max_and_a_place_given_back_is_free_again() {
+        let limit = ConnLimit::new(2);
+        let (a, b) = (limit.try_admit().unwrap(), limit.try_admit().unwrap());
+        assert!(limit.try_admit().is_none(), "full");
+        drop(a);
+        let c = limit.try_admit().expect("a place given back");
+        assert!(limit.try_admit().is_none());
+        drop((b, c));
+        assert_eq!(limit.0.count.load(Relaxed), 0);
+        assert!(ConnLimit::new(0).try_admit().is_none());
+    }
 
     #[tokio::test]
     async fn queue_is_bounded_and_waiters_get_freed_slots() {

@@ -57,8 +57,10 @@ impl Workers {
             stops.push(stop);
             std::thread::Builder::new().name(format!("lb-proxy-{i}")).spawn(move || {
                 WORKER.with(|w| w.set(i));
+                crate::http::budget::keep_spare_timers();
                 // Runs every task spawned on this runtime until the proxy goes away.
                 let _ = rt.block_on(stopped);
+                crate::http::budget::drop_spare_timers();
             })?;
         }
         Ok(Workers { set: Arc::new(WorkerSet { handles, next: AtomicUsize::new(0) }), _stop: stops })

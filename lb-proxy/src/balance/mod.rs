@@ -35,13 +35,15 @@ impl Balancer {
             .or_else(|| self.pick_with(balance, set, hash, false, &lenient))
     }
 
+    /// Generic over `usable`, not `&dyn`: a call through a pointer for every backend of every
+    /// pick cost more than the check itself.
     fn pick_with(
         &self,
         balance: &Balance,
         set: &BackendSet,
         hash: u32,
         advance: bool,
-        usable: &dyn Fn(usize, &Backend) -> bool,
+        usable: &impl Fn(usize, &Backend) -> bool,
     ) -> Option<usize> {
         let n = set.backends.len();
         if n == 0 {
@@ -76,7 +78,7 @@ impl Balancer {
 }
 
 /// Fewest active per unit of weight; the scan starts at a rotating index so ties spread.
-fn least_loaded(set: &BackendSet, start: usize, usable: &dyn Fn(usize, &Backend) -> bool) -> Option<usize> {
+fn least_loaded(set: &BackendSet, start: usize, usable: &impl Fn(usize, &Backend) -> bool) -> Option<usize> {
     let n = set.backends.len();
     let mut best: Option<usize> = None;
     for k in 0..n {

@@ -50,14 +50,14 @@ pub(crate) fn smooth_pick(current: &Mutex<Vec<i64>>, weights: impl Iterator<Item
     let mut current = current.lock().unwrap_or_else(|e| e.into_inner());
     let mut total = 0i64;
     let mut best: Option<(usize, i64)> = None;
-    for (i, w) in weights.enumerate().take(current.len()) {
+    for (i, (c, w)) in current.iter_mut().zip(weights).enumerate() {
         let Some(w) = w.filter(|w| *w > 0) else {
             continue;
         };
-        current[i] += w as i64;
-        total += w as i64;
-        if best.is_none_or(|(_, c)| current[i] > c) {
-            best = Some((i, current[i]));
+        *c += i64::from(w);
+        total += i64::from(w);
+        if best.is_none_or(|(_, b)| *c > b) {
+            best = Some((i, *c));
         }
     }
     let (b, _) = best?;

@@ -14,7 +14,8 @@ use crate::vip::Vip;
 pub(crate) struct ConnCtx {
     pub(crate) vip: Arc<Vip>,
     pub(crate) client: SocketAddr,
-    /// `client_hash` of the client address: the consistent-hash key by default.
+    /// `client_hash` of the client address: the consistent-hash key by default (0 when the
+    /// VIP does not balance by a hash).
     pub(crate) client_hash: u32,
     /// The PROXY header for this client's backend connections, if the VIP sends one.
     pub(crate) proxy_header: Option<Vec<u8>>,
@@ -25,10 +26,17 @@ pub(crate) struct ConnCtx {
 impl ConnCtx {
     pub(crate) fn new(vip: &Arc<Vip>, client: SocketAddr, https: bool) -> Self {
         let spec = &vip.spec;
+        // Read only by consistent hashing (`forward::request_hash`): other balancers pick
+        // without it.
+        let hashed = matches!(spec.options.balance, crate::config::Balance::ConsistentHash { .. });
         ConnCtx {
             vip: vip.clone(),
             client,
-            client_hash: lb_common::hash::client_hash(&lb_common::ip_bytes(client.ip()).0, spec.hash_seed),
+            client_hash: if hashed {
+                lb_common::hash::client_hash(&lb_common::ip_bytes(client.ip()).0, spec.hash_seed)
+            } else {
+                0
+            },
             proxy_header: crate::proxy_protocol::header(spec.options.proxy_protocol, client, vip.local_addr),
             https,
         }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 
-use crate::http::headers::Present;
+use crate::http::headers::{ConnectionOptions, Present};
 
 /// Where a field's name and value lie in the buffer: `[name start, name end, value start,
 /// value end]`.
@@ -99,7 +99,8 @@ pub(crate) trait Fields {
     }
 
     /// Which framing, hop-by-hop and client-information fields may be among them, when that
-    /// is known without a pass over them (a flag that is false: there is none).
+    /// is known without a pass over them (a flag that is false: there is none), and how many
+    /// Host fields there are.
     fn hint(&self) -> Option<Present> {
         None
     }
@@ -113,6 +114,12 @@ pub(crate) trait Fields {
 impl Fields for HeaderMap {
     fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+    }
+
+    /// Nothing, for an empty map (a backend response's, whose fields are still its head's):
+    /// the rules that would search it return at once.
+    fn hint(&self) -> Option<Present> {
+        self.is_empty().then(Present::default)
     }
 
     fn values<'a>(&'a self, name: &'a HeaderName) -> impl Iterator<Item = &'a [u8]> {
@@ -205,6 +212,12 @@ impl RawRequest {
         RawRequest { head, ranges, added: Vec::new(), present }
     }
 
+    /// Notes that no Connection field is left: its options, once read, must not outlive it.
+    fn connection_removed(&mut self) {
+        self.present.connection = false;
+        self.present.options = ConnectionOptions::default();
+    }
+
     fn field(&self, &[a, b, c, d]: &FieldRange) -> (&[u8], &[u8]) {
         (&self.head[a as usize..b as usize], &self.head[c as usize..d as usize])
     }
@@ -221,9 +234,9 @@ impl RawRequest {
         assert!(req.parse(&head).unwrap().is_complete());
         ranges.extend(req.headers.iter().map(|h| range_of(&head, h)));
         let mut present = Present::default();
-        for &[a, b, _, _] in &ranges {
+        for &[a, b, c, d] in &ranges {
             head[a as usize..b as usize].make_ascii_lowercase();
-            present.note_request(&head[a as usize..b as usize]);
+            present.note_request(&head[a as usize..b as usize], &head[c as usize..d as usize]);
         }
         RawRequest::new(Bytes::from(head), ranges, present)
     }
@@ -241,6 +254,20 @@ impl Fields for RawRequest {
         self.ranges.iter().map(|r| self.field(r)).chain(added)
     }
 
+    fn values<'a>(&'a self, name: &'a HeaderName) -> impl Iterator<Item = &'a [u8]> {
+        let name = name.as_str().as_bytes();
+        let added = self.added.iter().filter(move |(n, _)| n.as_str().as_bytes() == name).map(|(_, v)| v.as_bytes());
+        named(&self.head, &self.ranges, name).chain(added)
+    }
+
+    fn first(&self, name: &HeaderName) -> Option<&[u8]> {
+        let name = name.as_str().as_bytes();
+        match self.ranges.iter().find(|r| is_named(&self.head, r, name)) {
+            Some(&[_, _, c, d]) => Some(&self.head[c as usize..d as usize]),
+            None => self.added.iter().find(|(n, _)| n.as_str().as_bytes() == name).map(|(_, v)| v.as_bytes()),
+        }
+    }
+
     fn hint(&self) -> Option<Present> {
         Some(self.present)
     }
@@ -250,18 +277,33 @@ impl EditFields for RawRequest {
     fn remove_named(&mut self, name: &str) {
         let (head, name) = (&self.head, name.as_bytes());
         self.ranges.retain(|&[a, b, _, _]| !head[a as usize..b as usize].eq_ignore_ascii_case(name));
-        self.added.retain(|(n, _)| !n.as_str().as_bytes().eq_ignore_ascii_case(name));
+        if !self.added.is_empty() {
+            self.added.retain(|(n, _)| !n.as_str().as_bytes().eq_ignore_ascii_case(name));
+        }
+        if name.eq_ignore_ascii_case(b"connection") {
+            self.connection_removed();
+        } else if name.eq_ignore_ascii_case(b"host") {
+            self.present.hosts = 0;
+        }
     }
 
     fn retain_names(&mut self, keep: impl Fn(&[u8]) -> bool) {
         let head = &self.head;
         self.ranges.retain(|&[a, b, _, _]| keep(&head[a as usize..b as usize]));
-        self.added.retain(|(n, _)| keep(n.as_str().as_bytes()));
+        if !self.added.is_empty() {
+            self.added.retain(|(n, _)| keep(n.as_str().as_bytes()));
+        }
+        if self.present.connection && !keep(b"connection") {
+            self.connection_removed();
+        }
+        if self.present.hosts > 0 && !keep(b"host") {
+            self.present.hosts = 0;
+        }
     }
 
     fn set(&mut self, name: HeaderName, value: HeaderValue) {
         self.remove(&name);
-        self.present.note_request(name.as_str().as_bytes());
+        self.present.note_request(name.as_str().as_bytes(), value.as_bytes());
         self.added.push((name, value));
     }
 
@@ -321,7 +363,7 @@ impl RawFields {
             let range = range_of(buf, h);
             let name = &mut self.head[range[0] as usize..range[1] as usize];
             name.make_ascii_lowercase();
-            self.present.note(name);
+            self.present.note(name, h.value);
             self.ranges.push(range);
         }
     }
@@ -345,6 +387,28 @@ impl Fields for RawFields {
     fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.ranges.iter().map(|&[a, b, c, d]| (&self.head[a as usize..b as usize], &self.head[c as usize..d as usize]))
     }
+
+    fn values<'a>(&'a self, name: &'a HeaderName) -> impl Iterator<Item = &'a [u8]> {
+        named(&self.head, &self.ranges, name.as_str().as_bytes())
+    }
+
+    fn first(&self, name: &HeaderName) -> Option<&[u8]> {
+        let name = name.as_str().as_bytes();
+        let &[_, _, c, d] = self.ranges.iter().find(|r| is_named(&self.head, r, name))?;
+        Some(&self.head[c as usize..d as usize])
+    }
+}
+
+/// The values of the fields at `ranges` in `head` whose (lower-case) name is `name`. Lengths
+/// are compared first, from the ranges alone: most fields' names differ in length from the one
+/// looked for, and then neither is sliced nor compared.
+fn named<'a>(head: &'a [u8], ranges: &'a [FieldRange], name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
+    ranges.iter().filter(move |r| is_named(head, r, name)).map(move |&[_, _, c, d]| &head[c as usize..d as usize])
+}
+
+/// Whether the field at `range` in `head` is named `name` (lower-case), lengths compared first.
+fn is_named(head: &[u8], &[a, b, _, _]: &FieldRange, name: &[u8]) -> bool {
+    (b - a) as usize == name.len() && head[a as usize..b as usize] == *name
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use http::{Method, Request, Response, StatusCode, Uri, header};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
@@ -253,8 +253,7 @@ async fn attempts(
                     backend.outlier.record_success();
                 }
                 let pool_tag = ctx.proxy_header.as_ref().map(|_| ctx.client);
-                let in_flight =
-                    InFlight { active, slot, pool_tag, outlier: opts.outlier.clone(), body_idle: opts.timeouts.body };
+                let in_flight = InFlight { active, slot, pool_tag, vip: ctx.vip.clone() };
                 let retry = replayable
                     && attempt < opts.retries.max
                     && opts.retries.on_status.contains(&resp.status().as_u16());
@@ -372,7 +371,7 @@ fn finish_response(
     }
     // The hop-by-hop fields are left out as the fields are written (or moved into a map);
     // those a Connection option names too are removed from a map made for it here.
-    if resp.body().raw_fields().is_some_and(|f| f.values(&header::CONNECTION).any(headers::names_other_headers)) {
+    if resp.body().raw_fields().is_some_and(|f| f.present().connection && f.present().options.names_others) {
         fields_into_map(&mut resp);
     }
     let (mut parts, body) = resp.into_parts();

@@ -16,10 +16,14 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 
 /// Whether an HTTP/1.1 request asks to switch protocols (WebSocket and the like).
 pub(crate) fn is_upgrade(version: Version, headers: &impl Fields) -> bool {
+    let hint = headers.hint();
     version == Version::HTTP_11
-        && headers.hint().is_none_or(|p| p.upgrade)
+        && hint.is_none_or(|p| p.upgrade)
         && headers.has(&header::UPGRADE)
-        && connection_has(headers, "upgrade")
+        && match hint {
+            Some(p) => p.connection && p.options.upgrade,
+            None => connection_has(headers, "upgrade"),
+        }
 }
 
 /// Which of the fields that decide a message's framing and its connection's reuse a head
@@ -33,10 +37,69 @@ pub(crate) struct Present {
     pub(crate) expect: bool,
     pub(crate) date: bool,
     /// Noted for requests only (`note_request`): any hop-by-hop field, Upgrade, any of the
-    /// client-information fields.
+    /// client-information fields, and how many Host fields (up to 2: one too many is all that
+    /// matters).
     pub(crate) hop_by_hop: bool,
     pub(crate) upgrade: bool,
     pub(crate) forwarded: bool,
+    pub(crate) hosts: u8,
+    /// The options the Connection fields carry, read as they are noted (or scanned): none
+    /// while `connection` is false.
+    pub(crate) options: ConnectionOptions,
+}
+
+/// The options of a head's Connection fields (RFC 9110 §7.6.1), read in one pass: the reuse
+/// rules, the upgrade check and the hop-by-hop removal each asked for them with a pass of
+/// their own over the fields and the values, and a client that wants one request per
+/// connection sends `Connection: close` with every request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ConnectionOptions {
+    pub(crate) close: bool,
+    pub(crate) keep_alive: bool,
+    pub(crate) upgrade: bool,
+    /// An option other than "close" and "keep-alive" ("upgrade" included), or a value that is
+    /// not text (which may name anything): the fields it names are to be removed.
+    pub(crate) names_others: bool,
+}
+
+impl ConnectionOptions {
+    /// The options of every value in `values` (the Connection fields of one head).
+    pub(crate) fn of<'a>(values: impl Iterator<Item = &'a [u8]>) -> ConnectionOptions {
+        let mut o = ConnectionOptions::default();
+        values.for_each(|v| o.add(v));
+        o
+    }
+
+    /// Adds the options of one Connection field's value.
+    pub(crate) fn add(&mut self, value: &[u8]) {
+        // The common values, whole.
+        if value.eq_ignore_ascii_case(b"close") {
+            self.close = true;
+            return;
+        }
+        if value.eq_ignore_ascii_case(b"keep-alive") {
+            self.keep_alive = true;
+            return;
+        }
+        if text(value).is_none() {
+            self.names_others = true;
+            return;
+        }
+        // Text is visible ASCII, spaces and tabs: trimmed as bytes as `str::trim` would.
+        for option in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+            if option.is_empty() {
+                continue;
+            }
+            if option.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if option.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else {
+                self.upgrade |= option.eq_ignore_ascii_case(b"upgrade");
+                self.names_others = true;
+            }
+        }
+    }
 }
 
 impl Present {
@@ -56,44 +119,53 @@ impl Present {
                 p.date = true;
             }
         }
+        if p.connection {
+            p.options = ConnectionOptions::of(headers.get_all(header::CONNECTION).iter().map(HeaderValue::as_bytes));
+        }
         p
     }
 
-    /// Notes a lower-case field name: by its length first, so most names cost one compare
-    /// of lengths and none of bytes.
-    pub(crate) fn note(&mut self, name: &[u8]) {
-        let (flag, known): (&mut bool, &[u8]) = match name.len() {
-            4 => (&mut self.date, b"date"),
-            6 => (&mut self.expect, b"expect"),
-            10 => (&mut self.connection, b"connection"),
-            14 => (&mut self.content_length, b"content-length"),
-            17 => (&mut self.transfer_encoding, b"transfer-encoding"),
-            _ => return,
-        };
-        *flag |= name == known;
+    /// Notes a field, its name lower-case: by the name's length first, so most names cost one
+    /// compare of lengths and none of bytes; a Connection field's options are read from
+    /// `value` on the way.
+    pub(crate) fn note(&mut self, name: &[u8], value: &[u8]) {
+        match name.len() {
+            4 => self.date |= name == b"date",
+            6 => self.expect |= name == b"expect",
+            10 if name == b"connection" => {
+                self.connection = true;
+                self.options.add(value);
+            }
+            14 => self.content_length |= name == b"content-length",
+            17 => self.transfer_encoding |= name == b"transfer-encoding",
+            _ => {}
+        }
     }
 
-    /// Notes a lower-case request field name: as `note` does, and whether it is hop-by-hop
-    /// (Upgrade noted apart) or a client-information field. Most requests carry none of
-    /// those, and then their removal needs no pass over the fields.
-    pub(crate) fn note_request(&mut self, name: &[u8]) {
-        self.note(name);
+    /// Notes a request field, its name lower-case: as `note` does, and whether it is
+    /// hop-by-hop (Upgrade noted apart) or a client-information field. Most requests carry
+    /// none of those, and then their removal needs no pass over the fields.
+    pub(crate) fn note_request(&mut self, name: &[u8], value: &[u8]) {
+        self.note(name, value);
         match hop_by_hop_name(name) {
             Some(i) => {
                 self.hop_by_hop = true;
                 self.upgrade |= i == 1;
             }
+            None if name == b"host" => self.hosts = (self.hosts + 1).min(2),
             None => self.forwarded |= is_forwarded(name),
         }
     }
 }
 
 /// Whether a message lets its connection carry another one after it (RFC 9112 §9.3):
-/// HTTP/1.1 unless it says `close`, HTTP/1.0 only if it says `keep-alive`.
-pub(crate) fn persistent(version: Version, headers: &impl Fields, present: Present) -> bool {
+/// HTTP/1.1 unless it says `close`, HTTP/1.0 only if it says `keep-alive`. `present` is its
+/// head's, its Connection options read.
+pub(crate) fn persistent(version: Version, present: Present) -> bool {
+    let options = present.options;
     match version {
-        Version::HTTP_11 => !(present.connection && connection_has(headers, "close")),
-        _ => present.connection && connection_has(headers, "keep-alive"),
+        Version::HTTP_11 => !(present.connection && options.close),
+        _ => present.connection && options.keep_alive,
     }
 }
 
@@ -106,27 +178,30 @@ pub(crate) fn connection_has(headers: &impl Fields, token: &str) -> bool {
 /// Whether a Connection value names a header to remove, beyond the options ("close",
 /// "keep-alive") that name none; one that is not text may name anything.
 pub(crate) fn names_other_headers(value: &[u8]) -> bool {
-    text(value).is_none_or(|s| {
-        s.split(',')
-            .map(str::trim)
-            .any(|o| !o.is_empty() && !o.eq_ignore_ascii_case("close") && !o.eq_ignore_ascii_case("keep-alive"))
-    })
+    ConnectionOptions::of(std::iter::once(value)).names_others
 }
 
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
 /// `Connection: upgrade` and `Upgrade`: they are what the backend must see.
 pub(crate) fn remove_hop_by_hop(headers: &mut impl EditFields, upgrade: bool) {
-    if !upgrade && headers.hint().is_some_and(|p| !p.hop_by_hop) {
-        return;
-    }
+    let hint = headers.hint();
     // Most heads carry no hop-by-hop field, and `Connection: close` alone is the common case
-    // of those that do.
-    if !upgrade && !headers.each().any(|(name, _)| hop_by_hop_name(name).is_some()) {
+    // of those that do. Fields that note their names know it without a pass; a map is
+    // searched once (its removal of none would still allocate).
+    if !upgrade
+        && match hint {
+            Some(p) => !p.hop_by_hop,
+            None => !headers.each().any(|(name, _)| hop_by_hop_name(name).is_some()),
+        }
+    {
         return;
     }
-    // Connection options that name no other header ("close", "keep-alive") need no lookups:
-    // a client's `Connection: close` is the common case.
-    if upgrade || headers.values(&header::CONNECTION).any(names_other_headers) {
+    // Connection options that name no other header ("close", "keep-alive") need no lookups.
+    let names_others = match hint {
+        Some(p) => p.connection && p.options.names_others,
+        None => headers.values(&header::CONNECTION).any(names_other_headers),
+    };
+    if upgrade || names_others {
         // The headers the Connection options name, copied so that they can be read while the
         // fields change (a value that is not text names none).
         let options: Vec<String> = headers
@@ -335,13 +410,62 @@ mod tests {
     fn present_notes_the_framing_names_and_only_them() {
         let mut p = Present::default();
         for name in ["dat", "data", "expects", "connectiox", "content-lengtx", "transfer-encodinx", "x-date"] {
-            p.note(name.as_bytes());
+            p.note(name.as_bytes(), b"close");
         }
         assert!(!(p.date || p.expect || p.connection || p.content_length || p.transfer_encoding), "{p:?}");
+        assert_eq!(p.options, ConnectionOptions::default(), "only a Connection field's options");
         for name in ["date", "expect", "connection", "content-length", "transfer-encoding"] {
-            p.note(name.as_bytes());
+            p.note(name.as_bytes(), b"close");
         }
         assert!(p.date && p.expect && p.connection && p.content_length && p.transfer_encoding, "{p:?}");
+        assert!(p.options.close && !p.options.names_others);
+    }
+
+    #[test]
+    fn connection_options_are_read_as_tokens() {
+        let of = |values: &[&[u8]]| ConnectionOptions::of(values.iter().copied());
+        let o = of(&[b"Close"]);
+        assert!(o.close && !o.keep_alive && !o.upgrade && !o.names_others, "{o:?}");
+        let o = of(&[b" keep-alive ,\tclose", b""]);
+        assert!(o.close && o.keep_alive && !o.names_others, "{o:?}");
+        let o = of(&[b"close", b"UPGRADE"]);
+        assert!(o.close && o.upgrade && o.names_others, "{o:?}");
+        assert!(!of(&[b"closed, xclose"]).close);
+        assert!(of(&[b"x-secret"]).names_others);
+        assert!(of(&[b"close\xff"]).names_others, "not text: may name anything");
+        assert!(!of(&[b", ,"]).names_others);
+    }
+
+    #[test]
+    fn raw_request_options_follow_its_connection_fields() {
+        let options = |r: &crate::http::fields::RawRequest| r.hint().unwrap().options;
+        let mut r = crate::http::fields::RawRequest::from_wire(b"GET / HTTP/1.1\r\nConnection: close, x-a\r\n\r\n");
+        assert!(options(&r).close && options(&r).names_others);
+        assert!(!persistent(Version::HTTP_11, r.hint().unwrap()));
+        r.remove(&header::CONNECTION);
+        assert_eq!(options(&r), ConnectionOptions::default());
+        assert!(persistent(Version::HTTP_11, r.hint().unwrap()));
+        r.set(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        assert!(options(&r).upgrade && !options(&r).close);
+        r.retain_names(|n| hop_by_hop_name(n).is_none());
+        assert!(!r.hint().unwrap().connection && !options(&r).upgrade);
+        let r = crate::http::fields::RawRequest::from_wire(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
+        assert!(persistent(Version::HTTP_10, r.hint().unwrap()));
+    }
+
+    #[test]
+    fn raw_request_host_count_follows_its_host_fields() {
+        let hosts = |r: &crate::http::fields::RawRequest| r.hint().unwrap().hosts;
+        let mut r = crate::http::fields::RawRequest::from_wire(b"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\nHOST: b\r\n\r\n");
+        assert_eq!(hosts(&r), 2);
+        r.remove(&header::HOST);
+        assert_eq!(hosts(&r), 0);
+        r.set(header::HOST, HeaderValue::from_static("c"));
+        assert_eq!(hosts(&r), 1);
+        r.retain_names(|n| n != b"host");
+        assert_eq!(hosts(&r), 0);
+        let r = crate::http::fields::RawRequest::from_wire(b"GET / HTTP/1.1\r\nX: 1\r\n\r\n");
+        assert_eq!(hosts(&r), 0);
     }
 
     fn parts(req: http::Request<()>) -> http::request::Parts {

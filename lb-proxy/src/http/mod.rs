@@ -2,7 +2,7 @@
 //! HTTP/1.1 (optionally over TLS) to backends.
 mod access_log;
 mod body;
-mod budget;
+pub(crate) mod budget;
 mod conn;
 mod decode;
 mod fields;

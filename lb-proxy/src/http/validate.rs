@@ -23,7 +23,7 @@ pub(crate) fn refuse(
         return Some(error_response(StatusCode::BAD_REQUEST, true));
     }
     // RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host; h2 may carry :authority instead.
-    let hosts = headers.values(&header::HOST).count();
+    let hosts = headers.hint().map_or_else(|| headers.values(&header::HOST).count(), |p| usize::from(p.hosts));
     let needs_host = req.version == Version::HTTP_11 && req.uri.authority().is_none();
     if hosts > 1 || (hosts == 0 && needs_host) {
         return Some(error_response(StatusCode::BAD_REQUEST, true));

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::{Method, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -221,7 +222,7 @@ async fn opening<R: AsyncRead + Unpin>(
     vip: &Vip,
     mut stopping: Pin<&mut Raised<'_>>,
 ) -> Opening {
-    let deadline = Instant::now() + vip.spec.options.timeouts.client_header;
+    let mut deadline = Deadline::after(vip.spec.options.timeouts.client_header);
     loop {
         {
             let r = lock(reader);
@@ -233,7 +234,7 @@ async fn opening<R: AsyncRead + Unpin>(
                 return Opening::H2;
             }
         }
-        match more_bytes(reader, timer, deadline, stopping.as_mut(), true).await {
+        match more_bytes(reader, timer, &mut deadline, stopping.as_mut(), true).await {
             Waited::Bytes => {}
             Waited::Closed | Waited::Expired | Waited::Stopping => return Opening::Closed,
         }
@@ -249,10 +250,10 @@ async fn next_head<R: AsyncRead + Unpin>(
     mut stopping: Pin<&mut Raised<'_>>,
 ) -> Next {
     let t = &vip.spec.options.timeouts;
-    let now = Instant::now();
     // The first head's time starts with the connection; a later one's idle time with the end
-    // of the last response, its head time with its own first byte.
-    let mut deadline = now + if first { t.client_header } else { t.idle };
+    // of the last response, its head time with its own first byte (each as it is first waited
+    // for, which is at once).
+    let mut deadline = Deadline::after(if first { t.client_header } else { t.idle });
     let mut in_head = false;
     loop {
         {
@@ -266,13 +267,13 @@ async fn next_head<R: AsyncRead + Unpin>(
                 if !in_head {
                     in_head = true;
                     if !first {
-                        deadline = Instant::now() + t.client_header;
+                        deadline = Deadline::after(t.client_header);
                     }
                 }
             }
         }
         // Stopping: a connection between requests is closed now; a head begun is finished.
-        match more_bytes(reader, timer, deadline, stopping.as_mut(), !in_head).await {
+        match more_bytes(reader, timer, &mut deadline, stopping.as_mut(), !in_head).await {
             Waited::Bytes => {}
             Waited::Expired if in_head => return Next::TimedOut,
             Waited::Closed | Waited::Expired | Waited::Stopping => return Next::Close,
@@ -292,7 +293,7 @@ enum Waited {
 async fn more_bytes<R: AsyncRead + Unpin>(
     reader: &SharedReader<R>,
     timer: &mut HeadTimer,
-    deadline: Instant,
+    deadline: &mut Deadline,
     stopping: Pin<&mut Raised<'_>>,
     stoppable: bool,
 ) -> Waited {
@@ -301,6 +302,24 @@ async fn more_bytes<R: AsyncRead + Unpin>(
         more = read_more(reader) => if more { Waited::Bytes } else { Waited::Closed },
         _ = timer.until(deadline) => Waited::Expired,
         _ = stopping, if stoppable => Waited::Stopping,
+    }
+}
+
+/// A head deadline, `after` from when it is first waited for: most heads are whole when the
+/// wait for them would begin (a new connection's first read holds its first head), and then
+/// no clock is read for them.
+struct Deadline {
+    after: Duration,
+    at: Option<Instant>,
+}
+
+impl Deadline {
+    fn after(after: Duration) -> Deadline {
+        Deadline { after, at: None }
+    }
+
+    fn at(&mut self) -> Instant {
+        *self.at.get_or_insert_with(|| Instant::now() + self.after)
     }
 }
 
@@ -317,7 +336,9 @@ impl HeadTimer {
         HeadTimer { sleep: None, armed: None }
     }
 
-    async fn until(&mut self, at: Instant) {
+    async fn until(&mut self, deadline: &mut Deadline) {
+        // Read as the timer is first polled: only once the client's bytes are awaited.
+        let at = deadline.at();
         loop {
             let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
             if self.armed.is_none_or(|armed| armed > at) || sleep.is_elapsed() {

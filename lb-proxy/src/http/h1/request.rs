@@ -72,17 +72,16 @@ pub(crate) fn parse(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Head>,
     // Names lower-cased in place (httparse accepted only token characters, which `http`'s
     // names are too), and the framing and reuse fields noted on the way.
     let mut present = Present::default();
-    for &[a, b, _, _] in &ranges {
-        let name = &mut buf[a as usize..b as usize];
-        name.make_ascii_lowercase();
-        present.note_request(name);
+    for &[a, b, c, d] in &ranges {
+        buf[a as usize..b as usize].make_ascii_lowercase();
+        present.note_request(&buf[a as usize..b as usize], &buf[c as usize..d as usize]);
     }
     let head = buf.split_to(len).freeze();
     let uri = Uri::from_maybe_shared(head.slice(target[0]..target[1])).map_err(|_| StatusCode::BAD_REQUEST)?;
     let fields = RawRequest::new(head, ranges, present);
     let version = if minor == 0 { Version::HTTP_10 } else { Version::HTTP_11 };
     let framing = framing(&fields, version, present)?;
-    let keep_alive = persistent(version, &fields, present);
+    let keep_alive = persistent(version, present);
     let expects_continue = version == Version::HTTP_11
         && framing != Framing::None
         && present.expect

@@ -13,7 +13,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::http::body::ProxyBody;
 use crate::http::fields::{Fields, RawFields};
-use crate::http::headers::{Present, connection_has, hop_by_hop_name};
+use crate::http::headers::{Present, hop_by_hop_name};
 
 /// What the response must fit of its request.
 pub(crate) struct Asked {
@@ -48,7 +48,7 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
         || status == StatusCode::NOT_MODIFIED;
     let present = Present::scan(&parts.headers);
     let dated = present.date || body.raw_fields().is_some_and(|f| f.present().date);
-    let mut keep_alive = asked.keep_alive && !(present.connection && connection_has(&parts.headers, "close"));
+    let mut keep_alive = asked.keep_alive && !(present.connection && present.options.close);
     let framing = if bodiless {
         Framing::None
     } else if let Some(n) = body.size_hint().exact() {
@@ -154,16 +154,26 @@ pub(crate) async fn write<W: AsyncWrite + Unpin>(
 /// on a bodiless response (a HEAD's Content-Length tells the length of the GET); Connection
 /// is the proxy's too, except on a 101, which names the upgrade in it.
 fn write_fields(out: &mut Vec<u8>, headers: &HeaderMap, raw: Option<&RawFields>, bodiless: bool, switching: bool) {
-    let raw = raw.into_iter().flat_map(Fields::each).filter(|(name, _)| hop_by_hop_name(name).is_none());
-    for (name, value) in raw.chain(headers.each()) {
+    let mut field = |name: &[u8], value: &[u8]| {
         let framing = name == b"content-length" || name == b"transfer-encoding";
         if (framing && !bodiless) || (name == b"connection" && !switching) {
-            continue;
+            return;
         }
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
+    };
+    // Two plain loops: chained and flattened, the iterators cost more than the writing.
+    if let Some(raw) = raw {
+        for (name, value) in raw.each() {
+            if hop_by_hop_name(name).is_none() {
+                field(name, value);
+            }
+        }
+    }
+    for (name, value) in headers.each() {
+        field(name, value);
     }
 }
 

@@ -135,7 +135,7 @@ pub(crate) fn response_framing(
     h: &RawFields,
 ) -> Result<(ResponseFraming, bool), BackendFault> {
     let present = h.present();
-    let keep_alive = persistent(parts.version, h, present);
+    let keep_alive = persistent(parts.version, present);
     let status = parts.status;
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return if upgrade_asked {
