@@ -20,10 +20,7 @@ pub(crate) fn is_upgrade(version: Version, headers: &impl Fields) -> bool {
     version == Version::HTTP_11
         && hint.is_none_or(|p| p.upgrade)
         && headers.has(&header::UPGRADE)
-        && match hint {
-            Some(p) => p.connection && p.options.upgrade,
-            None => connection_has(headers, "upgrade"),
-        }
+        && connection_options(headers, hint).upgrade
 }
 
 /// Which of the fields that decide a message's framing and its connection's reuse a head
@@ -169,16 +166,14 @@ pub(crate) fn persistent(version: Version, present: Present) -> bool {
     }
 }
 
-pub(crate) fn connection_has(headers: &impl Fields, token: &str) -> bool {
-    headers
-        .values(&header::CONNECTION)
-        .any(|v| text(v).is_some_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
-}
-
-/// Whether a Connection value names a header to remove, beyond the options ("close",
-/// "keep-alive") that name none; one that is not text may name anything.
-pub(crate) fn names_other_headers(value: &[u8]) -> bool {
-    ConnectionOptions::of(std::iter::once(value)).names_others
+/// The options of `headers`' Connection fields: as noted with the fields (`hint`, theirs), or
+/// read from them now when they note none.
+fn connection_options(headers: &impl Fields, hint: Option<Present>) -> ConnectionOptions {
+    match hint {
+        Some(p) if p.connection => p.options,
+        Some(_) => ConnectionOptions::default(),
+        None => ConnectionOptions::of(headers.values(&header::CONNECTION)),
+    }
 }
 
 /// Removes hop-by-hop headers, including those the Connection header names. An upgrade keeps
@@ -197,11 +192,7 @@ pub(crate) fn remove_hop_by_hop(headers: &mut impl EditFields, upgrade: bool) {
         return;
     }
     // Connection options that name no other header ("close", "keep-alive") need no lookups.
-    let names_others = match hint {
-        Some(p) => p.connection && p.options.names_others,
-        None => headers.values(&header::CONNECTION).any(names_other_headers),
-    };
-    if upgrade || names_others {
+    if upgrade || connection_options(headers, hint).names_others {
         // The headers the Connection options name, copied so that they can be read while the
         // fields change (a value that is not text names none).
         let options: Vec<String> = headers
