@@ -15,7 +15,7 @@
 use crate::IpBytes;
 pub use crate::flow_key::FlowKey;
 use crate::hash::mix64;
-pub use crate::table_hash::TableHash;
+use crate::table_hash::TableHash;
 
 /// Ways per set. A flow is found by comparing its key with each way of its set.
 pub const FLOW_WAYS: usize = 4;
