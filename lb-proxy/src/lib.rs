@@ -18,7 +18,7 @@
 //! - `backend`, `balance`, `pool`, `outlier`: backend sets, choosing one, pooled connections,
 //!   passive ejection; `limits`: per-VIP and per-client limits.
 //! - [`config`]: `[vip.proxy]`'s options; [`stats`]: the counters the daemon exports.
-//! - `shutdown`, `quiet_sleep`, `alloc`, `trim`, `error`: stopping, timers, the allocator and
+//! - `shutdown`, `quiet_sleep`, `kept_timer`, `alloc`, `trim`, `error`: stopping, timers, the allocator and
 //!   memory trimming, errors.
 mod accept;
 mod alloc;
@@ -27,6 +27,7 @@ mod balance;
 pub mod config;
 mod error;
 mod http;
+mod kept_timer;
 mod limits;
 mod outlier;
 mod pool;

@@ -4,10 +4,11 @@
 //! the upload, or of the attempt's start if later). Both start only once the upload has ended,
 //! so a slow but steady upload is not cut.
 use std::cell::RefCell;
-use std::pin::Pin;
 use std::time::Duration;
 
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+
+use crate::kept_timer::KeptTimer;
 
 use super::upload::Upload;
 
@@ -60,7 +61,7 @@ thread_local! {
     /// the runtime's timer wheel and out again each time (callgrind: about 0.25k instructions
     /// a request more than one kept); one kept stays in the wheel, and a later deadline does
     /// not move it.
-    static SPARE_TIMERS: RefCell<Option<Vec<Pin<Box<Sleep>>>>> = const { RefCell::new(None) };
+    static SPARE_TIMERS: RefCell<Option<Vec<KeptTimer>>> = const { RefCell::new(None) };
 }
 
 /// Spare timers a worker keeps: as many as it has answers awaited at once, up to this.
@@ -79,37 +80,26 @@ pub(crate) fn drop_spare_timers() {
 
 /// One answer wait's timer: a spare one of this worker's if it has one, given back when the
 /// wait ends.
-struct AnswerTimer(Option<Pin<Box<Sleep>>>);
+struct AnswerTimer(Option<KeptTimer>);
 
 impl AnswerTimer {
     fn take() -> AnswerTimer {
         AnswerTimer(SPARE_TIMERS.with_borrow_mut(|spare| spare.as_mut().and_then(Vec::pop)))
     }
 
-    /// Resolves at `at`. A spare timer set for earlier is left as it is (no wheel update
-    /// for every request): when it fires early it is set again.
     async fn until(&mut self, at: Instant) {
-        loop {
-            let sleep = self.0.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-            if sleep.deadline() > at || sleep.is_elapsed() {
-                sleep.as_mut().reset(at);
-            }
-            sleep.as_mut().await;
-            if Instant::now() >= at {
-                return;
-            }
-        }
+        self.0.get_or_insert_with(KeptTimer::new).until(|| at).await
     }
 }
 
 impl Drop for AnswerTimer {
     fn drop(&mut self) {
-        let Some(sleep) = self.0.take() else { return };
+        let Some(timer) = self.0.take() else { return };
         let _ = SPARE_TIMERS.try_with(|spare| {
             if let Some(spare) = spare.borrow_mut().as_mut()
                 && spare.len() < SPARE_TIMERS_KEPT
             {
-                spare.push(sleep);
+                spare.push(timer);
             }
         });
     }

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use http::{Method, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use self::body::{ClientBody, Reader, SharedReader, Writer, lock};
 use self::request::Framing;
@@ -33,6 +33,7 @@ use super::conn::ConnCtx;
 use super::decode::Decoder;
 use super::forward::handle;
 use super::respond::{TIMEOUT_RESPONSE, error_response};
+use crate::kept_timer::KeptTimer;
 use crate::shutdown::{Raised, Tasks};
 use crate::vip::Vip;
 
@@ -65,7 +66,8 @@ where
     let (read_buf, mut out) = spare::take();
     let reader: SharedReader<_> = Arc::new(Mutex::new(Reader::new(stream, read_buf)));
     let mut wr = SendTimeout::new(Writer(reader.clone()), opts.timeouts.send);
-    let mut timer = HeadTimer::new();
+    // The connection's one timer for head deadlines.
+    let mut timer = KeptTimer::new();
     let stop = tasks.stop.clone();
     // One waiter for the connection's life: made anew for every wait, it would join and leave
     // the signal's waiter list (behind a lock) for every request.
@@ -218,7 +220,7 @@ enum Opening {
 /// whole HTTP/1 head, and decide at once.
 async fn opening<R: AsyncRead + Unpin>(
     reader: &SharedReader<R>,
-    timer: &mut HeadTimer,
+    timer: &mut KeptTimer,
     vip: &Vip,
     mut stopping: Pin<&mut Raised<'_>>,
 ) -> Opening {
@@ -244,7 +246,7 @@ async fn opening<R: AsyncRead + Unpin>(
 /// Reads until a whole request head is in, under the head deadlines.
 async fn next_head<R: AsyncRead + Unpin>(
     reader: &SharedReader<R>,
-    timer: &mut HeadTimer,
+    timer: &mut KeptTimer,
     first: bool,
     vip: &Vip,
     mut stopping: Pin<&mut Raised<'_>>,
@@ -292,7 +294,7 @@ enum Waited {
 /// Waits for the client's next bytes, the deadline, or (if `stoppable`) the proxy's stop.
 async fn more_bytes<R: AsyncRead + Unpin>(
     reader: &SharedReader<R>,
-    timer: &mut HeadTimer,
+    timer: &mut KeptTimer,
     deadline: &mut Deadline,
     stopping: Pin<&mut Raised<'_>>,
     stoppable: bool,
@@ -300,7 +302,7 @@ async fn more_bytes<R: AsyncRead + Unpin>(
     tokio::select! {
         biased;
         more = read_more(reader) => if more { Waited::Bytes } else { Waited::Closed },
-        _ = timer.until(deadline) => Waited::Expired,
+        _ = timer.until(|| deadline.at()) => Waited::Expired,
         _ = stopping, if stoppable => Waited::Stopping,
     }
 }
@@ -320,35 +322,5 @@ impl Deadline {
 
     fn at(&mut self) -> Instant {
         *self.at.get_or_insert_with(|| Instant::now() + self.after)
-    }
-}
-
-/// The connection's one timer for head deadlines. A deadline that moves later does not re-arm
-/// it: when it fires early it is set again, so a busy connection does not take the timer out
-/// of the runtime's wheel and put it back for every request.
-struct HeadTimer {
-    sleep: Option<Pin<Box<Sleep>>>,
-    armed: Option<Instant>,
-}
-
-impl HeadTimer {
-    fn new() -> Self {
-        HeadTimer { sleep: None, armed: None }
-    }
-
-    async fn until(&mut self, deadline: &mut Deadline) {
-        // Read as the timer is first polled: only once the client's bytes are awaited.
-        let at = deadline.at();
-        loop {
-            let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-            if self.armed.is_none_or(|armed| armed > at) || sleep.is_elapsed() {
-                sleep.as_mut().reset(at);
-                self.armed = Some(at);
-            }
-            sleep.as_mut().await;
-            if Instant::now() >= at {
-                return;
-            }
-        }
     }
 }
