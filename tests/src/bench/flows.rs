@@ -7,8 +7,11 @@
 //! a bare XDP_PASS, extra ns over bare, medians over rounds). Prints figures, asserts nothing.
 //!
 //! With `--katran DIR` Katran runs the same packets in the same loop (call by call: bare, then
-//! ours and Katran, their order reversed every other round), its connection table (this CPU's
-//! LRU) of the same capacity as ours in each series. The process is pinned to one CPU. With
+//! ours and Katran, their order reversed every other round; with `--in-blocks` each program
+//! takes the round's flows in a block of its own, so neither runs with the other's memory in
+//! the caches), its connection table (this CPU's LRU) of the same capacity as ours in each
+//! series. The process is pinned to one CPU. `--profile FLOWS` samples lb_ingress by source
+//! line while that count runs. With
 //! `--against OBJ` another build's lb_ingress (with tables of its own, filled alike) takes its
 //! turns in the same loop too, "B / ours" paired by round.
 //!
@@ -23,7 +26,7 @@ use lb_ctl::dataplane::Dataplane;
 use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_ctl::dataplane::load::{LoadOptions, load_decap, load_ingress, program};
 
-use super::dataplane::{against_object, ns_per_run, quartiles};
+use super::dataplane::{Turns, against_object, ns_per_run, quartiles};
 use super::katran;
 use super::stats::median;
 use crate::fixture::{RING, configure, lab, vips};
@@ -38,8 +41,16 @@ const FLOW_TABLE: u32 = 1 << 22;
 /// The smallest table of the sized series.
 const MIN_TABLE: u32 = 4096;
 const ROUNDS: usize = 15;
+/// Rounds of the profiled count (`--profile`): enough samples inside the program.
+const PROFILE_ROUNDS: usize = 10 * ROUNDS;
 const CALLS_PER_ROUND: usize = 2000;
 const XDP_TX: u32 = 3;
+
+/// A program's block of calls in a round with `--in-blocks`: long enough for a program to walk
+/// its own table's pages warm again after the others' blocks (at a million flows, blocks of
+/// 2,000 calls read Katran's memory in ours still, 40,000 less so, 100,000 read ours as it is
+/// with no Katran loaded).
+const BLOCK_CALLS: usize = 100_000;
 
 /// One count's figure.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -131,6 +142,7 @@ fn measure(
     (from, count, table): (u32, u32, u32),
     ingress: u32,
     path: &FlowPath,
+    turns: Turns,
 ) -> anyhow::Result<Measured> {
     let vip = vips()[path.vip].addr;
     let frame = |i| (path.frame)(i, vip);
@@ -168,20 +180,34 @@ fn measure(
     }
     // A large step coprime with every count visits all the flows, in a scattered order.
     let mut at: u64 = 0;
+    let step = |at: u64| (at + 2_654_435_761) % u64::from(count);
     let (mut extra, mut katran_extra, mut b_extra) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
+    for round in 0..turns.rounds {
         // The programs after bare take turns in one order, then the other: the last to run a
         // packet was seen to gain a few percent.
-        let mut turns = [Some(ours), katran, b];
+        let mut others = [Some(ours), katran, b];
         if round % 2 == 1 {
-            turns.reverse();
+            others.reverse();
         }
-        for _ in 0..CALLS_PER_ROUND {
-            at = (at + 2_654_435_761) % u64::from(count);
-            let packet = frame(at as u32);
-            run_xdp(bare, &packet, ingress);
-            for program in turns.into_iter().flatten() {
-                run_xdp(program, &packet, ingress);
+        if turns.in_blocks {
+            // Each program takes the round's packets in a block of its own, the same flows in
+            // the same order: it runs with its own memory cached, as a host's one balancer does.
+            let start = at;
+            for program in [Some(bare)].into_iter().chain(others).flatten() {
+                at = start;
+                for _ in 0..BLOCK_CALLS {
+                    at = step(at);
+                    run_xdp(program, &frame(at as u32), ingress);
+                }
+            }
+        } else {
+            for _ in 0..CALLS_PER_ROUND {
+                at = step(at);
+                let packet = frame(at as u32);
+                run_xdp(bare, &packet, ingress);
+                for program in others.into_iter().flatten() {
+                    run_xdp(program, &packet, ingress);
+                }
             }
         }
         let base = ns_per_run(bare, &mut bare_state);
@@ -211,7 +237,16 @@ fn evicted(dp: &AyaDataplane) -> anyhow::Result<u64> {
     Ok(dp.counters()?.into_iter().find(|(c, _)| *c == Counter::FlowTableFull).map_or(0, |(_, v)| v))
 }
 
-pub fn run(katran_checkout: Option<&Path>, against: Option<&Path>) -> anyhow::Result<Vec<FlowsCost>> {
+/// `profile`: the count of flows whose measurement (million-flow table) is sampled by line.
+pub fn run(
+    katran_checkout: Option<&Path>,
+    against: Option<&Path>,
+    profile: Option<u32>,
+    in_blocks: bool,
+) -> anyhow::Result<Vec<FlowsCost>> {
+    if let Some(count) = profile {
+        anyhow::ensure!(FLOW_COUNTS.contains(&count), "--profile {count}: one of {FLOW_COUNTS:?}");
+    }
     anyhow::ensure!(crate::privileges::require_root("lb-bench flows"), "the flows benchmark needs root");
     let katran_object = katran_checkout.map(katran::object_in).transpose()?;
     let against = against.map(against_object).transpose()?;
@@ -224,9 +259,14 @@ pub fn run(katran_checkout: Option<&Path>, against: Option<&Path>) -> anyhow::Re
     let mut katran = katran_object.as_deref().map(|o| katran::Katran::load(o, cpu, MIN_TABLE)).transpose()?;
     let mut katran = katran.as_mut().map(|k| k.parts()).transpose()?;
     let _stats = enable_stats(Stats::RunTime)?;
+    if in_blocks {
+        println!(
+            "turns: in blocks of {BLOCK_CALLS} calls of one program, then the next (bare, then ours and the others, their order reversed every other round)"
+        );
+    }
     let mut costs = Vec::new();
     for path in &PATHS {
-        costs.extend(series(path, bare, &mut katran, against, (cpu, g0))?);
+        costs.extend(series(path, bare, &mut katran, against, (cpu, g0), (profile, in_blocks))?);
     }
     Ok(costs)
 }
@@ -238,10 +278,12 @@ fn series(
     katran: &mut Option<(&Xdp, &mut katran::Maps)>,
     against: Option<&'static [u8]>,
     (cpu, g0): (u32, u32),
+    (profile, in_blocks): (Option<u32>, bool),
 ) -> anyhow::Result<Vec<FlowsCost>> {
+    let calls = if in_blocks { BLOCK_CALLS } else { CALLS_PER_ROUND };
     println!(
-        "lb_ingress {} against the number of flows, {ROUNDS} rounds x {CALLS_PER_ROUND} calls, flows in \
-         scattered order, medians, on CPU {cpu}",
+        "lb_ingress {} against the number of flows, {ROUNDS} rounds x {calls} calls, flows in scattered order, \
+         medians, on CPU {cpu}",
         path.name
     );
     let shown = |ns: Option<f64>| ns.map_or("-".to_string(), |k| format!("{k:.1}"));
@@ -260,15 +302,21 @@ fn series(
     let mut full_b = against.map(|object| balancer(Some(object), FLOW_TABLE)).transpose()?;
     let mut recorded = 0;
     for count in FLOW_COUNTS {
-        let all =
-            measure((&mut full, full_b.as_mut()), bare, reborrow(katran), (recorded, count, FLOW_TABLE), g0, path)?;
+        let profiled = profile == Some(count);
+        let turns = Turns { rounds: if profiled { PROFILE_ROUNDS } else { ROUNDS }, in_blocks };
+        let sampler = profiled.then(|| super::line_profile::Sampler::start(cpu)).transpose()?;
+        let table = (recorded, count, FLOW_TABLE);
+        let all = measure((&mut full, full_b.as_mut()), bare, reborrow(katran), table, g0, path, turns)?;
+        let samples = sampler.map(|s| s.stop()).transpose()?;
         recorded = count;
         costs.push(all.cost(path, count, FLOW_TABLE));
         let sized_ways = (4 * count).next_power_of_two().max(MIN_TABLE);
         let sized = if sized_ways < FLOW_TABLE {
             let mut dp = balancer(None, sized_ways)?;
             let mut b = against.map(|object| balancer(Some(object), sized_ways)).transpose()?;
-            let sized = measure((&mut dp, b.as_mut()), bare, reborrow(katran), (0, count, sized_ways), g0, path)?;
+            let table = (0, count, sized_ways);
+            let turns = Turns { rounds: ROUNDS, in_blocks };
+            let sized = measure((&mut dp, b.as_mut()), bare, reborrow(katran), table, g0, path, turns)?;
             costs.push(sized.cost(path, count, sized_ways));
             Some(sized)
         } else {
@@ -283,6 +331,9 @@ fn series(
             print!(" {:>22} {:>22}", ratio(all.b_over_ours), ratio(sized.as_ref().and_then(|m| m.b_over_ours)));
         }
         println!();
+        if let Some(samples) = samples {
+            samples.report(program(full.ebpf_mut(), program_names::INGRESS)?, program_names::INGRESS)?;
+        }
     }
     println!(
         "(flows evicted from full sets while recording in the {FLOW_TABLE}-way table: {}; an evicted flow's packets \

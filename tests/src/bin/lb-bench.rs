@@ -47,6 +47,14 @@ enum Bench {
         /// tables of its own, "B / ours" paired by round.
         #[arg(long)]
         against: Option<std::path::PathBuf>,
+        /// Where the time goes at one count of flows (1000, 10000, ...): samples lb_ingress by
+        /// source line while that count runs in the million-flow table, ten times the rounds.
+        #[arg(long, value_name = "FLOWS")]
+        profile: Option<u32>,
+        /// Programs take turns in blocks of 100,000 calls (each runs with its own memory cached,
+        /// as a host's one balancer does), not call by call.
+        #[arg(long)]
+        in_blocks: bool,
     },
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
     Proxy {
@@ -123,7 +131,9 @@ fn main() -> anyhow::Result<()> {
             let options = bench::dataplane::Options { rounds, only, katran, profile, against, in_blocks };
             bench::dataplane::run_with(&options).map(drop)
         }
-        Bench::Flows { katran, against } => bench::flows::run(katran.as_deref(), against.as_deref()).map(drop),
+        Bench::Flows { katran, against, profile, in_blocks } => {
+            bench::flows::run(katran.as_deref(), against.as_deref(), profile, in_blocks).map(drop)
+        }
         Bench::Proxy { instructions: true } => bench::proxy::instructions::run(),
         Bench::Proxy { instructions: false } => bench::proxy::run().map(drop),
         Bench::Control => bench::control::run(),

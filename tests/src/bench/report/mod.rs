@@ -49,7 +49,7 @@ pub fn run_all(dir: &Path, lab_options: Options) -> Result<()> {
     println!("==> bench dataplane");
     let dataplane = super::dataplane::run()?;
     println!("==> bench flows");
-    let flows = super::flows::run(None, None)?;
+    let flows = super::flows::run(None, None, None, false)?;
     println!("==> bench control");
     let control = control_text()?;
     println!("==> bench proxy");
