@@ -255,7 +255,7 @@ fn pinned_balancer_survives_a_reload_and_detaches() {
         let _in = lab.lb.enter();
         open("eth0", &options).unwrap()
     };
-    assert!(!first.reused_maps && !first.replaced_program);
+    assert!(!first.reused_maps && first.previous_program.is_none());
     let mut dp = first.dataplane;
     configure(&mut dp, 251, &[spec()]);
     lab.lb.exec(&["ping", "-c1", "-W2", &backend_addr(0).to_string()]);
@@ -283,7 +283,7 @@ fn pinned_balancer_survives_a_reload_and_detaches() {
         open("eth0", &options).unwrap()
     };
     assert!(second.reused_maps, "the pinned maps were reused");
-    assert!(second.replaced_program, "the pinned link now runs the new program");
+    assert!(second.previous_program.is_some(), "the pinned link now runs the new program");
     let dp = second.dataplane;
     assert!(dp.flows_per_backend().unwrap().get(&0).copied().unwrap_or(0) >= 1, "connection table kept");
 

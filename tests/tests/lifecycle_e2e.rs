@@ -73,6 +73,14 @@ fn xdp_on_eth0(lab: &Lab) -> bool {
     String::from_utf8_lossy(&out.stdout).contains("xdp")
 }
 
+/// The id of the XDP program on `eth0` of the balancer's namespace (`ip link`'s `prog/xdp id`).
+fn xdp_program_on_eth0(lab: &Lab) -> Option<u32> {
+    let out = lab.lb.exec(&["ip", "-d", "link", "show", "dev", "eth0"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let at = text.find("prog/xdp id ")? + "prog/xdp id ".len();
+    text[at..].split_whitespace().next()?.parse().ok()
+}
+
 /// `GET /v1/metrics` on the control socket.
 fn metrics(socket: &Path) -> String {
     use std::io::{Read as _, Write as _};
@@ -93,8 +101,8 @@ fn files_in(dir: &Path) -> Vec<String> {
 /// is attached and the maps written) leaves the host as it found it: no program on the
 /// interface, no pins, no saved state, no socket or lock. And when it found a running
 /// balancer's pins (a daemon killed with -9), those stay as they were: same saved ids, and
-/// the balancer keeps forwarding as it did (the failed start's file moved the VIP's backend
-/// to another port: no map took it).
+/// the balancer keeps forwarding as it did, its own program back on the interface (the failed
+/// start's file moved the VIP's backend to another port: no map took it).
 #[test]
 fn a_start_that_fails_late_leaves_the_host_as_it_found_it() {
     if !require_root("a_start_that_fails_late_leaves_the_host_as_it_found_it") {
@@ -122,6 +130,7 @@ fn a_start_that_fails_late_leaves_the_host_as_it_found_it() {
     let ids_file = files_in(&d.state_dir()).into_iter().find(|f| f.ends_with(".ids.json")).expect("saved ids");
     let saved = std::fs::read_to_string(d.state_dir().join(&ids_file)).unwrap();
     let pins = files_in(d.pins());
+    let program = xdp_program_on_eth0(&lab).expect("the running balancer's program on eth0");
 
     d.write_config_text(&config_to_port(&d, 9090, &proxy_vip_on_a_missing_address()));
     let (status, log) = d.attach_expecting_failure(Entry::Nsenter);
@@ -136,7 +145,29 @@ fn a_start_that_fails_late_leaves_the_host_as_it_found_it() {
         saved,
         "a failed start rewrote the saved ids of the balancer it found"
     );
+    assert_eq!(
+        xdp_program_on_eth0(&lab),
+        Some(program),
+        "the failed start left its own program on eth0, not the running balancer's:\n{log}"
+    );
+    assert!(log.contains("put the balancer's program back"), "the log says the program went back:\n{log}");
     assert_eq!(through_vip(&cns).ok(), Some(200), "the balancer found running keeps forwarding:\n{log}");
+
+    // A start that succeeds lets the program it replaced go: nothing holds it any more.
+    d.write_config_text(&config(&d, ""));
+    d.start();
+    wait_for_vip(&cns, &d, "the VIP never answered after the restart");
+    assert_ne!(xdp_program_on_eth0(&lab), Some(program), "the restart put its own program on eth0");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while program_loaded(program) {
+        assert!(Instant::now() < deadline, "the program the restart replaced is still loaded:\n{}", d.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether the kernel still has program `id` loaded.
+fn program_loaded(id: u32) -> bool {
+    aya::programs::loaded_programs().filter_map(Result::ok).any(|p| p.id() == id)
 }
 
 /// `ip netns exec` gives the daemon a private /sys, whose bpffs (mounted by the daemon) goes

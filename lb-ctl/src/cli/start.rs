@@ -1,8 +1,10 @@
 //! Commands that run the daemon in the foreground: `attach` (XDP, and the proxy VIPs) and
 //! `proxy` (proxy VIPs only, no XDP).
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, bail};
+use tokio::sync::Notify;
 
 use super::args::{AttachArgs, LogFormat, ProxyArgs};
 use super::{instance, quick};
@@ -11,6 +13,7 @@ use crate::daemon::{self, Listeners};
 use crate::dataplane::Dataplane;
 use crate::dataplane::attach::{self, OpenOptions};
 use crate::dataplane::memory::MemoryDataplane;
+use crate::dataplane::previous::PreviousProgram;
 use crate::host;
 use crate::logging;
 use crate::paths::{self, AttachPaths};
@@ -72,6 +75,7 @@ pub fn attach(args: AttachArgs) -> anyhow::Result<()> {
             dataplane: Box::new(opened.dataplane),
             // Pins this start made go if it fails; pins found here are a running balancer's.
             made_pins: (!opened.reused_maps).then_some(paths),
+            previous_program: opened.previous_program,
         })
     })
 }
@@ -124,6 +128,8 @@ struct DaemonDataplane {
     maps_reused: bool,
     /// The pins this start made (none were there): removed again if the start fails.
     made_pins: Option<AttachPaths>,
+    /// The program the pinned link ran before this start: put back if the start fails.
+    previous_program: Option<PreviousProgram>,
 }
 
 impl DaemonDataplane {
@@ -133,6 +139,7 @@ impl DaemonDataplane {
             xdp_mode: None,
             maps_reused: false,
             made_pins: None,
+            previous_program: None,
         }
     }
 }
@@ -183,12 +190,34 @@ fn run(
         };
         options.xdp_mode = opened.xdp_mode;
         options.maps_reused = opened.maps_reused;
-        if let Err(e) = daemon::serve(config, listeners, opened.dataplane, options, daemon::termination()).await {
+        // The program the link ran is let go once started (its last descriptor closes).
+        let previous = Arc::new(Mutex::new(opened.previous_program));
+        let started = Arc::new(Notify::new());
+        options.started = Some(started.clone());
+        let letting_go = tokio::spawn({
+            let previous = previous.clone();
+            async move {
+                started.notified().await;
+                previous.lock().unwrap_or_else(|p| p.into_inner()).take();
+            }
+        });
+        let served = daemon::serve(config, listeners, opened.dataplane, options, daemon::termination()).await;
+        letting_go.abort();
+        if let Err(e) = served {
             // It never served: the host is left as it was found. Pins this start made go
             // (the program with them); a running balancer's pins found here stay, with its
-            // saved ids (the writer saves them only once started).
+            // saved ids (the writer saves them only once started), and its program goes back
+            // on the link.
             remove_socket(&socket);
             let e = anyhow::Error::new(e).context("starting the daemon");
+            let previous = previous.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(previous) = previous {
+                let id = previous.id();
+                if let Err(undo) = previous.put_back() {
+                    return Err(e.context(format!("and putting the balancer's program back failed ({undo})")));
+                }
+                tracing::info!(program = id, "the failed start put the balancer's program back on the link");
+            }
             if let Some(paths) = opened.made_pins {
                 match attach::detach(&paths) {
                     Ok(removed) => {

@@ -179,6 +179,8 @@ pub struct Options {
     /// `[fleet]`: the fleet state the configuration was composed with at start (the saved
     /// one, or empty), and the follower's view of etcd (status, metrics).
     pub fleet: Option<(crate::fleet::Snapshot, crate::fleet::record::SharedView)>,
+    /// Notified once the daemon has started (its state written, its proxies listening).
+    pub started: Option<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 /// A started daemon: its writer is running.

@@ -51,11 +51,15 @@ pub async fn serve(
         glibc_tunables = %std::env::var("GLIBC_TUNABLES").unwrap_or_default(),
         "started"
     );
+    let started = options.started.clone();
     let (config, options, follower) = crate::fleet::follow::starting(config, options);
     let mut daemon = Daemon::start(config, dataplane, options)?;
     if let Err(e) = daemon.started().await {
         daemon.stop().await;
         return Err(e);
+    }
+    if let Some(started) = started {
+        started.notify_one();
     }
     let following = follower.map(|f| tokio::spawn(f(daemon.handle()).run()));
     let handle = daemon.handle();

@@ -16,6 +16,7 @@ use lb_common::{map_names, program_names};
 use super::aya::AyaDataplane;
 use super::load::{self, AttachMode, LoadOptions};
 use super::pins::{PinKeeper, Placement};
+use super::previous::PreviousProgram;
 use super::{DataplaneError, Result};
 use super::{layout, messages, migrate};
 use crate::paths::{self, AttachPaths};
@@ -43,8 +44,9 @@ pub struct Opened {
     pub reused_maps: bool,
     /// The pinned maps of an older layout that were migrated to this build's.
     pub migrated_maps: Vec<&'static str>,
-    /// A pinned link existed and now runs the new program (no detach in between).
-    pub replaced_program: bool,
+    /// A pinned link existed and now runs the new program (no detach in between): the program
+    /// it ran, held until the start is done (a failed start puts it back).
+    pub previous_program: Option<PreviousProgram>,
 }
 
 impl Opened {
@@ -132,7 +134,7 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
             }
         }
     });
-    let (ebpf, (mode, native_refused, replaced_program), migrating) = match loaded {
+    let (ebpf, (mode, native_refused, previous_program), migrating) = match loaded {
         Ok(done) => done,
         Err(e) => {
             // A failed first attach (no such interface, a driver refusing XDP) leaves nothing
@@ -143,31 +145,14 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
             return Err(e);
         }
     };
-    if let Some(migrating) = migrating {
-        let moved = migrating.finish()?;
-        tracing::info!(
-            maps = ?migrated_maps,
-            from = ?plan.recorded.values().min(),
-            to = LAYOUT_VERSION,
-            copied = moved.copied,
-            recopied = moved.recopied,
-            kept_new = moved.kept_new,
-            "migrated the pinned maps to this build's layout"
-        );
-    }
-    layout::write_header(pin_dir)?;
-    let mut ebpf = ebpf;
-    messages::forward(&mut ebpf)?;
-    let mut dataplane = AyaDataplane::new(ebpf, options.ring_size);
-    // The daemon's own reference on the link: removed pins no longer take the program off.
-    let link_path = pin_dir.join(LINK);
-    if link_path.exists() {
-        // Attached again as it is now: in skb mode if that is what the driver gave.
-        let mode = if mode == XdpMode::Skb { AttachMode::Skb } else { AttachMode::Native };
-        let placement = Placement { iface: iface.to_string(), mode };
-        dataplane.keep_pins(PinKeeper::open(pin_dir, &link_path, placement)?);
-    }
-    let opened = Opened { dataplane, mode, native_refused, reused_maps, migrated_maps, replaced_program };
+    // From here the new program is on the link: a failure puts the one it replaced back.
+    let finished = finish_open(ebpf, pin_dir, iface, mode, (&plan, migrating, &migrated_maps), options.ring_size);
+    let dataplane = match finished {
+        Ok(dataplane) => dataplane,
+        Err(e) => return Err(put_back_after(e, previous_program)),
+    };
+    let replaced_program = previous_program.is_some();
+    let opened = Opened { dataplane, mode, native_refused, reused_maps, migrated_maps, previous_program };
     if let Some(why) = &opened.native_refused {
         tracing::warn!(
             interface = iface,
@@ -185,26 +170,80 @@ pub fn open(iface: &str, options: &OpenOptions) -> Result<Opened> {
     Ok(opened)
 }
 
+/// The rest of [`open`] once the program is on the link: the migration finished, the layout
+/// recorded, the messages forwarded, the daemon's own hold on the link.
+fn finish_open(
+    ebpf: aya::Ebpf,
+    pin_dir: &Path,
+    iface: &str,
+    mode: XdpMode,
+    (plan, migrating, migrated_maps): (&layout::Plan, Option<migrate::Migrating>, &[&'static str]),
+    ring_size: u32,
+) -> Result<AyaDataplane> {
+    if let Some(migrating) = migrating {
+        let moved = migrating.finish()?;
+        tracing::info!(
+            maps = ?migrated_maps,
+            from = ?plan.recorded.values().min(),
+            to = LAYOUT_VERSION,
+            copied = moved.copied,
+            recopied = moved.recopied,
+            kept_new = moved.kept_new,
+            "migrated the pinned maps to this build's layout"
+        );
+    }
+    layout::write_header(pin_dir)?;
+    let mut ebpf = ebpf;
+    messages::forward(&mut ebpf)?;
+    let mut dataplane = AyaDataplane::new(ebpf, ring_size);
+    // The daemon's own reference on the link: removed pins no longer take the program off.
+    let link_path = pin_dir.join(LINK);
+    if link_path.exists() {
+        // Attached again as it is now: in skb mode if that is what the driver gave.
+        let mode = if mode == XdpMode::Skb { AttachMode::Skb } else { AttachMode::Native };
+        let placement = Placement { iface: iface.to_string(), mode };
+        dataplane.keep_pins(PinKeeper::open(pin_dir, &link_path, placement)?);
+    }
+    Ok(dataplane)
+}
+
+/// `e`, after putting `previous` (if any) back on its link; or `e` with what went wrong then.
+fn put_back_after(e: DataplaneError, previous: Option<PreviousProgram>) -> DataplaneError {
+    let Some(previous) = previous else { return e };
+    let id = previous.id();
+    match previous.put_back() {
+        Ok(()) => {
+            tracing::info!(program = id, "the failed start put the program it replaced back");
+            e
+        }
+        Err(undo) => err(format!("{e}; and putting the previous program back failed: {undo}")),
+    }
+}
+
 /// Runs program `name` on `iface` through the link pinned in `dir`: replaces the program of an
-/// existing pinned link, or attaches and pins a new one.
+/// existing pinned link (the one it ran is returned, held), or attaches and pins a new one.
 fn put_on(
     ebpf: &mut aya::Ebpf,
     name: &str,
     iface: &str,
     mode: AttachMode,
     paths: &AttachPaths,
-) -> Result<(XdpMode, Option<String>, bool)> {
+) -> Result<(XdpMode, Option<String>, Option<PreviousProgram>)> {
     let dir = &paths.pin_dir;
     let link_path = dir.join(LINK);
     if link_path.exists() {
         let program = load::program(ebpf, name)?;
         let pinned = PinnedLink::from_pin(&link_path).map_err(|e| err(format!("{}: {e}", link_path.display())))?;
-        let link = XdpLink::try_from(FdLink::from(pinned)).map_err(|e| err(format!("pinned link: {e}")))?;
+        let fd_link = FdLink::from(pinned);
+        // Held before the swap: after it, this descriptor is all that keeps that program.
+        let previous = PreviousProgram::of(&fd_link, &link_path)?;
+        let ours = program.info().map_err(|e| err(format!("the new program: {e}")))?.id();
+        let link = XdpLink::try_from(fd_link).map_err(|e| err(format!("pinned link: {e}")))?;
         let id = program.attach_to_link(link).map_err(|e| err(format!("replacing the program on {iface}: {e}")))?;
         // The kernel keeps the link through its pin; this handle may go without detaching.
         let _ = program.take_link(id).map_err(err)?;
         let skb = std::fs::read_to_string(paths.mode_file()).is_ok_and(|m| m.trim() == "skb");
-        return Ok((if skb { XdpMode::Skb } else { XdpMode::Driver }, None, true));
+        return Ok((if skb { XdpMode::Skb } else { XdpMode::Driver }, None, Some(previous.replaced_by(ours))));
     }
     let attached = load::attach(ebpf, name, iface, mode)?;
     let link = load::program(ebpf, name)?.take_link(attached.link).map_err(err)?;
@@ -218,7 +257,7 @@ fn put_on(
         paths::create_private_dir(&paths.state_dir).map_err(|e| err(format!("{}: {e}", paths.state_dir.display())))?;
         std::fs::write(&file, label).map_err(|e| err(format!("{}: {e}", file.display())))?;
     }
-    Ok((attached.mode, attached.native_refused, false))
+    Ok((attached.mode, attached.native_refused, None))
 }
 
 /// Puts the program back on its interface after its link lost it (`keeper.attached()` false:

@@ -23,6 +23,7 @@ pub mod messages;
 pub mod migrate;
 pub mod objects;
 pub mod pins;
+pub mod previous;
 mod rings_mmap;
 mod shared_flows;
 

@@ -44,14 +44,15 @@ fn c_path(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| err(format!("{}: a NUL in the path", path.display())))
 }
 
-fn bpf(cmd: libc::c_long, attr: &ObjAttr) -> std::io::Result<libc::c_long> {
+/// bpf(2) with `attr`, a `union bpf_attr` member as the command reads it.
+pub(super) fn bpf<A>(cmd: libc::c_long, attr: &A) -> std::io::Result<libc::c_long> {
     // SAFETY: bpf(2) with an attribute of the size passed, which lives across the call.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *const ObjAttr, size_of::<ObjAttr>()) };
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *const A, size_of::<A>()) };
     if rc < 0 { Err(std::io::Error::last_os_error()) } else { Ok(rc) }
 }
 
 /// A new descriptor of the BPF object pinned at `path`.
-fn obj_get(path: &Path) -> Result<OwnedFd> {
+pub(super) fn obj_get(path: &Path) -> Result<OwnedFd> {
     let name = c_path(path)?;
     let attr = ObjAttr { pathname: name.as_ptr() as u64, ..Default::default() };
     let fd = bpf(BPF_OBJ_GET, &attr).map_err(|e| err(format!("opening {}: {e}", path.display())))?;

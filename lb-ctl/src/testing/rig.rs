@@ -76,6 +76,7 @@ impl Daemon {
             maps_reused,
             pin_dir: None,
             fleet: None,
+            started: None,
         };
         let dp: Box<dyn Dataplane> = Box::new(fake.clone());
         let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
