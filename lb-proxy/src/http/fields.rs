@@ -57,14 +57,15 @@ fn recycle(mut ranges: Vec<FieldRange>) {
     });
 }
 
-/// Appends to `headers` the fields at `ranges` in `head` whose (lower-case) names `keep` takes.
+/// A map of the fields at `ranges` in `head` whose (lower-case) names `keep` takes, with room
+/// for `room` more.
 fn map_of(
-    mut headers: HeaderMap,
     head: &Bytes,
     ranges: &[FieldRange],
+    room: usize,
     keep: impl Fn(&[u8]) -> bool,
 ) -> Result<HeaderMap, &'static str> {
-    headers.reserve(ranges.len());
+    let mut headers = HeaderMap::with_capacity(ranges.len() + room);
     for &[a, b, c, d] in ranges {
         let name = &head[a as usize..b as usize];
         if !keep(name) {
@@ -373,13 +374,11 @@ impl RawFields {
         self.present
     }
 
-    /// The map of these fields, less the hop-by-hop ones unless `hop_by_hop`. Its values share
-    /// one copy of the head.
-    pub(crate) fn to_map(&self, hop_by_hop: bool) -> Result<HeaderMap, &'static str> {
+    /// The map of these fields, less the hop-by-hop ones unless `hop_by_hop`, with room for
+    /// `room` fields more. Its values share one copy of the head.
+    pub(crate) fn to_map(&self, hop_by_hop: bool, room: usize) -> Result<HeaderMap, &'static str> {
         let head = Bytes::copy_from_slice(&self.head);
-        map_of(HeaderMap::new(), &head, &self.ranges, |name| {
-            hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none()
-        })
+        map_of(&head, &self.ranges, room, |name| hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none())
     }
 }
 

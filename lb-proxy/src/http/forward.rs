@@ -7,7 +7,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
-use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody, backend_fields_into_map};
+use super::body::{InFlight, ProxyBody, ROOM_AFTER, Tunnel, UpstreamBody, backend_fields_into_map};
 use super::budget::{Budget, Late};
 use super::conn::{ConnCtx, IncomingBody, RequestLine};
 use super::fields::{EditFields, Fields};
@@ -347,7 +347,7 @@ async fn send(
 
 /// A backend response's fields, hop-by-hop ones included, into its (still empty) map.
 fn fields_into_map(resp: &mut Response<ResponseBody>) {
-    if let Some(map) = resp.body_mut().take_fields(true) {
+    if let Some(map) = resp.body_mut().take_fields(true, ROOM_AFTER) {
         // The names and values were checked as the head was parsed: none fails here.
         *resp.headers_mut() = map.unwrap_or_default();
     }

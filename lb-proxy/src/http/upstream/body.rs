@@ -48,9 +48,10 @@ impl ResponseBody {
         self.conn.as_ref().filter(|_| self.raw_fields).map(|c| &c.fields)
     }
 
-    /// The map of the response's fields, once: see `RawFields::to_map`.
-    pub(crate) fn take_fields(&mut self, hop_by_hop: bool) -> Option<Result<HeaderMap, &'static str>> {
-        let map = self.raw_fields().map(|f| f.to_map(hop_by_hop));
+    /// The map of the response's fields, once, with room for `room` more: see
+    /// `RawFields::to_map`.
+    pub(crate) fn take_fields(&mut self, hop_by_hop: bool, room: usize) -> Option<Result<HeaderMap, &'static str>> {
+        let map = self.raw_fields().map(|f| f.to_map(hop_by_hop, room));
         self.raw_fields = false;
         map
     }
