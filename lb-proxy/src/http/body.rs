@@ -44,6 +44,28 @@ impl ProxyBody {
         }
     }
 
+    /// A backend's body whose bytes are all in already, as a whole one: its backend
+    /// connection goes back to the pool at once, and an h2 stream has nothing to watch for
+    /// (`SendWatch` frees backends held by clients that stopped reading; this holds none).
+    pub(crate) fn whole_if_buffered(self) -> ProxyBody {
+        match self {
+            ProxyBody::Upstream(mut u) if u.inner.buffered_whole() => {
+                // Ready at once: the bytes are in the buffer, nothing is read (so no waker is
+                // kept). Taking the last frame gives the connection back (`finish`).
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                match Pin::new(&mut u).poll_frame(&mut cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        debug_assert!(u.inner.is_end_stream(), "a buffered body's one frame is all of it");
+                        ProxyBody::Full(frame.into_data().ok())
+                    }
+                    // Not reached (a length's frame, buffered): the body as it is now.
+                    _ => ProxyBody::Upstream(u),
+                }
+            }
+            other => other,
+        }
+    }
+
     pub(crate) fn take_tunnel(&mut self) -> Option<Tunnel> {
         match self {
             ProxyBody::Tunnel(t) => t.take(),

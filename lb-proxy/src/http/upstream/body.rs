@@ -56,6 +56,15 @@ impl ResponseBody {
         map
     }
 
+    /// Whether the rest of a length-framed body is in the buffer already (a small body read
+    /// with its head): its next frame is then the whole of it, and takes no read.
+    pub(crate) fn buffered_whole(&self) -> bool {
+        match (&self.decoder, &self.conn) {
+            (Decoder::Length(left), Some(conn)) => conn.buf.len() as u64 >= *left,
+            _ => false,
+        }
+    }
+
     /// The connection of a 101 response, with whatever the backend sent after the head.
     pub(crate) fn take_upgraded(&mut self) -> Option<Box<Conn>> {
         if self.upgrade { self.conn.take() } else { None }
