@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Method, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
@@ -96,9 +96,7 @@ async fn forward<B: IncomingBody, F: EditFields>(
         (body.boxed(), Some(upload))
     };
     let upload = watched.as_deref().unwrap_or(&ended);
-    let mut up = Request::new(body);
-    *up.method_mut() = parts.method;
-    *up.uri_mut() = parts.uri;
+    let mut up = upstream::OutRequest { method: parts.method, uri: parts.uri, body };
 
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
@@ -208,7 +206,7 @@ fn request_hash(balance: &Balance, headers: &impl Fields, client_hash: u32) -> u
 
 /// Tries backends until one answers with a response head, within the retry bound.
 async fn attempts(
-    req: &mut Request<UpBody>,
+    req: &mut upstream::OutRequest<UpBody>,
     fields: &impl Fields,
     replayable: bool,
     target: &Target,
@@ -295,7 +293,7 @@ async fn attempts(
 #[allow(clippy::too_many_arguments)]
 async fn send(
     backend: &Arc<Backend>,
-    req: &mut Request<UpBody>,
+    req: &mut upstream::OutRequest<UpBody>,
     fields: &impl Fields,
     ctx: &ConnCtx,
     upload: &Upload,
