@@ -73,6 +73,8 @@ impl Decoder {
                     }
                     let n = (*left).min(buf.len() as u64) as usize;
                     *left -= n as u64;
+                    // Shared with the read buffer, not copied: the buffer reads on into its
+                    // free tail and takes its allocation back once the frame is written.
                     let data = buf.split_to(n).freeze();
                     if *left == 0 {
                         *self = if matches!(self, Decoder::Length(_)) { Decoder::Done } else { Decoder::ChunkEnd };
