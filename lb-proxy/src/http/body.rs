@@ -44,6 +44,28 @@ impl ProxyBody {
         }
     }
 
+    /// A backend's body whose bytes are all in already, as a whole one: its backend
+    /// connection goes back to the pool at once, and an h2 stream has nothing to watch for
+    /// (`SendWatch` frees backends held by clients that stopped reading; this holds none).
+    pub(crate) fn whole_if_buffered(self) -> ProxyBody {
+        match self {
+            ProxyBody::Upstream(mut u) if u.inner.buffered_whole() => {
+                // Ready at once: the bytes are in the buffer, nothing is read (so no waker is
+                // kept). Taking the last frame gives the connection back (`finish`).
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                match Pin::new(&mut u).poll_frame(&mut cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        debug_assert!(u.inner.is_end_stream(), "a buffered body's one frame is all of it");
+                        ProxyBody::Full(frame.into_data().ok())
+                    }
+                    // Not reached (a length's frame, buffered): the body as it is now.
+                    _ => ProxyBody::Upstream(u),
+                }
+            }
+            other => other,
+        }
+    }
+
     pub(crate) fn take_tunnel(&mut self) -> Option<Tunnel> {
         match self {
             ProxyBody::Tunnel(t) => t.take(),
@@ -52,14 +74,25 @@ impl ProxyBody {
     }
 }
 
+/// Room left in a map made of a backend response's fields for fields added later: hyper's h2
+/// server adds Date and Content-Length when they are missing, and its lookup of Date makes
+/// room for one more field before it looks, so a map made exactly full was grown (a larger
+/// table, every field moved: about 0.9k instructions a response) though Date was there.
+pub(crate) const ROOM_AFTER: usize = 2;
+
 /// Moves a backend response's own fields into its map, ahead of the fields the proxy added,
 /// for what needs them there (h2 clients, rules that set or remove fields, the access log);
 /// hop-by-hop fields stay out unless `hop_by_hop` (before `prepare_response` has run).
 pub(crate) fn backend_fields_into_map(resp: &mut http::Response<ProxyBody>, hop_by_hop: bool) {
+    let added = resp.headers().len();
     let ProxyBody::Upstream(u) = resp.body_mut() else { return };
-    let Some(map) = u.inner.take_fields(hop_by_hop) else { return };
+    let Some(map) = u.inner.take_fields(hop_by_hop, added + ROOM_AFTER) else { return };
     // The names and values were checked as the head was parsed: none fails here.
     let mut map = map.unwrap_or_default();
+    if added == 0 {
+        *resp.headers_mut() = map;
+        return;
+    }
     let added = std::mem::take(resp.headers_mut());
     let mut last = None;
     for (name, value) in added {

@@ -6,9 +6,6 @@ use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 use http_body::{Frame, SizeHint};
 
-/// Frames up to this size are copied out of the read buffer, which can then be reused; larger
-/// ones are handed on without a copy.
-const COPY_BELOW: usize = 4096;
 /// Longest chunk-size or trailer line accepted.
 const MAX_LINE: usize = 4096;
 /// Most trailer bytes accepted.
@@ -76,13 +73,9 @@ impl Decoder {
                     }
                     let n = (*left).min(buf.len() as u64) as usize;
                     *left -= n as u64;
-                    let data = if n <= COPY_BELOW {
-                        let d = Bytes::copy_from_slice(&buf[..n]);
-                        buf.advance(n);
-                        d
-                    } else {
-                        buf.split_to(n).freeze()
-                    };
+                    // Shared with the read buffer, not copied: the buffer reads on into its
+                    // free tail and takes its allocation back once the frame is written.
+                    let data = buf.split_to(n).freeze();
                     if *left == 0 {
                         *self = if matches!(self, Decoder::Length(_)) { Decoder::Done } else { Decoder::ChunkEnd };
                     }

@@ -57,23 +57,49 @@ fn recycle(mut ranges: Vec<FieldRange>) {
     });
 }
 
-/// Appends to `headers` the fields at `ranges` in `head` whose (lower-case) names `keep` takes.
+/// A map of the fields at `ranges` in `head` whose (lower-case) names `keep` takes, with room
+/// for `room` more.
 fn map_of(
-    mut headers: HeaderMap,
     head: &Bytes,
     ranges: &[FieldRange],
+    room: usize,
     keep: impl Fn(&[u8]) -> bool,
 ) -> Result<HeaderMap, &'static str> {
-    headers.reserve(ranges.len());
+    let mut headers = HeaderMap::with_capacity(ranges.len() + room);
     for &[a, b, c, d] in ranges {
         let name = &head[a as usize..b as usize];
         if !keep(name) {
             continue;
         }
-        let name = HeaderName::from_bytes(name).map_err(|_| "header name")?;
+        let name = match common_response_name(name) {
+            Some(known) => known,
+            None => HeaderName::from_bytes(name).map_err(|_| "header name")?,
+        };
         headers.append(name, shared_value(head, c, d));
     }
     Ok(headers)
+}
+
+/// The `HeaderName` of a (lower-case) name most backend responses carry, without parsing it:
+/// `HeaderName::from_bytes` copies every name through a case table and then matches it
+/// (about 110 instructions a field), a match on the bytes as they are costs a few.
+fn common_response_name(name: &[u8]) -> Option<HeaderName> {
+    use http::header;
+    Some(match name {
+        b"date" => header::DATE,
+        b"content-length" => header::CONTENT_LENGTH,
+        b"content-type" => header::CONTENT_TYPE,
+        b"server" => header::SERVER,
+        b"cache-control" => header::CACHE_CONTROL,
+        b"etag" => header::ETAG,
+        b"last-modified" => header::LAST_MODIFIED,
+        b"set-cookie" => header::SET_COOKIE,
+        b"vary" => header::VARY,
+        b"expires" => header::EXPIRES,
+        b"content-encoding" => header::CONTENT_ENCODING,
+        b"location" => header::LOCATION,
+        _ => return None,
+    })
 }
 
 /// Read access to a head's fields, whether held in an `http` map or as ranges into the
@@ -373,13 +399,11 @@ impl RawFields {
         self.present
     }
 
-    /// The map of these fields, less the hop-by-hop ones unless `hop_by_hop`. Its values share
-    /// one copy of the head.
-    pub(crate) fn to_map(&self, hop_by_hop: bool) -> Result<HeaderMap, &'static str> {
+    /// The map of these fields, less the hop-by-hop ones unless `hop_by_hop`, with room for
+    /// `room` fields more. Its values share one copy of the head.
+    pub(crate) fn to_map(&self, hop_by_hop: bool, room: usize) -> Result<HeaderMap, &'static str> {
         let head = Bytes::copy_from_slice(&self.head);
-        map_of(HeaderMap::new(), &head, &self.ranges, |name| {
-            hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none()
-        })
+        map_of(&head, &self.ranges, room, |name| hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none())
     }
 }
 
@@ -447,6 +471,30 @@ mod tests {
         r.remove_named("x-c");
         r.remove_named("bad name");
         assert_eq!(lines(&r), ["x-b: 2", "host: b"]);
+    }
+
+    #[test]
+    fn common_response_names_are_the_names_parsed() {
+        for name in [
+            "date",
+            "content-length",
+            "content-type",
+            "server",
+            "cache-control",
+            "etag",
+            "last-modified",
+            "set-cookie",
+            "vary",
+            "expires",
+            "content-encoding",
+            "location",
+        ] {
+            let parsed = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            assert_eq!(common_response_name(name.as_bytes()), Some(parsed), "{name}");
+        }
+        for other in ["x-date", "dates", "Date", "content-lengt", ""] {
+            assert_eq!(common_response_name(other.as_bytes()), None, "{other}");
+        }
     }
 
     #[test]

@@ -3,11 +3,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Method, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 
 use super::access_log::{self, ServedBy};
-use super::body::{InFlight, ProxyBody, Tunnel, UpstreamBody, backend_fields_into_map};
+use super::body::{InFlight, ProxyBody, ROOM_AFTER, Tunnel, UpstreamBody, backend_fields_into_map};
 use super::budget::{Budget, Late};
 use super::conn::{ConnCtx, IncomingBody, RequestLine};
 use super::fields::{EditFields, Fields};
@@ -96,9 +96,7 @@ async fn forward<B: IncomingBody, F: EditFields>(
         (body.boxed(), Some(upload))
     };
     let upload = watched.as_deref().unwrap_or(&ended);
-    let mut up = Request::new(body);
-    *up.method_mut() = parts.method;
-    *up.uri_mut() = parts.uri;
+    let mut up = upstream::OutRequest { method: parts.method, uri: parts.uri, body };
 
     // Biased: the branches are polled in order, without a random draw for every wake-up.
     let result = tokio::select! {
@@ -208,7 +206,7 @@ fn request_hash(balance: &Balance, headers: &impl Fields, client_hash: u32) -> u
 
 /// Tries backends until one answers with a response head, within the retry bound.
 async fn attempts(
-    req: &mut Request<UpBody>,
+    req: &mut upstream::OutRequest<UpBody>,
     fields: &impl Fields,
     replayable: bool,
     target: &Target,
@@ -295,7 +293,7 @@ async fn attempts(
 #[allow(clippy::too_many_arguments)]
 async fn send(
     backend: &Arc<Backend>,
-    req: &mut Request<UpBody>,
+    req: &mut upstream::OutRequest<UpBody>,
     fields: &impl Fields,
     ctx: &ConnCtx,
     upload: &Upload,
@@ -347,7 +345,7 @@ async fn send(
 
 /// A backend response's fields, hop-by-hop ones included, into its (still empty) map.
 fn fields_into_map(resp: &mut Response<ResponseBody>) {
-    if let Some(map) = resp.body_mut().take_fields(true) {
+    if let Some(map) = resp.body_mut().take_fields(true, ROOM_AFTER) {
         // The names and values were checked as the head was parsed: none fails here.
         *resp.headers_mut() = map.unwrap_or_default();
     }

@@ -11,7 +11,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::body::backend_fields_into_map;
+use super::body::{ProxyBody, backend_fields_into_map};
 use super::conn::{ConnCtx, RequestLine};
 use super::forward::handle;
 use super::h2_send::SendWatch;
@@ -36,9 +36,10 @@ where
             let (mut parts, body) = req.into_parts();
             let fields = std::mem::take(&mut parts.headers);
             let mut resp = handle(RequestLine::of(parts), fields, body, &ctx).await;
-            // hyper writes the response from its map.
+            // hyper writes the response from its map (made while the backend's connection,
+            // which holds the fields, is still the response's).
             backend_fields_into_map(&mut resp, false);
-            Ok::<_, Infallible>(streams.watch(resp))
+            Ok::<_, Infallible>(streams.watch(resp.map(ProxyBody::whole_if_buffered)))
         })
     });
     let mut b = http2::Builder::new(TokioExecutor::new());

@@ -264,8 +264,16 @@ pub(crate) fn prepare_request(
         fields.set(header::HOST, v);
     }
     if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
-        let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        parts.uri = Uri::try_from(pq).unwrap_or_else(|_| Uri::from_static("/"));
+        // The target's path and query kept as parsed (their bytes shared, not parsed again);
+        // none, or an empty one, is "/".
+        let mut target = std::mem::take(&mut parts.uri).into_parts();
+        target.scheme = None;
+        target.authority = None;
+        target.path_and_query = target.path_and_query.filter(|p| !p.as_str().is_empty());
+        parts.uri = match target.path_and_query {
+            Some(_) => Uri::from_parts(target).unwrap_or_else(|_| Uri::from_static("/")),
+            None => Uri::from_static("/"),
+        };
     }
     parts.version = Version::HTTP_11;
     remove_hop_by_hop(fields, upgrade);
@@ -586,6 +594,12 @@ mod tests {
         assert_eq!(p.uri, "/a?b=1");
         assert_eq!(p.version, Version::HTTP_11);
         assert!(!p.headers.contains_key("x-forwarded-for"));
+        // Without a path the target is "/", as it is written to the backend.
+        for target in ["http://example.org", "http://example.org:8080/"] {
+            let mut p = parts(http::Request::get(target).body(()).unwrap());
+            prepare(&mut p, "192.0.2.7:9", &opts, false);
+            assert_eq!((p.uri.to_string().as_str(), p.uri.path_and_query().unwrap().as_str()), ("/", "/"), "{target}");
+        }
     }
 
     #[test]

@@ -48,11 +48,21 @@ impl ResponseBody {
         self.conn.as_ref().filter(|_| self.raw_fields).map(|c| &c.fields)
     }
 
-    /// The map of the response's fields, once: see `RawFields::to_map`.
-    pub(crate) fn take_fields(&mut self, hop_by_hop: bool) -> Option<Result<HeaderMap, &'static str>> {
-        let map = self.raw_fields().map(|f| f.to_map(hop_by_hop));
+    /// The map of the response's fields, once, with room for `room` more: see
+    /// `RawFields::to_map`.
+    pub(crate) fn take_fields(&mut self, hop_by_hop: bool, room: usize) -> Option<Result<HeaderMap, &'static str>> {
+        let map = self.raw_fields().map(|f| f.to_map(hop_by_hop, room));
         self.raw_fields = false;
         map
+    }
+
+    /// Whether the rest of a length-framed body is in the buffer already (a small body read
+    /// with its head): its next frame is then the whole of it, and takes no read.
+    pub(crate) fn buffered_whole(&self) -> bool {
+        match (&self.decoder, &self.conn) {
+            (Decoder::Length(left), Some(conn)) => conn.buf.len() as u64 >= *left,
+            _ => false,
+        }
     }
 
     /// The connection of a 101 response, with whatever the backend sent after the head.

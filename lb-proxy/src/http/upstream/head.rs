@@ -4,7 +4,7 @@ use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
 use http::header;
-use http::{Method, Request, StatusCode, Version, response};
+use http::{Method, StatusCode, Version, response};
 
 use super::BackendFault;
 use crate::http::fields::{self, Fields, RawFields, text};
@@ -28,11 +28,11 @@ pub(crate) enum RequestFraming {
 /// Origin-form target, names lower-case, the body's framing added when its headers do not
 /// give it.
 pub(crate) fn encode_request<B: http_body::Body>(
-    req: &Request<B>,
+    req: &super::OutRequest<B>,
     headers: &impl Fields,
     out: &mut Vec<u8>,
 ) -> RequestFraming {
-    let body = req.body();
+    let body = &req.body;
     // Looked for only when there is a body: most requests have none.
     let has_length = !body.is_end_stream()
         && headers.hint().is_none_or(|p| p.content_length)
@@ -44,9 +44,9 @@ pub(crate) fn encode_request<B: http_body::Body>(
     } else {
         RequestFraming::Chunked
     };
-    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.extend_from_slice(req.method.as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(req.uri().path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+    out.extend_from_slice(req.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     for (name, value) in headers.each() {
         out.extend_from_slice(name);
@@ -155,7 +155,17 @@ pub(crate) fn response_framing(
         return Ok(if chunked { (ResponseFraming::Chunked, keep_alive) } else { (ResponseFraming::UntilClose, false) });
     }
     let mut length = None;
-    for v in h.values(&header::CONTENT_LENGTH) {
+    // Only present fields are searched (`present`: a response noted while it was parsed).
+    let values = present.content_length.then(|| h.values(&header::CONTENT_LENGTH));
+    for v in values.into_iter().flatten() {
+        // Digits alone, the common value, are the one number it holds: no split and trim.
+        if let Some(n) = fields::decimal(v) {
+            if length.is_some_and(|l| l != n) {
+                return Err(BackendFault::Malformed("conflicting content-length"));
+            }
+            length = Some(n);
+            continue;
+        }
         for part in v.split(|&b| b == b',') {
             let n = fields::decimal(part.trim_ascii()).ok_or(BackendFault::Malformed("content-length"))?;
             if length.is_some_and(|l| l != n) {
@@ -175,7 +185,7 @@ pub(crate) fn response_framing(
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use http_body_util::{Empty, Full};
+    use http_body_util::Full;
 
     fn head(wire: &'static [u8]) -> (response::Parts, RawFields) {
         let mut raw = RawFields::default();
@@ -194,18 +204,25 @@ mod tests {
 
     #[test]
     fn request_heads_are_origin_form_and_framed() {
+        let out_request = |method: Method, target: &'static str, body| super::super::OutRequest {
+            method,
+            uri: http::Uri::from_static(target),
+            body,
+        };
+        let mut fields = http::HeaderMap::new();
         let mut out = Vec::new();
-        let req = Request::get("/a?b=1").header("host", "x").body(Empty::<Bytes>::new()).unwrap();
-        assert_eq!(encode_request(&req, req.headers(), &mut out), RequestFraming::None);
+        fields.insert("host", "x".parse().unwrap());
+        let req = out_request(Method::GET, "/a?b=1", Full::new(Bytes::new()));
+        assert_eq!(encode_request(&req, &fields, &mut out), RequestFraming::None);
         assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: x\r\n\r\n");
         out.clear();
-        let req = Request::post("/p").body(Full::new(Bytes::from_static(b"abc"))).unwrap();
-        assert_eq!(encode_request(&req, req.headers(), &mut out), RequestFraming::Length);
+        fields.clear();
+        let req = out_request(Method::POST, "/p", Full::new(Bytes::from_static(b"abc")));
+        assert_eq!(encode_request(&req, &fields, &mut out), RequestFraming::Length);
         assert_eq!(out, b"POST /p HTTP/1.1\r\ncontent-length: 3\r\n\r\n");
         out.clear();
-        let req =
-            Request::post("/p").header("content-length", "3").body(Full::new(Bytes::from_static(b"abc"))).unwrap();
-        encode_request(&req, req.headers(), &mut out);
+        fields.insert("content-length", "3".parse().unwrap());
+        encode_request(&req, &fields, &mut out);
         assert_eq!(out, b"POST /p HTTP/1.1\r\ncontent-length: 3\r\n\r\n", "an existing length is not repeated");
     }
 
@@ -213,7 +230,7 @@ mod tests {
     fn response_heads_parse_with_shared_values_and_reason() {
         let (h, raw) = head(b"HTTP/1.1 200 Fine\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 5\r\n\r\nhello");
         assert_eq!(h.status, 200);
-        assert_eq!(raw.to_map(false).unwrap().get_all("x-a").iter().collect::<Vec<_>>(), ["1", "2"]);
+        assert_eq!(raw.to_map(false, 0).unwrap().get_all("x-a").iter().collect::<Vec<_>>(), ["1", "2"]);
         let names: Vec<_> = raw.each().map(|(n, _)| n).collect();
         assert_eq!(names, [&b"x-a"[..], b"x-a", b"content-length"], "names lower-cased, in order");
         assert_eq!(h.extensions.get::<hyper::ext::ReasonPhrase>().unwrap().as_bytes(), b"Fine");

@@ -9,7 +9,7 @@ use std::io;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::{Request, Response};
+use http::{Method, Response, Uri};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use tokio::io::AsyncWriteExt;
@@ -90,13 +90,22 @@ impl Conn {
     }
 }
 
+/// A request as it goes to a backend: its method, its (origin-form) target and its body, its
+/// fields kept beside it. Not an `http::Request`, whose map and extensions were made and
+/// dropped unread for every request.
+pub(crate) struct OutRequest<B> {
+    pub(crate) method: Method,
+    pub(crate) uri: Uri,
+    pub(crate) body: B,
+}
+
 /// Sends `req` (its fields `fields`) on `conn` and reads the response head; its body is read as the returned
 /// response's body is polled. `upgrade`: the request asks to switch protocols. The request's
 /// body is taken as it is sent; the request itself stays the caller's, so one that was never
 /// written (`Failure::unsent`) can be sent again elsewhere.
 pub(crate) async fn send<B>(
     mut conn: Box<Conn>,
-    req: &mut Request<B>,
+    req: &mut OutRequest<B>,
     fields: &impl Fields,
     upgrade: bool,
 ) -> Result<Response<ResponseBody>, Failure>
@@ -110,7 +119,7 @@ where
     conn.write_out().await.map_err(|e| failed(BackendFault::Io(e), true))?;
     let complete = match framing {
         RequestFraming::None => true,
-        _ => send_body(&mut conn, req.body_mut(), framing == RequestFraming::Chunked)
+        _ => send_body(&mut conn, &mut req.body, framing == RequestFraming::Chunked)
             .await
             .map_err(|f| failed(f, false))?,
     };
@@ -139,7 +148,7 @@ where
         return Err(Failure { fault, unsent: false, silent });
     };
     let (framing, keep_alive) =
-        response_framing(req.method(), upgrade, &parts, &conn.fields).map_err(|f| failed(f, false))?;
+        response_framing(&req.method, upgrade, &parts, &conn.fields).map_err(|f| failed(f, false))?;
     // A connection whose request body was cut short by an early response has lost its framing.
     let keep_alive = keep_alive && complete && !upgrade;
     Ok(Response::from_parts(parts, ResponseBody::new(conn, framing, keep_alive)))
