@@ -64,7 +64,7 @@ pub fn run() -> Result<()> {
     // nginx's workers drop to `nobody` and write their dumps here too.
     std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
     println!(
-        "each peer alone under: valgrind --tool=callgrind --trace-children=yes --fair-sched=yes --callgrind-out-file={}/PEER.%p --vgdb-prefix={}/vgdb PEER-COMMAND",
+        "each peer alone under: valgrind --tool=callgrind --trace-children=yes --fair-sched=yes --compress-strings=no --callgrind-out-file={}/PEER.%p --vgdb-prefix={}/vgdb PEER-COMMAND",
         out.display(),
         out.display()
     );
@@ -149,6 +149,9 @@ fn under_callgrind(cmd: &Command, out: &Path, peer: &str) -> Command {
     let mut valgrind = Command::new("valgrind");
     valgrind
         .args(["--tool=callgrind", "--trace-children=yes", "--fair-sched=yes"])
+        // Every dump names its functions in full: compressed, a name is written only in the
+        // first dump that meets it, and a workload's dump kept alone reads as one function.
+        .arg("--compress-strings=no")
         .arg(format!("--callgrind-out-file={}/{peer}.%p", out.display()))
         .arg(format!("--vgdb-prefix={}/vgdb", out.display()))
         .arg(cmd.get_program())
