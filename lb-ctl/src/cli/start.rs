@@ -1,7 +1,7 @@
 //! Commands that run the daemon in the foreground: `attach` (XDP, and the proxy VIPs) and
 //! `proxy` (proxy VIPs only, no XDP).
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use tokio::sync::Notify;
@@ -190,19 +190,20 @@ fn run(
         };
         options.xdp_mode = opened.xdp_mode;
         options.maps_reused = opened.maps_reused;
-        // The program the link ran is let go once started (its last descriptor closes).
-        let previous = Arc::new(Mutex::new(opened.previous_program));
+        // The program the link ran is held until the daemon has started, then let go (its last
+        // descriptor closes); a start that fails puts it back.
+        let mut previous = opened.previous_program;
         let started = Arc::new(Notify::new());
         options.started = Some(started.clone());
-        let letting_go = tokio::spawn({
-            let previous = previous.clone();
-            async move {
-                started.notified().await;
-                previous.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let serving = daemon::serve(config, listeners, opened.dataplane, options, daemon::termination());
+        tokio::pin!(serving);
+        let served = tokio::select! {
+            served = &mut serving => served,
+            () = started.notified() => {
+                previous = None;
+                serving.await
             }
-        });
-        let served = daemon::serve(config, listeners, opened.dataplane, options, daemon::termination()).await;
-        letting_go.abort();
+        };
         if let Err(e) = served {
             // It never served: the host is left as it was found. Pins this start made go
             // (the program with them); a running balancer's pins found here stay, with its
@@ -210,13 +211,8 @@ fn run(
             // on the link.
             remove_socket(&socket);
             let e = anyhow::Error::new(e).context("starting the daemon");
-            let previous = previous.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(previous) = previous {
-                let id = previous.id();
-                if let Err(undo) = previous.put_back() {
-                    return Err(e.context(format!("and putting the balancer's program back failed ({undo})")));
-                }
-                tracing::info!(program = id, "the failed start put the balancer's program back on the link");
+            if let Some(Err(undo)) = previous.map(PreviousProgram::put_back) {
+                return Err(e.context(format!("and putting the balancer's program back failed ({undo})")));
             }
             if let Some(paths) = opened.made_pins {
                 match attach::detach(&paths) {

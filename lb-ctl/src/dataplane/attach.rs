@@ -209,14 +209,9 @@ fn finish_open(
 
 /// `e`, after putting `previous` (if any) back on its link; or `e` with what went wrong then.
 fn put_back_after(e: DataplaneError, previous: Option<PreviousProgram>) -> DataplaneError {
-    let Some(previous) = previous else { return e };
-    let id = previous.id();
-    match previous.put_back() {
-        Ok(()) => {
-            tracing::info!(program = id, "the failed start put the program it replaced back");
-            e
-        }
-        Err(undo) => err(format!("{e}; and putting the previous program back failed: {undo}")),
+    match previous.map(PreviousProgram::put_back) {
+        Some(Err(undo)) => err(format!("{e}; and putting the previous program back failed: {undo}")),
+        _ => e,
     }
 }
 
@@ -235,15 +230,15 @@ fn put_on(
         let program = load::program(ebpf, name)?;
         let pinned = PinnedLink::from_pin(&link_path).map_err(|e| err(format!("{}: {e}", link_path.display())))?;
         let fd_link = FdLink::from(pinned);
-        // Held before the swap: after it, this descriptor is all that keeps that program.
-        let previous = PreviousProgram::of(&fd_link, &link_path)?;
         let ours = program.info().map_err(|e| err(format!("the new program: {e}")))?.id();
+        // Held before the swap: after it, this descriptor is all that keeps that program.
+        let previous = PreviousProgram::of(&fd_link, &link_path, ours)?;
         let link = XdpLink::try_from(fd_link).map_err(|e| err(format!("pinned link: {e}")))?;
         let id = program.attach_to_link(link).map_err(|e| err(format!("replacing the program on {iface}: {e}")))?;
         // The kernel keeps the link through its pin; this handle may go without detaching.
         let _ = program.take_link(id).map_err(err)?;
         let skb = std::fs::read_to_string(paths.mode_file()).is_ok_and(|m| m.trim() == "skb");
-        return Ok((if skb { XdpMode::Skb } else { XdpMode::Driver }, None, Some(previous.replaced_by(ours))));
+        return Ok((if skb { XdpMode::Skb } else { XdpMode::Driver }, None, Some(previous)));
     }
     let attached = load::attach(ebpf, name, iface, mode)?;
     let link = load::program(ebpf, name)?.take_link(attached.link).map_err(err)?;

@@ -38,32 +38,13 @@ pub struct PreviousProgram {
     replaced_by: u32,
 }
 
-impl std::fmt::Debug for PreviousProgram {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreviousProgram")
-            .field("id", &self.id)
-            .field("link", &self.link_path)
-            .field("replaced_by", &self.replaced_by)
-            .finish()
-    }
-}
-
 impl PreviousProgram {
-    /// The program `link` (pinned at `link_path`) runs now, held open.
-    pub fn of(link: &FdLink, link_path: &Path) -> Result<PreviousProgram> {
+    /// The program `link` (pinned at `link_path`) runs now, held open, as this start is about
+    /// to put its own (id `replaced_by`) there.
+    pub fn of(link: &FdLink, link_path: &Path, replaced_by: u32) -> Result<PreviousProgram> {
         let id = link.info().map_err(|e| err(format!("{}: {e}", link_path.display())))?.program_id();
         let program = program_by_id(id)?;
-        Ok(PreviousProgram { program, id, link_path: link_path.to_path_buf(), replaced_by: 0 })
-    }
-
-    /// Notes the program (by id) this start put on the link in this one's place.
-    pub fn replaced_by(self, id: u32) -> PreviousProgram {
-        PreviousProgram { replaced_by: id, ..self }
-    }
-
-    /// The program's id (as `bpftool prog` shows it).
-    pub fn id(&self) -> u32 {
-        self.id
+        Ok(PreviousProgram { program, id, link_path: link_path.to_path_buf(), replaced_by })
     }
 
     /// Puts the program back on the link in place of the failed start's: only if the link
@@ -78,8 +59,9 @@ impl PreviousProgram {
             old_prog_fd: current.as_fd().as_raw_fd() as u32,
         };
         bpf(BPF_LINK_UPDATE, &attr)
-            .map(|_| ())
-            .map_err(|e| err(format!("putting program {} back on {}: {e}", self.id, self.link_path.display())))
+            .map_err(|e| err(format!("putting program {} back on {}: {e}", self.id, self.link_path.display())))?;
+        tracing::info!(program = self.id, "the failed start put the balancer's program back on the link");
+        Ok(())
     }
 }
 
