@@ -155,23 +155,24 @@ pub(crate) fn response_framing(
         return Ok(if chunked { (ResponseFraming::Chunked, keep_alive) } else { (ResponseFraming::UntilClose, false) });
     }
     let mut length = None;
+    // Every number the fields give is the same one.
+    let mut note = |n: u64| match length {
+        Some(l) if l != n => Err(BackendFault::Malformed("conflicting content-length")),
+        _ => {
+            length = Some(n);
+            Ok(())
+        }
+    };
     // Only present fields are searched (`present`: a response noted while it was parsed).
     let values = present.content_length.then(|| h.values(&header::CONTENT_LENGTH));
     for v in values.into_iter().flatten() {
         // Digits alone, the common value, are the one number it holds: no split and trim.
         if let Some(n) = fields::decimal(v) {
-            if length.is_some_and(|l| l != n) {
-                return Err(BackendFault::Malformed("conflicting content-length"));
-            }
-            length = Some(n);
+            note(n)?;
             continue;
         }
         for part in v.split(|&b| b == b',') {
-            let n = fields::decimal(part.trim_ascii()).ok_or(BackendFault::Malformed("content-length"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(BackendFault::Malformed("conflicting content-length"));
-            }
-            length = Some(n);
+            note(fields::decimal(part.trim_ascii()).ok_or(BackendFault::Malformed("content-length"))?)?;
         }
     }
     Ok(match length {
