@@ -233,11 +233,6 @@ fn reborrow<'a>(katran: &'a mut Option<(&Xdp, &mut katran::Maps)>) -> Option<(&'
     katran.as_mut().map(|(program, maps)| (*program, &mut **maps))
 }
 
-/// Counter `counter` of `dp`, summed over the CPUs.
-fn counted(dp: &AyaDataplane, counter: Counter) -> anyhow::Result<u64> {
-    Ok(dp.counters()?.into_iter().find(|(c, _)| *c == counter).map_or(0, |(_, v)| v))
-}
-
 /// `profile`: the count of flows whose measurement (million-flow table) is sampled by line.
 pub fn run(
     katran_checkout: Option<&Path>,
@@ -338,12 +333,14 @@ fn series(
     }
     // A flow's first packet may not evict a proven flow (UDP's: `new_flow_set_proven`), a packet
     // of a connection already open may (TCP without SYN: `flow_table_full`).
+    let counters = full.counters()?;
+    let count = |c: Counter| counters.iter().find(|(k, _)| *k == c).map_or(0, |(_, v)| *v);
     println!(
         "(in the {FLOW_TABLE}-way table, packets of flows not in it, placed by the ring: {} evicting a flow from a \
          full set, {} not recorded for a set full of proven flows, {} not recorded for the new-flow budget)",
-        counted(&full, Counter::FlowTableFull)?,
-        counted(&full, Counter::FlowSetProven)?,
-        counted(&full, Counter::FlowUnrecorded)?,
+        count(Counter::FlowTableFull),
+        count(Counter::FlowSetProven),
+        count(Counter::FlowUnrecorded),
     );
     let series = |ways: u32| costs.iter().filter(move |c| c.table_ways == ways);
     if let (Some(one), Some(most)) = (series(FLOW_TABLE).next(), series(FLOW_TABLE).next_back()) {
