@@ -138,6 +138,16 @@ pub fn configure(dp: &mut AyaDataplane, vips: &[Vip]) {
 /// Connection-table size of the fixture's balancer (flows).
 pub const FLOW_TABLE: u32 = 4096;
 
+/// `count` client ports whose flows share the connection-table set (`set_of`) of port 50000's:
+/// searched from 50000 up, then from 1024. The table's seed is drawn at load, so the first
+/// range alone (about 15 ports a set in the fixture's 1024 sets) sometimes held too few.
+pub fn ports_in_one_set(set_of: impl Fn(u16) -> u32, count: usize) -> Vec<u16> {
+    let home = set_of(50000);
+    let ports: Vec<u16> = (50000..=u16::MAX).chain(1024..50000).filter(|p| set_of(*p) == home).take(count).collect();
+    assert_eq!(ports.len(), count, "client ports sharing one connection-table set");
+    ports
+}
+
 /// The backend (address, port) a ring of alternating backends gives for this hash.
 pub fn by_hash(v: &Vip, hash: u32) -> ([u8; 4], u16) {
     let (_, addr, port) = v.backends[(hash % RING) as usize % v.backends.len()];

@@ -90,7 +90,7 @@ fn connection_table_set_evicts_its_least_recently_used_flow() {
         )
     };
     let set_of = |port: u16| g.dp.flow_set_of(&flow_key(CLIENT, flow_addr, port, 80));
-    let same_set: Vec<u16> = (50000..=u16::MAX).filter(|p| set_of(*p) == set_of(50000)).take(FLOW_WAYS + 1).collect();
+    let same_set = ports_in_one_set(set_of, FLOW_WAYS + 1);
     let nat_flow = |port: u16, l4: L4| {
         let f = Frame::tcp(CLIENT, port, flow_addr, 80).with(|f| f.l4 = l4);
         let out = nat_out(&f, (CLIENT, port), pick(port), LB_MAC, mac_of(pick(port).0));
