@@ -96,6 +96,9 @@ pub mod program_names {
     pub const TOO_BIG6: &str = "lb_too_big6";
     /// The trace recorder (`lb-ctl trace`), in the `lb-ingress` object (through JUMPS).
     pub const TRACE: &str = "lb_trace";
+    /// Benchmarks only, in the `lb-ingress` object, never attached: finds a packet's set in
+    /// FLOWS and reads one word of it (the floor under a connection-table lookup).
+    pub const SET_READ: &str = "lb_set_read";
     /// The DSR decapsulator, in the `lb-decap` object.
     pub const DECAP: &str = "lb_decap";
     /// A bare `XDP_PASS`, in the `lb-decap` object: the benchmark baseline, and the program a

@@ -438,3 +438,34 @@ fn the_profile_line_table_maps_lb_ingress_to_its_source() {
     assert!(table.line_at(0).contains(".rs:"), "entry: {}", table.line_at(0));
     assert!(table.line_at(1 << 12).contains(".rs:"), "{}", table.line_at(1 << 12));
 }
+
+/// lb_set_read, the benchmarks' floor (`lb-bench flows`): whatever the frame, it passes it
+/// untouched and changes no map: no flow recorded, no counter moved.
+#[test]
+fn the_floor_program_passes_every_frame_untouched() {
+    if !require_root("the_floor_program_passes_every_frame_untouched") {
+        return;
+    }
+    let ns = lab();
+    let _inside = ns.enter();
+    let mut dp = balancer();
+    let vips = vips();
+    configure(&mut dp, &vips);
+    program(dp.ebpf_mut(), program_names::SET_READ).unwrap().load().unwrap();
+    let floor: &Xdp = program(dp.ebpf_mut(), program_names::SET_READ).unwrap();
+    let (nat_vip, dsr_vip) = (vips[0].addr, vips[2].addr);
+    let frames = [
+        ("a VIP's UDP packet", Frame::udp(CLIENT, 1000, nat_vip, 53).bytes()),
+        ("a VIP's TCP SYN", Frame::tcp(CLIENT, 1000, dsr_vip, 80).bytes()),
+        ("a packet for no VIP", Frame::tcp(CLIENT, 1000, [198, 51, 100, 1], 22).bytes()),
+        ("a truncated frame", Frame::tcp(CLIENT, 1000, dsr_vip, 80).bytes()[..30].to_vec()),
+    ];
+    for (name, frame) in &frames {
+        let out = run_xdp(floor, frame, ifindex("g0"));
+        assert_eq!(action_name(out.action), action_name(XDP_PASS), "{name}");
+        assert_eq!(&out.output, frame, "{name}: the frame must pass untouched");
+    }
+    assert_eq!(dp.lookup_flow(&flow_key(CLIENT, dsr_vip, 1000, 80)).unwrap(), None, "no flow recorded");
+    let moved: Vec<_> = dp.counters().unwrap().into_iter().filter(|(_, n)| *n != 0).collect();
+    assert!(moved.is_empty(), "counters moved: {moved:?}");
+}

@@ -11,6 +11,7 @@
 mod addr;
 mod balance;
 mod encap;
+mod floor;
 mod flow;
 mod forward;
 mod icmp;
@@ -90,6 +91,15 @@ pub fn lb_too_big6(ctx: XdpContext) -> u32 {
     let (action, reason) = icmp6::answer_too_big(&ctx);
     maps::count(reason);
     action
+}
+
+/// Benchmarks only, never attached: finds an IPv4 packet's set in FLOWS as lb_ingress does and
+/// reads one word of it, nothing else (`floor`).
+#[xdp]
+#[inline(always)]
+pub fn lb_set_read(ctx: XdpContext) -> u32 {
+    floor::read_set(&ctx);
+    XDP_PASS
 }
 
 #[unsafe(link_section = "license")]

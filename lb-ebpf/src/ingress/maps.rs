@@ -228,6 +228,12 @@ pub fn record_flow(key: &FlowKey, hash: u32, entry: &FlowEntry, proven: bool, t:
     recorded
 }
 
+/// Reads the first way's check word of the FLOWS set of `hash`, and nothing else (`floor`).
+#[inline(always)]
+pub fn read_flow_set(hash: u32, t: &Tables) {
+    table::read_set(&FLOWS, hash, t);
+}
+
 /// The way of a NAT reply's entry (keyed backend → client), if the table holds it.
 #[inline(always)]
 pub fn reverse_way(key: &FlowKey, hash: u32, t: &Tables) -> Option<*mut FlowSlot<ReverseEntry>> {

@@ -118,6 +118,16 @@ pub fn find_stamped<V: FlowValue>(
     None
 }
 
+/// Reads the check word of the first way of `hash`'s set, as [`find_stamped`] reads it first
+/// (the floor under its cost: `floor`).
+#[inline(always)]
+pub fn read_set<V>(table: &Array<FlowSet<V>>, hash: u32, t: &Tables) {
+    if let Some(set) = table.get_ptr(hash & t.set_mask) {
+        // SAFETY: `set` points into a map value; volatile, so the read is not left out.
+        unsafe { core::ptr::read_volatile(addr_of!((*set).ways[0].check)) };
+    }
+}
+
 /// Whether a NAT flow's packet checks its reply entry, given its FLOWS way's stamp before the
 /// packet: the entry is marked lost, or this is the flow's first packet of a reply-check period.
 #[inline(always)]
