@@ -159,6 +159,11 @@ impl AyaDataplane {
         map.get(&index, 0).map_err(map_err(map_names::FLOWS))
     }
 
+    /// The loaded object, for benchmarks that run several of its programs at once.
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
     /// The loaded object, for attaching programs and for tests.
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf

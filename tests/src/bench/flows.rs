@@ -15,6 +15,12 @@
 //! `--against OBJ` another build's lb_ingress (with tables of its own, filled alike) takes its
 //! turns in the same loop too, "B / ours" paired by round.
 //!
+//! The floor runs in the same turns in the million-flow series: lb_set_read (the `lb-ingress`
+//! object's benchmark program) parses each packet, hashes its key and reads one word of its
+//! set, in a balancer of its own with the same flows recorded (sharing ours, each would find
+//! the set the other had just read in the caches). What lb_ingress costs over it is its work;
+//! the floor's own growth with the flows is the price of one read of a set not in the caches.
+//!
 //! Two series: the table sized for a million flows throughout (as a balancer runs), and a
 //! table sized to each count (four ways per flow). Their difference is the cost of the table's
 //! memory footprint alone: the flows and the work per packet are the same.
@@ -63,6 +69,8 @@ pub struct FlowsCost {
     pub extra_ns: f64,
     /// Katran's, with a connection table of as many flows as our table has ways (when it ran).
     pub katran_ns: Option<f64>,
+    /// The floor's (lb_set_read), in the million-flow series.
+    pub floor_ns: Option<f64>,
 }
 
 /// One count's measurement: ours, Katran's and, with `--against`, B's extra ns over ours,
@@ -70,13 +78,21 @@ pub struct FlowsCost {
 struct Measured {
     ours: f64,
     katran: Option<f64>,
+    floor: Option<f64>,
     b_over_ours: Option<(f64, f64, f64)>,
 }
 
 impl Measured {
     /// The figure `series` returns for `flows` flows in a table of `table_ways`.
     fn cost(&self, path: &FlowPath, flows: u32, table_ways: u32) -> FlowsCost {
-        FlowsCost { path: path.name, flows, table_ways, extra_ns: self.ours, katran_ns: self.katran }
+        FlowsCost {
+            path: path.name,
+            flows,
+            table_ways,
+            extra_ns: self.ours,
+            katran_ns: self.katran,
+            floor_ns: self.floor,
+        }
     }
 }
 
@@ -131,12 +147,32 @@ fn balancer(object: Option<&'static [u8]>, table_ways: u32) -> anyhow::Result<Ay
     Ok(dp)
 }
 
+/// This build's balancer with a table of `table_ways`, its floor program (lb_set_read) loaded.
+fn floor_balancer(table_ways: u32) -> anyhow::Result<AyaDataplane> {
+    let mut dp = balancer(None, table_ways)?;
+    program(dp.ebpf_mut(), program_names::SET_READ)?.load()?;
+    Ok(dp)
+}
+
+/// Program `name` of a loaded object.
+fn loaded<'a>(dp: &'a AyaDataplane, name: &str) -> anyhow::Result<&'a Xdp> {
+    let program = dp.ebpf().program(name).ok_or_else(|| anyhow::anyhow!("no program {name}"))?;
+    Ok(program.try_into()?)
+}
+
+/// The balancers of one measurement: ours, the floor's (when it runs) and B's (`--against`).
+struct Balancers<'a> {
+    ours: &'a mut AyaDataplane,
+    floor: Option<&'a mut AyaDataplane>,
+    b: Option<&'a mut AyaDataplane>,
+}
+
 /// Records flows `from..count` in our balancer and B's (each flow's first two packets; Katran records
 /// all `count` in a table of `table` flows: UDP entries age out after 30 s there), then measures
 /// the extra ns per packet of an established flow, the packets visiting the `count` flows in
 /// scattered order.
 fn measure(
-    (dp, b): (&mut AyaDataplane, Option<&mut AyaDataplane>),
+    balancers: Balancers,
     bare: &Xdp,
     mut katran: Option<(&Xdp, &mut katran::Maps)>,
     (from, count, table): (u32, u32, u32),
@@ -146,9 +182,15 @@ fn measure(
 ) -> anyhow::Result<Measured> {
     let vip = vips()[path.vip].addr;
     let frame = |i| (path.frame)(i, vip);
-    let ours: &Xdp = program(dp.ebpf_mut(), program_names::INGRESS)?;
-    let b: Option<&Xdp> = b.map(|b| program(b.ebpf_mut(), program_names::INGRESS)).transpose()?.map(|p| &*p);
-    for (name, program) in [("ours", Some(ours)), ("B", b)] {
+    let Balancers { ours, floor, b } = balancers;
+    let (ours, floor, b) = (&*ours, floor.map(|f| &*f), b.map(|b| &*b));
+    fn ingress_of(dp: Option<&AyaDataplane>) -> anyhow::Result<Option<&Xdp>> {
+        dp.map(|dp| loaded(dp, program_names::INGRESS)).transpose()
+    }
+    let recorders = [("ours", ingress_of(Some(ours))?), ("the floor's", ingress_of(floor)?), ("B", ingress_of(b)?)];
+    let (ours, b) = (recorders[0].1.expect("ours"), recorders[2].1);
+    let floor = floor.map(|f| loaded(f, program_names::SET_READ)).transpose()?;
+    for (name, program) in recorders {
         let Some(program) = program else { continue };
         // Two packets a flow: an established flow has sent more than its first (which records
         // a UDP flow unproven; the second proves it, and a NAT flow's reply entry with it).
@@ -168,7 +210,7 @@ fn measure(
         anyhow::ensure!(check.action == XDP_TX, "Katran, flow {count}: verdict {}", action_name(check.action));
     }
     let katran = katran.map(|(program, _)| program);
-    let (mut bare_state, mut o_state, mut k_state, mut b_state) = ((0, 0), (0, 0), (0, 0), (0, 0));
+    let (mut bare_state, mut o_state, mut k_state, mut b_state, mut f_state) = ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0));
     // Each program's run time and count so far: the rounds below take differences.
     ns_per_run(bare, &mut bare_state);
     ns_per_run(ours, &mut o_state);
@@ -178,14 +220,17 @@ fn measure(
     if let Some(p) = b {
         ns_per_run(p, &mut b_state);
     }
+    if let Some(p) = floor {
+        ns_per_run(p, &mut f_state);
+    }
     // A large step coprime with every count visits all the flows, in a scattered order.
     let mut at: u64 = 0;
     let step = |at: u64| (at + 2_654_435_761) % u64::from(count);
-    let (mut extra, mut katran_extra, mut b_extra) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut extra, mut katran_extra, mut b_extra, mut floor_extra) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..turns.rounds {
         // The programs after bare take turns in one order, then the other: the last to run a
         // packet was seen to gain a few percent.
-        let mut others = [Some(ours), katran, b];
+        let mut others = [Some(ours), floor, katran, b];
         if round % 2 == 1 {
             others.reverse();
         }
@@ -218,12 +263,16 @@ fn measure(
         if let Some(p) = b {
             b_extra.push(ns_per_run(p, &mut b_state) - base);
         }
+        if let Some(p) = floor {
+            floor_extra.push(ns_per_run(p, &mut f_state) - base);
+        }
     }
     let b_over_ours =
         (!b_extra.is_empty()).then(|| quartiles(b_extra.iter().zip(&extra).map(|(b, o)| b / o).collect()));
     Ok(Measured {
         ours: median(extra.into_iter()),
         katran: (!katran_extra.is_empty()).then(|| median(katran_extra.into_iter())),
+        floor: (!floor_extra.is_empty()).then(|| median(floor_extra.into_iter())),
         b_over_ours,
     })
 }
@@ -285,7 +334,7 @@ fn series(
     let shown = |ns: Option<f64>| ns.map_or("-".to_string(), |k| format!("{k:.1}"));
     let ratio =
         |r: Option<(f64, f64, f64)>| r.map_or("-".to_string(), |(m, lo, hi)| format!("{m:.3}x [{lo:.3}..{hi:.3}]"));
-    print!("{:>10} {:>16} {:>14} {:>16}", "flows", "table ways", "extra ns", "sized table ns");
+    print!("{:>10} {:>16} {:>14} {:>16} {:>14}", "flows", "table ways", "extra ns", "sized table ns", "floor ns");
     if katran.is_some() {
         print!(" {:>14} {:>20}", "Katran ns", "Katran sized ns");
     }
@@ -296,13 +345,15 @@ fn series(
     let mut costs = Vec::new();
     let mut full = balancer(None, FLOW_TABLE)?;
     let mut full_b = against.map(|object| balancer(Some(object), FLOW_TABLE)).transpose()?;
+    let mut full_floor = floor_balancer(FLOW_TABLE)?;
     let mut recorded = 0;
     for count in FLOW_COUNTS {
         let profiled = profile == Some(count);
         let turns = Turns { rounds: if profiled { PROFILE_ROUNDS } else { ROUNDS }, in_blocks };
         let sampler = profiled.then(|| super::line_profile::Sampler::start(cpu)).transpose()?;
         let table = (recorded, count, FLOW_TABLE);
-        let all = measure((&mut full, full_b.as_mut()), bare, reborrow(katran), table, g0, path, turns)?;
+        let balancers = Balancers { ours: &mut full, floor: Some(&mut full_floor), b: full_b.as_mut() };
+        let all = measure(balancers, bare, reborrow(katran), table, g0, path, turns)?;
         let samples = sampler.map(|s| s.stop()).transpose()?;
         recorded = count;
         costs.push(all.cost(path, count, FLOW_TABLE));
@@ -312,14 +363,15 @@ fn series(
             let mut b = against.map(|object| balancer(Some(object), sized_ways)).transpose()?;
             let table = (0, count, sized_ways);
             let turns = Turns { rounds: ROUNDS, in_blocks };
-            let sized = measure((&mut dp, b.as_mut()), bare, reborrow(katran), table, g0, path, turns)?;
+            let balancers = Balancers { ours: &mut dp, floor: None, b: b.as_mut() };
+            let sized = measure(balancers, bare, reborrow(katran), table, g0, path, turns)?;
             costs.push(sized.cost(path, count, sized_ways));
             Some(sized)
         } else {
             None
         };
         let sized_ns = sized.as_ref().map_or("-".into(), |m| format!("{:>7.1} ({sized_ways} ways)", m.ours));
-        print!("{count:>10} {FLOW_TABLE:>16} {:>14.1} {sized_ns:>16}", all.ours);
+        print!("{count:>10} {FLOW_TABLE:>16} {:>14.1} {sized_ns:>16} {:>14}", all.ours, shown(all.floor));
         if katran.is_some() {
             print!(" {:>14} {:>20}", shown(all.katran), shown(sized.as_ref().and_then(|m| m.katran)));
         }
@@ -350,6 +402,17 @@ fn series(
             most.flows,
             most.extra_ns / one.extra_ns.max(f64::MIN_POSITIVE)
         );
+        if let (Some(floor), Some(floor_one)) = (most.floor_ns, one.floor_ns) {
+            println!(
+                "{} flows: the floor (parse, hash, one read of the flow's set) costs {floor:.1} ns, {:.2}x its one flow \
+                 and {:.2}x lb_ingress's one flow; lb_ingress costs {:.1} ns over it ({:.1} at one flow)",
+                most.flows,
+                floor / floor_one.max(f64::MIN_POSITIVE),
+                floor / one.extra_ns.max(f64::MIN_POSITIVE),
+                most.extra_ns - floor,
+                one.extra_ns - floor_one
+            );
+        }
         if let Some(katran_ns) = most.katran_ns {
             println!(
                 "{} flows: ours / Katran {:.2}x (target <= 0.5x), Katran's {} flows cost {:.2}x its one flow",

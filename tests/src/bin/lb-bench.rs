@@ -37,7 +37,8 @@ enum Bench {
         #[arg(long)]
         in_blocks: bool,
     },
-    /// ns per packet of an established flow as the flows grow from 1 to 1,000,000 (root).
+    /// ns per packet of an established flow as the flows grow from 1 to 1,000,000, beside the
+    /// floor: one read of the flow's set alone (root).
     Flows {
         /// A Katran checkout with its BPF programs built (or its balancer.bpf.o): Katran runs
         /// the same flows with a connection table of the same capacity.
