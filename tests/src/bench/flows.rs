@@ -210,27 +210,18 @@ fn measure(
         anyhow::ensure!(check.action == XDP_TX, "Katran, flow {count}: verdict {}", action_name(check.action));
     }
     let katran = katran.map(|(program, _)| program);
-    let (mut bare_state, mut o_state, mut k_state, mut b_state, mut f_state) = ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0));
-    // Each program's run time and count so far: the rounds below take differences.
+    let mut bare_state = (0, 0);
+    // Bare's run time and count so far: the rounds below take differences.
     ns_per_run(bare, &mut bare_state);
-    ns_per_run(ours, &mut o_state);
-    if let Some(p) = katran {
-        ns_per_run(p, &mut k_state);
-    }
-    if let Some(p) = b {
-        ns_per_run(p, &mut b_state);
-    }
-    if let Some(p) = floor {
-        ns_per_run(p, &mut f_state);
-    }
+    // Ours first, the floor, Katran, B: the order of their turns in even rounds.
+    let mut contenders = [Some(ours), floor, katran, b].map(|p| p.map(Contender::new));
     // A large step coprime with every count visits all the flows, in a scattered order.
     let mut at: u64 = 0;
     let step = |at: u64| (at + 2_654_435_761) % u64::from(count);
-    let (mut extra, mut katran_extra, mut b_extra, mut floor_extra) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..turns.rounds {
         // The programs after bare take turns in one order, then the other: the last to run a
         // packet was seen to gain a few percent.
-        let mut others = [Some(ours), floor, katran, b];
+        let mut others = contenders.each_ref().map(|c| c.as_ref().map(|c| c.program));
         if round % 2 == 1 {
             others.reverse();
         }
@@ -256,25 +247,43 @@ fn measure(
             }
         }
         let base = ns_per_run(bare, &mut bare_state);
-        extra.push(ns_per_run(ours, &mut o_state) - base);
-        if let Some(p) = katran {
-            katran_extra.push(ns_per_run(p, &mut k_state) - base);
-        }
-        if let Some(p) = b {
-            b_extra.push(ns_per_run(p, &mut b_state) - base);
-        }
-        if let Some(p) = floor {
-            floor_extra.push(ns_per_run(p, &mut f_state) - base);
+        for contender in contenders.iter_mut().flatten() {
+            contender.note_round(base);
         }
     }
-    let b_over_ours =
-        (!b_extra.is_empty()).then(|| quartiles(b_extra.iter().zip(&extra).map(|(b, o)| b / o).collect()));
+    let [Some(ours), floor, katran, b] = contenders else { unreachable!("ours always runs") };
+    let b_over_ours = b.map(|b| quartiles(b.extra.iter().zip(&ours.extra).map(|(b, o)| b / o).collect()));
     Ok(Measured {
-        ours: median(extra.into_iter()),
-        katran: (!katran_extra.is_empty()).then(|| median(katran_extra.into_iter())),
-        floor: (!floor_extra.is_empty()).then(|| median(floor_extra.into_iter())),
+        ours: ours.median(),
+        katran: katran.map(|k| k.median()),
+        floor: floor.map(|f| f.median()),
         b_over_ours,
     })
+}
+
+/// A program taking turns with bare: its run-time counters as last read, and its extra ns per
+/// call over bare's in each round.
+struct Contender<'a> {
+    program: &'a Xdp,
+    state: (u64, u64),
+    extra: Vec<f64>,
+}
+
+impl<'a> Contender<'a> {
+    fn new(program: &'a Xdp) -> Self {
+        let mut state = (0, 0);
+        ns_per_run(program, &mut state);
+        Contender { program, state, extra: Vec::new() }
+    }
+
+    /// Notes the round just run: its ns per call less `base`, bare's.
+    fn note_round(&mut self, base: f64) {
+        self.extra.push(ns_per_run(self.program, &mut self.state) - base);
+    }
+
+    fn median(&self) -> f64 {
+        median(self.extra.iter().copied())
+    }
 }
 
 /// The same Katran, lent to one measurement.
