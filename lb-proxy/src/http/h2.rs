@@ -2,17 +2,13 @@
 //! `server` (which serves TLS connections that chose h2) and `h1` (which hands on a plain
 //! connection that opens with the h2 preface).
 use std::convert::Infallible;
-use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
-use futures_util::stream::{FuturesUnordered, Stream};
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::{ProxyBody, backend_fields_into_map};
@@ -33,9 +29,9 @@ where
     let streams = watch.clone();
     let svc = service_fn(move |req| {
         let (ctx, streams) = (ctx.clone(), streams.clone());
-        // Boxed: hyper moves every stream's future several times on its way to the executor
-        // (`StreamExec`); the request's whole state machine moved each time cost kilobytes of
-        // copies per request, a pointer does not.
+        // Boxed: hyper spawns every stream's future as a task of its own, and tokio moves a
+        // future several times on its way into the task's cell; the request's whole state
+        // machine moved each time cost kilobytes of copies per request, a pointer does not.
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
             let fields = std::mem::take(&mut parts.headers);
@@ -56,8 +52,7 @@ where
             Ok::<_, Infallible>(streams.watch(resp.map(ProxyBody::whole_if_buffered), length_in_map))
         })
     });
-    let mut stream_set = Streams::default();
-    let mut b = http2::Builder::new(stream_set.exec.clone());
+    let mut b = http2::Builder::new(TokioExecutor::new());
     b.timer(TokioTimer::new())
         // Date is added above, where the backend sent none.
         .auto_date_header(false)
@@ -77,7 +72,7 @@ where
     // Serves until done; on stop, finishes in-flight requests (graceful), on force, drops.
     let stopping = tokio::select! {
         biased;
-        r = poll_fn(|cx| stream_set.poll_with(conn.as_mut(), cx)) => { log_end(r); false }
+        r = conn.as_mut() => { log_end(r); false }
         _ = tasks.stop.raised() => true,
         never = watching.as_mut() => match never {},
     };
@@ -85,86 +80,9 @@ where
         conn.as_mut().graceful_shutdown();
         tokio::select! {
             biased;
-            r = poll_fn(|cx| stream_set.poll_with(conn.as_mut(), cx)) => log_end(r),
-            _ = tasks.force.raised() => return,
+            r = conn.as_mut() => log_end(r),
+            _ = tasks.force.raised() => {}
             never = watching.as_mut() => match never {},
-        }
-    }
-    // Streams left when the connection has ended run to their end, as tasks of their own did:
-    // with the connection gone, that is at their next wake-up.
-    tokio::select! {
-        biased;
-        () = poll_fn(|cx| stream_set.poll_all(cx)) => {}
-        _ = tasks.force.raised() => {}
-    }
-}
-
-type StreamTask = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// hyper's executor for one connection's streams: it hands each stream's future to the
-/// connection's own task (`Streams`) instead of spawning a task per stream. A tokio task per
-/// stream cost its creation, scheduling and end, with moves of the stream's future into the
-/// task's cell; the connection's task, woken once for all the streams that are ready, polls
-/// only those.
-#[derive(Clone, Default)]
-struct StreamExec(Arc<Inbox>);
-
-#[derive(Default)]
-struct Inbox {
-    new: Mutex<Vec<StreamTask>>,
-    /// Whether `new` may hold any: read on every poll without taking the lock.
-    any: AtomicBool,
-}
-
-impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for StreamExec {
-    fn execute(&self, fut: F) {
-        self.0.new.lock().unwrap_or_else(PoisonError::into_inner).push(Box::pin(fut));
-        self.0.any.store(true, Relaxed);
-    }
-}
-
-/// The streams of one connection, polled by the connection's task.
-#[derive(Default)]
-struct Streams {
-    /// Where hyper puts the streams it takes in (as it is polled).
-    exec: StreamExec,
-    running: FuturesUnordered<StreamTask>,
-}
-
-impl Streams {
-    /// Polls the streams that are ready, then the connection; streams it took in are polled
-    /// at once (their requests leave for backends in this turn). Ready when the connection ends.
-    fn poll_with<C: Future>(&mut self, conn: Pin<&mut C>, cx: &mut Context<'_>) -> Poll<C::Output> {
-        // Streams first: the responses they hand to h2 are written by the connection's poll.
-        let _ = self.poll_all(cx);
-        let r = conn.poll(cx);
-        if self.exec.0.any.load(Relaxed) {
-            let _ = self.poll_all(cx);
-        }
-        r
-    }
-
-    /// Moves the streams hyper handed over into the running set.
-    fn take_new(&mut self) {
-        if !self.exec.0.any.swap(false, Relaxed) {
-            return;
-        }
-        let mut new = self.exec.0.new.lock().unwrap_or_else(PoisonError::into_inner);
-        for fut in new.drain(..) {
-            self.running.push(fut);
-        }
-    }
-
-    /// Polls the ready streams (and those handed over meanwhile); Ready once none is left.
-    fn poll_all(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            self.take_new();
-            match Pin::new(&mut self.running).poll_next(cx) {
-                Poll::Ready(Some(())) => {}
-                Poll::Ready(None) if !self.exec.0.any.load(Relaxed) => return Poll::Ready(()),
-                Poll::Ready(None) => {}
-                Poll::Pending => return Poll::Pending,
-            }
         }
     }
 }
