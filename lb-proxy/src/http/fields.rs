@@ -402,8 +402,38 @@ impl RawFields {
     /// The map of these fields, less the hop-by-hop ones unless `hop_by_hop`, with room for
     /// `room` fields more. Its values share one copy of the head.
     pub(crate) fn to_map(&self, hop_by_hop: bool, room: usize) -> Result<HeaderMap, &'static str> {
-        let head = Bytes::copy_from_slice(&self.head);
+        let head = shared_copy(&self.head);
         map_of(&head, &self.ranges, room, |name| hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none())
+    }
+}
+
+/// A copy of `bytes` that the map's values share. `Bytes::copy_from_slice` allocates the copy,
+/// then, as the first value is sliced off it, a second block for the count its slices share;
+/// a head that fits `Inline` is copied into the same block as its count, one allocation.
+fn shared_copy(bytes: &[u8]) -> Bytes {
+    match bytes.len() {
+        0..=256 => Inline::<256>::of(bytes),
+        257..=512 => Inline::<512>::of(bytes),
+        _ => Bytes::copy_from_slice(bytes),
+    }
+}
+
+struct Inline<const N: usize> {
+    len: usize,
+    buf: [u8; N],
+}
+
+impl<const N: usize> Inline<N> {
+    fn of(bytes: &[u8]) -> Bytes {
+        let mut buf = [0; N];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        Bytes::from_owner(Inline { len: bytes.len(), buf })
+    }
+}
+
+impl<const N: usize> AsRef<[u8]> for Inline<N> {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 

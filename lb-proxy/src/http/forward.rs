@@ -83,13 +83,15 @@ async fn forward<B: IncomingBody, F: EditFields>(
         sticky: opts.sticky_cookie.as_deref().and_then(|name| sticky_token(&fields, name)),
     };
 
+    // Asked once: an h2 body answers under its connection's lock.
+    let bodiless = body.is_end_stream();
     // Only a request that can be sent again as-is may be retried after it left: idempotent
     // and bodiless (a streamed body is gone once sent).
-    let replayable = is_idempotent(&parts.method) && body.is_end_stream() && !upgrade;
+    let replayable = is_idempotent(&parts.method) && bodiless && !upgrade;
     // A body that has ended already (most requests have none) needs no watching: no shared
     // upload state, and an empty body boxed is no allocation.
     let ended = Upload::already_ended();
-    let (body, watched) = if body.is_end_stream() {
+    let (body, watched) = if bodiless {
         (http_body_util::Empty::new().map_err(|never| match never {}).boxed(), None)
     } else {
         let (body, upload) = RequestBody::new(body, opts.timeouts.body, opts.limits.max_body_bytes.map(|n| n.get()));

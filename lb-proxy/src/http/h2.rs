@@ -36,14 +36,26 @@ where
             let (mut parts, body) = req.into_parts();
             let fields = std::mem::take(&mut parts.headers);
             let mut resp = handle(RequestLine::of(parts), fields, body, &ctx).await;
+            // What the backend's head carries, noted as it was parsed: hyper would look the
+            // map up for Date and Content-Length on every response.
+            let noted = resp.body().raw_fields().map(|f| f.present());
             // hyper writes the response from its map (made while the backend's connection,
             // which holds the fields, is still the response's).
             backend_fields_into_map(&mut resp, false);
-            Ok::<_, Infallible>(streams.watch(resp.map(ProxyBody::whole_if_buffered)))
+            if !noted.is_some_and(|p| p.date)
+                && !resp.headers().contains_key(http::header::DATE)
+                && let Some(date) = super::h1::date_value()
+            {
+                resp.headers_mut().insert(http::header::DATE, date);
+            }
+            let length_in_map = noted.is_some_and(|p| p.content_length);
+            Ok::<_, Infallible>(streams.watch(resp.map(ProxyBody::whole_if_buffered), length_in_map))
         })
     });
     let mut b = http2::Builder::new(TokioExecutor::new());
     b.timer(TokioTimer::new())
+        // Date is added above, where the backend sent none.
+        .auto_date_header(false)
         .max_concurrent_streams(opts.limits.h2_max_streams)
         .max_header_list_size(opts.limits.max_header_bytes.min(u32::MAX as usize) as u32)
         // A silent peer is found by pings; one that stays silent is dropped.

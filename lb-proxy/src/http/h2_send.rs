@@ -35,7 +35,15 @@ pub(crate) struct Watched {
 }
 
 /// A response body as hyper serves it on an h2 connection.
-pub(crate) enum H2Body {
+pub(crate) struct H2Body {
+    inner: Inner,
+    /// The response's map carries the body's Content-Length already (a backend's): its size
+    /// is then not told to hyper, which looks the map up for Content-Length on every
+    /// response whose size it is told.
+    length_in_map: bool,
+}
+
+enum Inner {
     /// Whole already (the proxy's own answers) or empty: nothing to hold.
     Direct(ProxyBody),
     Watched(Arc<Watched>),
@@ -46,22 +54,25 @@ impl SendWatch {
         SendWatch { limit, streams: Mutex::new(Vec::new()) }
     }
 
-    /// The response, its body watched if it streams from a backend.
-    pub(crate) fn watch(&self, resp: Response<ProxyBody>) -> Response<H2Body> {
-        resp.map(|body| {
-            if !matches!(body, ProxyBody::Upstream(_)) || body.is_end_stream() {
-                return H2Body::Direct(body);
-            }
-            let watched = Arc::new(Watched { body: Mutex::new(Some(body)), handed_ms: AtomicU64::new(0) });
-            let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-            // Ended streams are dropped from the list when it would grow: it stays within
-            // twice the streams open at once, however many a long connection serves.
-            if streams.len() == streams.capacity() {
-                streams.retain(|s| s.strong_count() > 0);
-            }
-            streams.push(Arc::downgrade(&watched));
-            H2Body::Watched(watched)
-        })
+    /// The response, its body watched if it streams from a backend; `length_in_map`: its map
+    /// carries the body's Content-Length.
+    pub(crate) fn watch(&self, resp: Response<ProxyBody>, length_in_map: bool) -> Response<H2Body> {
+        resp.map(|body| H2Body { inner: self.inner(body), length_in_map })
+    }
+
+    fn inner(&self, body: ProxyBody) -> Inner {
+        if !matches!(body, ProxyBody::Upstream(_)) || body.is_end_stream() {
+            return Inner::Direct(body);
+        }
+        let watched = Arc::new(Watched { body: Mutex::new(Some(body)), handed_ms: AtomicU64::new(0) });
+        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
+        // Ended streams are dropped from the list when it would grow: it stays within
+        // twice the streams open at once, however many a long connection serves.
+        if streams.len() == streams.capacity() {
+            streams.retain(|s| s.strong_count() > 0);
+        }
+        streams.push(Arc::downgrade(&watched));
+        Inner::Watched(watched)
     }
 
     /// Cuts, every half `limit`, the streams whose client took nothing for `limit`; runs for
@@ -94,9 +105,9 @@ impl Body for H2Body {
     type Error = BoxError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let w = match self.get_mut() {
-            H2Body::Direct(b) => return Pin::new(b).poll_frame(cx),
-            H2Body::Watched(w) => w,
+        let w = match &mut self.get_mut().inner {
+            Inner::Direct(b) => return Pin::new(b).poll_frame(cx),
+            Inner::Watched(w) => w,
         };
         let mut body = w.body.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(b) = body.as_mut() else {
@@ -112,19 +123,22 @@ impl Body for H2Body {
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            H2Body::Direct(b) => b.is_end_stream(),
+        match &self.inner {
+            Inner::Direct(b) => b.is_end_stream(),
             // A cut body is not at its end: asked again, it fails, and the stream is reset.
-            H2Body::Watched(w) => {
+            Inner::Watched(w) => {
                 w.body.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|b| b.is_end_stream())
             }
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            H2Body::Direct(b) => b.size_hint(),
-            H2Body::Watched(w) => w
+        if self.length_in_map {
+            return SizeHint::default();
+        }
+        match &self.inner {
+            Inner::Direct(b) => b.size_hint(),
+            Inner::Watched(w) => w
                 .body
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use self::body::{ClientBody, Reader, SharedReader, Writer, lock};
 use self::request::Framing;
+pub(crate) use self::response::date_value;
 use self::send::SendTimeout;
 use super::conn::ConnCtx;
 use super::decode::Decoder;

@@ -214,6 +214,14 @@ thread_local! {
     static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
 
+/// The Date field of the current second, for an h2 response that has none (hyper's own is
+/// turned off: it looked the map up for Date on every response).
+pub(crate) fn date_value() -> Option<http::HeaderValue> {
+    let mut text = Vec::with_capacity(29);
+    date(&mut text);
+    http::HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
+}
+
 fn date(out: &mut Vec<u8>) {
     let now = SystemTime::now();
     let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
