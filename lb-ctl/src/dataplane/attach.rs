@@ -17,7 +17,7 @@ use super::aya::AyaDataplane;
 use super::load::{self, AttachMode, LoadOptions};
 use super::pins::{PinKeeper, Placement};
 use super::previous::PreviousProgram;
-use super::{DataplaneError, Result};
+use super::{DataplaneError, Result, err};
 use super::{layout, messages, migrate};
 use crate::paths::{self, AttachPaths};
 
@@ -59,10 +59,6 @@ impl Opened {
             XdpMode::Default => "default",
         }
     }
-}
-
-fn err(what: impl std::fmt::Display) -> DataplaneError {
-    DataplaneError::Load(what.to_string())
 }
 
 /// How to start a command that pins from inside a named network namespace.

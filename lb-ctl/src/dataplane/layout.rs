@@ -28,7 +28,7 @@ use lb_common::map_names;
 use lb_common::stats::{Counter, Traffic};
 use lb_common::vip::{VipInfo, VipKey};
 
-use super::{DataplaneError, Result};
+use super::{Result, err};
 
 /// The version record's pin name inside a pin directory.
 pub const HEADER: &str = "LAYOUT";
@@ -172,10 +172,6 @@ impl Plan {
             })
             .collect()
     }
-}
-
-fn err(what: impl std::fmt::Display) -> DataplaneError {
-    DataplaneError::Load(what.to_string())
 }
 
 /// The versions this build migrates from, as the refusals say it.

@@ -17,11 +17,7 @@ use aya::Ebpf;
 use aya::maps::{MapData, MapInfo, MapType};
 
 use super::layout::{Convert, Move};
-use super::{DataplaneError, Result};
-
-fn err(what: impl std::fmt::Display) -> DataplaneError {
-    DataplaneError::Load(what.to_string())
-}
+use super::{Result, err};
 
 /// The bpf(2) commands used here (uapi/linux/bpf.h).
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;

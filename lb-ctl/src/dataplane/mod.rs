@@ -47,6 +47,12 @@ pub enum DataplaneError {
 
 pub type Result<T, E = DataplaneError> = std::result::Result<T, E>;
 
+/// A [`DataplaneError::Load`] saying `what`: how the loading, pinning and migrating modules
+/// report a failed step.
+fn err(what: impl std::fmt::Display) -> DataplaneError {
+    DataplaneError::Load(what.to_string())
+}
+
 /// Operations on the balancer's maps. Writes are idempotent: writing what is already there is
 /// harmless, so a reload may re-apply its whole desired state.
 pub trait Dataplane: Send {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use aya::Ebpf;
 
 use super::load::{AttachMode, PINNED_MAPS};
-use super::{DataplaneError, Result};
+use super::{Result, err};
 
 /// The bpf(2) commands used here (uapi/linux/bpf.h).
 const BPF_OBJ_PIN: libc::c_long = 6;
@@ -34,10 +34,6 @@ struct ObjAttr {
     file_flags: u32,
     path_fd: i32,
     _pad: u32,
-}
-
-fn err(what: impl std::fmt::Display) -> DataplaneError {
-    DataplaneError::Load(what.to_string())
 }
 
 fn c_path(path: &Path) -> Result<CString> {

@@ -9,7 +9,7 @@ use aya::programs::ProgramFd;
 use aya::programs::links::FdLink;
 
 use super::pins::{bpf, obj_get};
-use super::{DataplaneError, Result};
+use super::{Result, err};
 
 /// bpf(2)'s BPF_LINK_UPDATE (uapi/linux/bpf.h).
 const BPF_LINK_UPDATE: libc::c_long = 29;
@@ -23,10 +23,6 @@ struct LinkUpdateAttr {
     new_prog_fd: u32,
     flags: u32,
     old_prog_fd: u32,
-}
-
-fn err(what: impl std::fmt::Display) -> DataplaneError {
-    DataplaneError::Load(what.to_string())
 }
 
 /// The program a pinned link ran before this start replaced it.
