@@ -34,7 +34,6 @@ mod verdict;
 use aya_ebpf::bindings::xdp_action::XDP_PASS;
 use aya_ebpf::macros::xdp;
 use aya_ebpf::programs::XdpContext;
-use lb_common::stats::Counter;
 // The panic handler, and the packet helpers both programs share.
 use lb_ebpf as _;
 
@@ -45,7 +44,7 @@ use lb_ebpf as _;
 pub fn lb_ingress(ctx: XdpContext) -> u32 {
     let first = parse::first_look(&ctx);
     if first == parse::PASSES {
-        maps::count(Counter::PassNotVip);
+        // Counted by `first_look`.
         return XDP_PASS;
     }
     let (action, reason) = balance::try_balance(&ctx, parse::known_dst_flags(first));

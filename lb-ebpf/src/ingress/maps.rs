@@ -88,7 +88,18 @@ static BACKEND_STATS: PerCpuArray<Traffic> = PerCpuArray::with_max_entries(MAX_B
 
 #[inline(always)]
 pub fn count(counter: Counter) {
-    if let Some(value) = COUNTERS.get_ptr_mut(counter as u32) {
+    add_one(counter_slot(counter));
+}
+
+/// This CPU's slot of `counter`, to count into later with [`add_one`].
+#[inline(always)]
+pub fn counter_slot(counter: Counter) -> Option<*mut u64> {
+    COUNTERS.get_ptr_mut(counter as u32)
+}
+
+#[inline(always)]
+pub fn add_one(slot: Option<*mut u64>) {
+    if let Some(value) = slot {
         // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
         unsafe { *value += 1 };
     }

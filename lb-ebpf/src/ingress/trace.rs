@@ -130,10 +130,7 @@ pub fn lb_trace(ctx: XdpContext) -> u32 {
     if let Some(control) = TRACE.get(0) {
         record(&ctx, control, scratch, reason);
     }
-    if let Some(value) = maps::counter_ptr(reason) {
-        // SAFETY: per-CPU slot.
-        unsafe { *value += 1 };
-    }
+    maps::add_one(maps::counter_ptr(reason));
     action
 }
 

@@ -414,6 +414,19 @@ fn ipv4_rows(dp: &mut lb_ctl::dataplane::aya::AyaDataplane) -> anyhow::Result<Ro
             trace: false,
         },
         Path {
+            // The backend's answer on the established TCP row's connection: its reply entry,
+            // recorded with the flow, gives it the VIP back as source.
+            name: "NAT reply (established TCP)",
+            frame: established(Frame::tcp(b.0, b.1, CLIENT, 45000)),
+            action: 3,
+            forget: None,
+            target: None,
+            katran: false,
+            budget: UNSPENT,
+            share: false,
+            trace: false,
+        },
+        Path {
             name: "IPIP encapsulation (DSR)",
             frame: established(Frame::tcp(CLIENT, 46000, vips[2].addr, 80)),
             action: 3,
