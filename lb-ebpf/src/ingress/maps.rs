@@ -97,6 +97,7 @@ pub fn counter_slot(counter: Counter) -> Option<*mut u64> {
     COUNTERS.get_ptr_mut(counter as u32)
 }
 
+/// Counts one into a slot from [`counter_slot`] or [`counter_ptr`] (none: nothing to count).
 #[inline(always)]
 pub fn add_one(slot: Option<*mut u64>) {
     if let Some(value) = slot {
