@@ -162,11 +162,20 @@ impl LeakWatcher {
                         size_of::<libc::timeval>() as u32,
                     );
                     let mut buf = [0u8; 2048];
+                    let started = std::time::Instant::now();
                     while !stop.load(Relaxed) {
                         let n = libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0);
                         let from_backend = sources.iter().any(|s| buf[26..30] == s.octets());
                         if n >= 34 && buf[12..14] == [0x08, 0x00] && from_backend {
                             leaked += 1;
+                            // What leaked, so that a rare leak can be traced to its path.
+                            if leaked <= 20 {
+                                eprintln!(
+                                    "leaked at +{:.1} s: {}",
+                                    started.elapsed().as_secs_f64(),
+                                    describe_ipv4(&buf[..n as usize])
+                                );
+                            }
                         }
                     }
                     libc::close(fd);
@@ -177,10 +186,29 @@ impl LeakWatcher {
         LeakWatcher { stop, thread }
     }
 
-    /// Frames seen with a watched source address.
+    /// Frames seen with a watched source address (each of the first 20 described on stderr).
     pub fn stop(self) -> u64 {
         self.stop.store(true, Relaxed);
         self.thread.join().unwrap()
+    }
+}
+
+/// An Ethernet frame carrying IPv4, in one line: protocol, addresses, ports and TCP flags.
+fn describe_ipv4(frame: &[u8]) -> String {
+    let ip = &frame[14..];
+    let (src, dst) = (Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]), Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
+    let l4 = &ip[((ip[0] & 0xf) as usize * 4).min(ip.len())..];
+    let port = |at: usize| l4.get(at..at + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+    match ip[9] {
+        6 => format!(
+            "TCP {src}:{} -> {dst}:{} flags {:#04x}, {} bytes",
+            port(0),
+            port(2),
+            l4.get(13).copied().unwrap_or(0),
+            frame.len()
+        ),
+        17 => format!("UDP {src}:{} -> {dst}:{}, {} bytes", port(0), port(2), frame.len()),
+        p => format!("protocol {p} {src} -> {dst}, {} bytes", frame.len()),
     }
 }
 
@@ -285,4 +313,21 @@ fn send_flood(ns: &str, pool: &[Vec<u8>], spec: FloodSpec, stop: &AtomicBool) ->
     // SAFETY: our own socket.
     unsafe { libc::close(fd) };
     FloodSent { frames, took: started.elapsed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_ipv4;
+    use crate::packets::Frame;
+
+    #[test]
+    fn a_leaked_frame_is_described_by_its_protocol_ends_and_flags() {
+        let syn = Frame::tcp([198, 51, 100, 11], 8080, [192, 0, 2, 7], 45000).bytes();
+        assert_eq!(
+            describe_ipv4(&syn),
+            format!("TCP 198.51.100.11:8080 -> 192.0.2.7:45000 flags 0x02, {} bytes", syn.len())
+        );
+        let udp = Frame::udp([198, 51, 100, 12], 53, [192, 0, 2, 7], 5000).bytes();
+        assert_eq!(describe_ipv4(&udp), format!("UDP 198.51.100.12:53 -> 192.0.2.7:5000, {} bytes", udp.len()));
+    }
 }
