@@ -195,20 +195,26 @@ impl LeakWatcher {
 
 /// An Ethernet frame carrying IPv4, in one line: protocol, addresses, ports and TCP flags.
 fn describe_ipv4(frame: &[u8]) -> String {
-    let ip = &frame[14..];
-    let (src, dst) = (Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]), Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
-    let l4 = &ip[((ip[0] & 0xf) as usize * 4).min(ip.len())..];
-    let port = |at: usize| l4.get(at..at + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
-    match ip[9] {
-        6 => format!(
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    let Ok(packet) = SlicedPacket::from_ethernet(frame) else {
+        return format!("unreadable frame, {} bytes", frame.len());
+    };
+    let Some(NetSlice::Ipv4(ip)) = &packet.net else {
+        return format!("not IPv4, {} bytes", frame.len());
+    };
+    let (src, dst) = (ip.header().source_addr(), ip.header().destination_addr());
+    match &packet.transport {
+        Some(TransportSlice::Tcp(tcp)) => format!(
             "TCP {src}:{} -> {dst}:{} flags {:#04x}, {} bytes",
-            port(0),
-            port(2),
-            l4.get(13).copied().unwrap_or(0),
+            tcp.source_port(),
+            tcp.destination_port(),
+            tcp.slice()[13],
             frame.len()
         ),
-        17 => format!("UDP {src}:{} -> {dst}:{}, {} bytes", port(0), port(2), frame.len()),
-        p => format!("protocol {p} {src} -> {dst}, {} bytes", frame.len()),
+        Some(TransportSlice::Udp(udp)) => {
+            format!("UDP {src}:{} -> {dst}:{}, {} bytes", udp.source_port(), udp.destination_port(), frame.len())
+        }
+        _ => format!("protocol {} {src} -> {dst}, {} bytes", ip.header().protocol().0, frame.len()),
     }
 }
 
