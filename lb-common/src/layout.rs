@@ -16,10 +16,11 @@
 //!   this build hash with `table_hash::kind::PAIRED`. Older CONFIG values read as
 //!   `CHAINED`, their tables' hash, so they are kept as they are; an older build must not
 //!   start on a version 4 CONFIG (it would read a `PAIRED` table with the chained hash).
+//! - 5: COUNTERS gained `icmp_to_client` at its end.
 
 /// The layout version of the maps this build pins.
 #[cfg(not(feature = "layout-v1-test"))]
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// The layout version of the maps this build pins (test-only build of version 1).
 #[cfg(feature = "layout-v1-test")]
 pub const LAYOUT_VERSION: u32 = 1;

@@ -141,6 +141,11 @@ counters! {
     /// balancer can read (`lb_common::quic::SHORT_HEADER_BYTES`), or empty: placed by the
     /// connection table and ring, as any UDP.
     QuicTruncated = "quic_truncated",
+    /// ICMP error about a NAT flow's packet as sent on to its backend (the backend's "port
+    /// unreachable", a router's "fragmentation needed" on the backend's path) sent to the
+    /// client as if about the packet the client sent: the backend replaced by the VIP in the
+    /// quote, and in the source when the backend sent it.
+    IcmpToClient = "icmp_to_client",
 }
 
 /// Counters of the decapsulation program (DECAP_COUNTERS).

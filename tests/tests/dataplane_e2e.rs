@@ -385,3 +385,57 @@ fn a_direct_connection_to_a_nat_backend_is_left_alone() {
     assert_eq!(counter(&dp, Counter::DirectToBackend), 2);
     assert!(counter(&dp, Counter::NatReply) > 0, "the VIP connection's replies were rewritten");
 }
+
+/// A NAT UDP VIP whose backend has nothing listening: the backend's ICMP "port unreachable"
+/// reaches the client from the VIP, quoting the datagram as the client sent it, so the client's
+/// socket (connected to the VIP) learns at once that the service is down, as it would from the
+/// service itself. Passed on naming the backend, the client's stack would not match it to the
+/// socket, and the client would wait out its timeout.
+#[test]
+fn a_nat_udp_backends_port_unreachable_reaches_the_client() {
+    if !require_root("a_nat_udp_backends_port_unreachable_reaches_the_client") {
+        return;
+    }
+    let mut lab = Lab::new("pu", 1, 1);
+    lab.pass_on_switch_port(LB_PORT);
+    let mut dp = attach_ingress(&lab.lb, RING, 1024).unwrap();
+    configure(
+        &mut dp,
+        RING,
+        &[VipSpec {
+            id: 0,
+            addr: NAT_VIP,
+            port: 53,
+            protocol: ip_proto::UDP,
+            forwarding: forwarding::NAT,
+            hash: hash_mode::FLOW,
+            encap_source: Ipv4Addr::new(198, 51, 100, 1),
+            // Nothing listens on the backend's port 5353.
+            backends: vec![(0, backend_addr(0), 5353, 100)],
+        }],
+    );
+    lab.resolve_backends();
+    let _in = lab.client.enter();
+    let socket = std::net::UdpSocket::bind(SocketAddrV4::new(client_addr(0), 0)).unwrap();
+    socket.connect(SocketAddrV4::new(NAT_VIP, 53)).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    // A few tries: the backend's stack rate-limits its ICMP errors.
+    let mut answer = None;
+    for _ in 0..5 {
+        socket.send(b"query").unwrap();
+        match socket.recv(&mut [0u8; 64]) {
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            other => {
+                answer = Some(other.map(|_| ()));
+                break;
+            }
+        }
+    }
+    let answer = answer.expect("no answer at all: the port unreachable did not reach the client's socket");
+    assert_eq!(
+        answer.as_ref().map_err(std::io::Error::kind),
+        Err(std::io::ErrorKind::ConnectionRefused),
+        "the client's socket should be refused"
+    );
+    assert!(counter(&dp, Counter::IcmpToClient) > 0, "the error was not rewritten by the balancer");
+}

@@ -34,6 +34,7 @@ fn ipv6_golden_packets_through_lb_ingress() {
     golden6::dsr::by_mac(&mut g);
     golden6::nat::too_big(&mut g);
     golden6::icmp::errors_about_flows(&mut g, &vips);
+    golden6::icmp::errors_to_clients(&mut g, &vips);
 
     let failed = g.failures();
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));

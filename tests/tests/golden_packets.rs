@@ -42,6 +42,7 @@ fn golden_packets_through_lb_ingress() {
     golden::nat::tcp(&mut g, &vips);
     golden::nat::flow_hash_and_reused_tuple(&mut g, &vips);
     golden::nat::udp(&mut g, &vips);
+    golden::icmp_to_client::errors_to_clients(&mut g, &vips);
     golden::dsr::ip_in_ip(&mut g, &vips);
     golden::dsr::gue(&mut g, &vips);
     golden::dsr::by_mac(&mut g, &vips);

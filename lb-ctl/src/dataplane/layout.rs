@@ -83,13 +83,16 @@ fn vip_info_v1(value: &mut [u8]) {
 
 const FLOWS_V1: &[Migration] =
     &[Migration { from: 1, what: "flow entries: backend id before VIP id", convert: flows_v1 }];
-/// Versions 1 and 2 → 3 of COUNTERS: the QUIC counters were added after the others, so every
-/// older counter keeps its index (and its value); the new ones start at 0.
+/// Versions 1 to 4 → 5 of COUNTERS: counters are only ever added after the others (the QUIC
+/// counters in 3, `icmp_to_client` in 5), so every older counter keeps its index (and its
+/// value); the new ones start at 0.
 fn counters_appended(_value: &mut [u8]) {}
 
-const COUNTERS_V1_V2: &[Migration] = &[
-    Migration { from: 1, what: "counters: QUIC counters added at the end", convert: counters_appended },
-    Migration { from: 2, what: "counters: QUIC counters added at the end", convert: counters_appended },
+const COUNTERS_V1_V4: &[Migration] = &[
+    Migration { from: 1, what: "counters: QUIC counters and icmp_to_client added", convert: counters_appended },
+    Migration { from: 2, what: "counters: QUIC counters and icmp_to_client added", convert: counters_appended },
+    Migration { from: 3, what: "counters: icmp_to_client added at the end", convert: counters_appended },
+    Migration { from: 4, what: "counters: icmp_to_client added at the end", convert: counters_appended },
 ];
 /// Versions 1 to 3 → 4 of CONFIG: `share_flows` (0 or 1) was a `u32`; its first byte is the
 /// new `share_flows`, and the next one, always 0, reads as `table_hash::kind::CHAINED`: the
@@ -131,7 +134,7 @@ pub fn layouts(ring_size: u32, flow_table_size: u32) -> [MapLayout; 13] {
         layout(map_names::CONFIG, 4, size_of::<DataplaneConfig>(), Some(1), 4, CONFIG_V1_V3),
         // Counters and statistics too: a build with more counters would write past a pinned
         // map of fewer (silently lost), and read the others' figures in the wrong places.
-        layout(map_names::COUNTERS, 4, size_of::<u64>(), Some(Counter::COUNT), 3, COUNTERS_V1_V2),
+        layout(map_names::COUNTERS, 4, size_of::<u64>(), Some(Counter::COUNT), 5, COUNTERS_V1_V4),
         layout(map_names::VIP_STATS, 4, size_of::<Traffic>(), Some(MAX_VIPS), 1, &[]),
         layout(map_names::BACKEND_STATS, 4, size_of::<Traffic>(), Some(MAX_BACKENDS), 1, &[]),
     ]

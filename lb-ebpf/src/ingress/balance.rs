@@ -43,7 +43,7 @@ pub fn try_balance_v6(ctx: &XdpContext) -> Verdict {
 #[inline(always)]
 pub fn try_icmp_error(ctx: &XdpContext) -> Verdict {
     match parse::parse(ctx) {
-        Parsed::IcmpError(err) => icmp_error::to_backend(ctx, &err),
+        Parsed::IcmpError(err) => icmp_error::handle(ctx, &err),
         other => not_balanced(other),
     }
 }
@@ -52,7 +52,7 @@ pub fn try_icmp_error(ctx: &XdpContext) -> Verdict {
 #[inline(always)]
 pub fn try_icmp6_error(ctx: &XdpContext) -> Verdict {
     match parse6::parse_frame(ctx) {
-        Parsed::Icmp6Error(err) => icmp_error::to_backend(ctx, &err),
+        Parsed::Icmp6Error(err) => icmp_error::handle(ctx, &err),
         other => not_balanced(other),
     }
 }

@@ -17,6 +17,7 @@ mod forward;
 mod icmp;
 mod icmp6;
 mod icmp_error;
+mod icmp_reply;
 mod ip;
 mod l2;
 mod maps;
@@ -64,7 +65,8 @@ pub fn lb_ingress_v6(ctx: XdpContext) -> u32 {
     action
 }
 
-/// ICMP errors about VIP flows, reached from lb_ingress through JUMPS.
+/// ICMP errors about VIP flows (to their backend) and NAT flows (to their client), reached
+/// from lb_ingress through JUMPS.
 #[xdp]
 #[inline(always)]
 pub fn lb_icmp_errors(ctx: XdpContext) -> u32 {
@@ -73,7 +75,7 @@ pub fn lb_icmp_errors(ctx: XdpContext) -> u32 {
     action
 }
 
-/// ICMPv6 errors about VIP flows, reached from lb_ingress_v6 through JUMPS.
+/// ICMPv6 errors about VIP flows and NAT flows, reached from lb_ingress_v6 through JUMPS.
 #[xdp]
 #[inline(always)]
 pub fn lb_icmp6_errors(ctx: XdpContext) -> u32 {

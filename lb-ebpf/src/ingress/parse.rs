@@ -9,7 +9,7 @@ use network_types::eth::EthHdr;
 use network_types::ip::Ipv4Hdr;
 
 pub use crate::parsed::{IcmpError, Ipv4Packet, Parsed, TcpFlags};
-use crate::{maps, parse6};
+use crate::{maps, parse6, parsed};
 
 /// ICMP destination unreachable (every code: fragmentation needed, port unreachable, ...).
 const ICMP_DEST_UNREACH: u8 = 3;
@@ -183,6 +183,8 @@ fn icmp_error(ctx: &XdpContext, l3_offset: usize, ip: *mut Ipv4Hdr, l4: usize, t
     {
         return Parsed::NotTcpUdp;
     }
+    let quoted_l4 = l4 + 8 + IPV4_LEN;
+    let quoted_l4_check = parsed::quoted_l4_check(ctx, quoted_l4, quoted_proto, l3_offset + tot_len as usize);
     // SAFETY: all inside the NEEDED bytes checked above.
     unsafe {
         let ports = bytes.add(8 + IPV4_LEN) as *mut u16;
@@ -193,6 +195,7 @@ fn icmp_error(ctx: &XdpContext, l3_offset: usize, ip: *mut Ipv4Hdr, l4: usize, t
             quoted: bytes.add(8) as *mut Ipv4Hdr,
             quoted_src_port: ports,
             quoted_dst_port: ports.add(1),
+            quoted_l4_check,
         })
     }
 }

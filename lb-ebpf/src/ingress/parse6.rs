@@ -9,9 +9,9 @@ use lb_common::ip_proto;
 use lb_ebpf::packet::{ETH_P_IPV6, IPV6_LEN, link_layer, ptr_at};
 use network_types::ip::Ipv6Hdr;
 
-use crate::maps;
 pub use crate::parsed::{Icmp6Error, Ipv6Packet};
 use crate::parsed::{Parsed, TcpFlags};
+use crate::{maps, parsed};
 
 /// Extension headers walked before giving up (`Parsed::Options`). Real traffic carries at most
 /// one or two (hop-by-hop for jumbo or router-alert, destination options for mobility).
@@ -182,6 +182,7 @@ fn icmp_error(ctx: &XdpContext, l3_offset: usize, ip: *mut Ipv6Hdr, l4: usize, e
     {
         return Parsed::NotTcpUdp;
     }
+    let quoted_l4_check = parsed::quoted_l4_check(ctx, l4 + 8 + IPV6_LEN, quoted_next, end);
     // SAFETY: all inside the NEEDED bytes checked above.
     unsafe {
         let ports = bytes.add(8 + IPV6_LEN) as *mut u16;
@@ -192,6 +193,7 @@ fn icmp_error(ctx: &XdpContext, l3_offset: usize, ip: *mut Ipv6Hdr, l4: usize, e
             quoted: bytes.add(8) as *mut Ipv6Hdr,
             quoted_src_port: ports,
             quoted_dst_port: ports.add(1),
+            quoted_l4_check,
         })
     }
 }

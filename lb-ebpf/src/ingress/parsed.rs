@@ -1,6 +1,9 @@
 //! What parsing yields: bounds-checked views of a TCP/UDP packet (IPv4 or IPv6) or of an ICMP
 //! error quoting one, and the `Parsed` verdict. Below `parse` and `parse6`, which both build
 //! them, and the forwarding paths, which read them.
+use aya_ebpf::programs::XdpContext;
+use lb_common::ip_proto;
+use lb_ebpf::packet::ptr_at;
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
 /// A TCP segment's flags byte (byte 13 of its header), or null for UDP: whether a packet opens
@@ -64,6 +67,9 @@ pub struct IcmpError {
     pub quoted: *mut Ipv4Hdr,
     pub quoted_src_port: *mut u16,
     pub quoted_dst_port: *mut u16,
+    /// The quoted TCP/UDP checksum field, null where the quote stops before it (a quote of
+    /// the 8 bytes RFC 792 asks for holds UDP's, not TCP's).
+    pub quoted_l4_check: *mut u16,
 }
 
 /// A parsed IPv6 TCP/UDP packet: pointers into the packet, all bounds-checked.
@@ -92,6 +98,8 @@ pub struct Icmp6Error {
     pub quoted: *mut Ipv6Hdr,
     pub quoted_src_port: *mut u16,
     pub quoted_dst_port: *mut u16,
+    /// As `IcmpError::quoted_l4_check`.
+    pub quoted_l4_check: *mut u16,
 }
 
 pub enum Parsed {
@@ -106,4 +114,15 @@ pub enum Parsed {
     Fragment,
     Options,
     Malformed,
+}
+
+/// The checksum field of a quoted TCP/UDP header of `protocol` starting at `l4`, if it lies
+/// inside the packet and its datagram (which ends at `end`); else null.
+#[inline(always)]
+pub fn quoted_l4_check(ctx: &XdpContext, l4: usize, protocol: u8, end: usize) -> *mut u16 {
+    let at = l4 + if protocol == ip_proto::TCP { 16 } else { 6 };
+    match ptr_at::<u16>(ctx, at) {
+        Some(field) if at + 2 <= end => field,
+        _ => core::ptr::null_mut(),
+    }
 }

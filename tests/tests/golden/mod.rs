@@ -2,6 +2,7 @@
 //! in order on one balancer by `golden_packets_through_lb_ingress`: later cases rely on the
 //! flows and next hops earlier ones left.
 pub mod dsr;
+pub mod icmp_to_client;
 pub mod nat;
 pub mod next_hop;
 pub mod non_vip;

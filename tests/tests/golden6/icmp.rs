@@ -1,6 +1,7 @@
 //! IPv6 golden cases of ICMPv6 errors about VIP flows: to the flow's backend (NAT66 and DSR),
-//! passed when their program is missing or the flow unknown.
-use etherparse::Icmpv6Type;
+//! passed when their program is missing or the flow unknown; and about a NAT66 flow's packets
+//! to its backend: to the client, as about the packet it sent.
+use etherparse::{Icmpv6Type, icmpv6::DestUnreachableCode};
 use lb_common::program_names;
 use lb_common::stats::Counter;
 use lb_ctl::dataplane::load::program;
@@ -79,4 +80,45 @@ pub fn errors_about_flows(g: &mut Golden, vips: &[Vip6]) {
         &unknown[14..14 + 48],
     );
     g.run(case("ICMPv6 error about no known flow: pass untouched", stray, XDP_PASS, None, Counter::PassNotVip));
+}
+
+/// ICMPv6 errors about a NAT66 flow's packet as sent on to its backend go to the client, the
+/// backend replaced by the VIP (outer source, quote, and the quoted TCP checksum where quoted).
+pub fn errors_to_clients(g: &mut Golden, vips: &[Vip6]) {
+    let (backend, port) = by_client(&vips[0], CLIENT6);
+    let backend = octets6(backend);
+    let segment = |dst: ([u8; 16], u16)| {
+        Frame6::tcp(CLIENT6, 40000, dst.0, dst.1)
+            .with(|f| {
+                f.l4 = L4::TcpAck;
+                f.payload = b"GET / HTTP/1.1\r\n\r\n".to_vec()
+            })
+            .bytes()
+    };
+    let unreachable = Icmpv6Type::DestinationUnreachable(DestUnreachableCode::Port);
+    // The whole segment quoted: its TCP checksum is rewritten too.
+    let err = icmp6((mac6(backend), LB_MAC), backend, CLIENT6, 64, unreachable, &segment((backend, port))[14..]);
+    let want = icmp6((LB_MAC, mac6(CLIENT6)), VIP_NAT, CLIENT6, 63, unreachable, &segment((VIP_NAT, 80))[14..]);
+    let mut c = case(
+        "NAT66 backend's ICMPv6 error about the client's segment: to the client from the VIP, quote as it sent it",
+        err,
+        XDP_TX,
+        Some(want),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToClient];
+    g.run(c);
+    let router = seg(0xfd);
+    let too_big = Icmpv6Type::PacketTooBig { mtu: 1280 };
+    let err = icmp6((mac6(router), LB_MAC), router, CLIENT6, 64, too_big, &segment((backend, port))[14..14 + 48]);
+    let want = icmp6((LB_MAC, mac6(CLIENT6)), router, CLIENT6, 63, too_big, &segment((VIP_NAT, 80))[14..14 + 48]);
+    let mut c = case(
+        "router's packet too big about a NAT66 flow's segment to its backend: to the client, source kept",
+        err,
+        XDP_TX,
+        Some(want),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToClient];
+    g.run(c);
 }

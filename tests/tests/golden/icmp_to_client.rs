@@ -1,0 +1,145 @@
+//! Golden cases of ICMP errors about NAT flows' packets to their backends (client → backend):
+//! sent to the client as if about the packet the client sent, the backend replaced by the VIP;
+//! never sent on naming the backend. Run after `nat::tcp` and `nat::udp` (their flows) and
+//! `reply::from_nat_backend_ports` (its direct connection).
+use etherparse::icmpv4::DestUnreachableHeader;
+use lb_common::hash::{client_hash, flow_hash};
+use lb_common::stats::Counter;
+use lb_common::{ip_proto, ipv4_bytes};
+use lb_tests::fixture::*;
+use lb_tests::golden::*;
+use lb_tests::packets::*;
+
+use super::*;
+
+const PORT_UNREACHABLE: DestUnreachableHeader = DestUnreachableHeader::Port;
+
+pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
+    // ---- UDP (hash = flow): the backend's "port unreachable" about the client's datagram.
+    let dns = &vips[1];
+    let flow = |port: u16| {
+        by_hash(
+            dns,
+            flow_hash(&ipv4_bytes(CLIENT), &ipv4_bytes(VIP_WEB), port.to_be(), 53u16.to_be(), ip_proto::UDP, SEED),
+        )
+    };
+    let ub = flow(5000);
+    let as_sent = Frame::udp(CLIENT, 5000, ub.0, ub.1).with(|f| f.ttl = 63);
+    let as_client_sent = Frame::udp(CLIENT, 5000, VIP_WEB, 53).with(|f| f.ttl = 63);
+    let err = icmp_unreachable((mac_of(ub.0), LB_MAC), (ub.0, CLIENT, 64), PORT_UNREACHABLE, &as_sent);
+    let want = icmp_unreachable((LB_MAC, CLIENT_MAC), (VIP_WEB, CLIENT, 63), PORT_UNREACHABLE, &as_client_sent);
+    let mut c = case(
+        "UDP NAT backend's port unreachable: to the client from the VIP, quote (and its UDP checksum) as the client sent it",
+        err,
+        XDP_TX,
+        Some(want),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToClient];
+    g.run(c);
+    // The datagram of `nat::udp` that had no UDP checksum: its quote keeps none.
+    let ub0 = flow(5001);
+    let bare = |dst: ([u8; 4], u16)| {
+        let mut f = Frame::udp(CLIENT, 5001, dst.0, dst.1).with(|f| f.ttl = 63);
+        f.l4 = L4::UdpNoChecksum;
+        f
+    };
+    let err = icmp_unreachable((mac_of(ub0.0), LB_MAC), (ub0.0, CLIENT, 64), PORT_UNREACHABLE, &bare(ub0));
+    let want = icmp_unreachable((LB_MAC, CLIENT_MAC), (VIP_WEB, CLIENT, 63), PORT_UNREACHABLE, &bare((VIP_WEB, 53)));
+    let mut c = case(
+        "port unreachable quoting UDP without a checksum: to the client, the quote keeps none",
+        err,
+        XDP_TX,
+        Some(want),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToClient];
+    g.run(c);
+    // The other way, for the same flow: the client's port unreachable about the VIP's reply goes
+    // to the backend with the quote's UDP checksum rewritten too.
+    let reply_as_sent = Frame::udp(VIP_WEB, 53, CLIENT, 5000).with(|f| f.ttl = 63);
+    let reply_as_backend_sent = Frame::udp(ub.0, ub.1, CLIENT, 5000).with(|f| f.ttl = 63);
+    let err = icmp_unreachable((CLIENT_MAC, LB_MAC), (CLIENT, VIP_WEB, 64), PORT_UNREACHABLE, &reply_as_sent);
+    let want = icmp_unreachable((LB_MAC, mac_of(ub.0)), (CLIENT, ub.0, 63), PORT_UNREACHABLE, &reply_as_backend_sent);
+    let mut c = case(
+        "client's port unreachable about a UDP NAT reply: to the backend, the quote's UDP checksum rewritten",
+        err,
+        XDP_TX,
+        Some(want),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToBackend];
+    g.run(c);
+
+    // ---- TCP (hash = ip): a router between the balancer and the backend.
+    let web = &vips[0];
+    let b = by_hash(web, client_hash(&ipv4_bytes(CLIENT), SEED));
+    let router = [198, 51, 100, 254];
+    let segment = |dst: ([u8; 4], u16)| {
+        Frame::tcp(CLIENT, 40000, dst.0, dst.1).with(|f| {
+            f.l4 = L4::TcpAck;
+            f.ttl = 62;
+            f.payload = vec![0; 1460]
+        })
+    };
+    let err = icmp_frag_needed((mac_of(b.0), LB_MAC), router, CLIENT, 64, 1400, &segment(b));
+    let want = icmp_frag_needed((LB_MAC, CLIENT_MAC), router, CLIENT, 63, 1400, &segment((VIP_WEB, 80)));
+    let mut c = case(
+        "router's fragmentation needed about a NAT flow's segment to its backend: to the client, quote as it sent it",
+        err,
+        XDP_TX,
+        Some(want),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToClient];
+    g.run(c);
+    let last_hop = icmp_frag_needed((mac_of(b.0), LB_MAC), router, CLIENT, 1, 1400, &segment(b));
+    g.run(case("that error with TTL 1: pass to the stack", last_hop, XDP_PASS, None, Counter::PassTtlExpired));
+
+    // ---- No reply entry: the VIP the backend alone serves, or dropped; never out naming it.
+    let far_vip = vips[4].addr;
+    let to_far = |port: u16, dst: ([u8; 4], u16)| Frame::tcp(CLIENT, port, dst.0, dst.1).with(|f| f.l4 = L4::TcpAck);
+    let err =
+        icmp_unreachable((mac_of(B_FAR), LB_MAC), (B_FAR, CLIENT, 64), PORT_UNREACHABLE, &to_far(1299, (B_FAR, 8080)));
+    let want =
+        icmp_unreachable((LB_MAC, CLIENT_MAC), (far_vip, CLIENT, 63), PORT_UNREACHABLE, &to_far(1299, (far_vip, 80)));
+    let mut c = case(
+        "error from a NAT backend of one VIP, no reply entry: to the client from that VIP",
+        err,
+        XDP_TX,
+        Some(want),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToClient];
+    g.run(c);
+    let to_b1 = Frame::tcp(CLIENT, 1299, B1, 8080).with(|f| f.l4 = L4::TcpAck);
+    let shared = icmp_unreachable((mac_of(B1), LB_MAC), (B1, CLIENT, 64), PORT_UNREACHABLE, &to_b1);
+    g.run(case(
+        "error from a NAT backend of two VIPs, no reply entry: drop, not leaked",
+        shared,
+        XDP_DROP,
+        None,
+        Counter::DropReplyNoFlow,
+    ));
+    let health = Frame::tcp(LB_ADDR, 1299, B1, 8080).with(|f| f.l4 = L4::TcpAck);
+    let to_us = icmp_unreachable((mac_of(B1), LB_MAC), (B1, LB_ADDR, 64), PORT_UNREACHABLE, &health);
+    g.run(case(
+        "error from a NAT backend to this host (about a health check): pass untouched",
+        to_us,
+        XDP_PASS,
+        None,
+        Counter::PassNotVip,
+    ));
+    // `reply::from_nat_backend_ports` opened CLIENT:1234 → B_FAR:8080 straight to the backend.
+    let direct =
+        icmp_unreachable((mac_of(B_FAR), LB_MAC), (B_FAR, CLIENT, 64), PORT_UNREACHABLE, &to_far(1234, (B_FAR, 8080)));
+    let mut c = case(
+        "error about a connection opened straight to a NAT backend: pass untouched",
+        direct,
+        XDP_PASS,
+        None,
+        Counter::PassNotVip,
+    );
+    c.unchanged = vec![Counter::IcmpToClient];
+    g.run(c);
+}
