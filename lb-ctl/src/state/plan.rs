@@ -190,7 +190,10 @@ impl ApplyReport {
 /// A port's NAT-backend bit outlives the last backend answering from that port by
 /// [`NAT_PORT_LINGER`]: the replies such a backend still has in flight (an RST, the end of a
 /// response) find their reply entries and leave from the VIP. Without the bit they would pass
-/// as not ours, and the host would route them on with the backend's own address.
+/// as not ours, and the host would route them on with the backend's own address. A removed
+/// backend's NAT_BACKENDS entry lingers as long, for the replies whose entries were evicted
+/// (a flood takes ways): they still find the VIP the backend served, or are dropped as a
+/// shared backend's, instead of passing as not ours.
 #[derive(Debug)]
 pub struct Applier {
     /// What the maps hold, rings as their inputs: the one record of the maps' contents.
@@ -199,6 +202,8 @@ pub struct Applier {
     built: BTreeMap<u32, Vec<u32>>,
     /// Ports whose NAT-backend bits are kept though no backend wants them: since when.
     lingering: BTreeMap<u16, Instant>,
+    /// NAT_BACKENDS entries kept though their backend is gone: since when.
+    lingering_nat_backends: HashMap<NatBackendKey, Instant>,
     linger: Duration,
 }
 
@@ -214,6 +219,7 @@ impl Default for Applier {
             applied: MapContents::default(),
             built: BTreeMap::new(),
             lingering: BTreeMap::new(),
+            lingering_nat_backends: HashMap::new(),
             linger: NAT_PORT_LINGER,
         }
     }
@@ -362,15 +368,21 @@ impl Applier {
             self.applied.backends.remove(&id);
             report.backends_removed += 1;
         }
+        let now = Instant::now();
+        self.lingering_nat_backends.retain(|key, _| !want.nat_backends.contains_key(key));
         let gone: Vec<NatBackendKey> =
             self.applied.nat_backends.keys().filter(|k| !want.nat_backends.contains_key(*k)).copied().collect();
         for key in gone {
+            let since = *self.lingering_nat_backends.entry(key).or_insert(now);
+            if now.duration_since(since) < self.linger {
+                continue;
+            }
+            self.lingering_nat_backends.remove(&key);
             dp.set_nat_backend(key, None)?;
             self.applied.nat_backends.remove(&key);
             report.nat_backends += 1;
         }
         let ports: Vec<u16> = self.applied.port_flags.keys().chain(want.port_flags.keys()).copied().collect();
-        let now = Instant::now();
         for port in ports {
             let old = self.applied.port_flags.get(&port).copied().unwrap_or(0);
             let mut new = want.port_flags.get(&port).copied().unwrap_or(0);

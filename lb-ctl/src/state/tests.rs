@@ -378,7 +378,10 @@ backends = [ { address = "198.51.100.1", port = 8080 }, { address = "198.51.100.
     assert_eq!(owner(&rig, 1), Some(web), "no longer shared");
     rig.state.remove_backend("api", "198.51.100.9:8080").unwrap();
     rig.apply();
-    assert_eq!(owner(&rig, 9), None, "removed with its backend");
+    assert_eq!(owner(&rig, 9), Some(api), "kept for the linger: its replies in flight still find api");
+    rig.applier = std::mem::take(&mut rig.applier).with_linger(std::time::Duration::ZERO);
+    rig.apply();
+    assert_eq!(owner(&rig, 9), None, "removed by the first apply after the linger");
 }
 
 #[test]
