@@ -181,8 +181,9 @@ impl ApplyReport {
 /// Tracks what has been written and writes only the difference.
 ///
 /// Order of operations, so that the data plane never sees a ring slot (or QUIC server id)
-/// naming a missing backend, nor a VIP without its ring: config; new/changed backends; rings;
-/// VIPs; port flags that gain bits; NAT backends; QUIC server ids (new, then gone); then
+/// naming a missing backend, nor a VIP without its ring, nor a new NAT backend's answer before
+/// its port's bit and its VIP: config; new/changed backends; port flags that gain bits; NAT
+/// backends; rings; VIPs; QUIC server ids (new, then gone); then
 /// removed VIPs (and their rings cleared); removed backends; port
 /// flags that lose bits. What was written is recorded operation by operation, so after a
 /// failed syscall the next apply redoes exactly what is still missing.
@@ -295,22 +296,8 @@ impl Applier {
                 report.backends_upserted += 1;
             }
         }
-        for (vip_id, input) in &want.rings {
-            if self.applied.rings.get(vip_id) == Some(input) && self.built.contains_key(vip_id) {
-                continue;
-            }
-            if self.write_ring(dp, *vip_id, input.build(size))? {
-                report.rings_written += 1;
-            }
-            self.applied.rings.insert(*vip_id, input.clone());
-        }
-        for (key, info) in &want.vips {
-            if self.applied.vips.get(key) != Some(info) {
-                dp.upsert_vip(*key, *info)?;
-                self.applied.vips.insert(*key, *info);
-                report.vips_upserted += 1;
-            }
-        }
+        // Before the rings can send a new backend anything: its answers must find its port's
+        // bit and its VIP from the first (a SYN-ACK on the ring's first connection to it).
         for (port, flags) in &want.port_flags {
             let old = self.applied.port_flags.get(port).copied().unwrap_or(0);
             if old != *flags && flags & !old != 0 {
@@ -327,6 +314,22 @@ impl Applier {
                 dp.set_nat_backend(*key, Some(*vip))?;
                 self.applied.nat_backends.insert(*key, *vip);
                 report.nat_backends += 1;
+            }
+        }
+        for (vip_id, input) in &want.rings {
+            if self.applied.rings.get(vip_id) == Some(input) && self.built.contains_key(vip_id) {
+                continue;
+            }
+            if self.write_ring(dp, *vip_id, input.build(size))? {
+                report.rings_written += 1;
+            }
+            self.applied.rings.insert(*vip_id, input.clone());
+        }
+        for (key, info) in &want.vips {
+            if self.applied.vips.get(key) != Some(info) {
+                dp.upsert_vip(*key, *info)?;
+                self.applied.vips.insert(*key, *info);
+                report.vips_upserted += 1;
             }
         }
         for (key, backend_id) in &want.quic_servers {

@@ -72,13 +72,15 @@ fn first_apply_writes_everything_in_a_safe_order() {
     let mut dp2 = dp.clone();
     applier.apply(&mut dp2, &MapContents::of(&state)).unwrap();
     let ops = dp.take_ops();
-    // Config, then backends, then rings, then VIPs, then port flags.
+    // Config, then backends, then port flags and NAT backends (a new NAT backend's answers
+    // are known before a ring can send it anything), then rings, then VIPs.
     let rank = |op: &Op| match op {
         Op::Config => 0,
         Op::UpsertBackend(_) => 1,
-        Op::WriteRing(_) => 2,
-        Op::UpsertVip(_) => 3,
-        Op::PortFlags(..) => 4,
+        Op::PortFlags(..) => 2,
+        Op::NatBackend(_) => 3,
+        Op::WriteRing(_) => 4,
+        Op::UpsertVip(_) => 5,
         _ => 9,
     };
     assert!(ops.windows(2).all(|w| rank(&w[0]) <= rank(&w[1])), "{ops:?}");
@@ -154,7 +156,8 @@ fn add_backend_writes_the_backend_then_the_ring() {
     let mut rig = Rig::new(TWO_VIPS);
     let web = rig.state.find_vip("web").unwrap().id;
     let id = rig.state.add_backend("web", "198.51.100.9:8080", Some(50)).unwrap();
-    assert_eq!(rig.apply(), vec![Op::UpsertBackend(id), Op::WriteRing(web)]);
+    // Its NAT_BACKENDS entry before the ring: its first answer finds its VIP.
+    assert_eq!(rig.apply(), vec![Op::UpsertBackend(id), Op::NatBackend(Some(web)), Op::WriteRing(web)]);
     assert!(rig.ring(web).contains(&id));
     // Port defaults to the VIP's.
     let id2 = rig.state.add_backend("web", "198.51.100.10", None).unwrap();
@@ -286,7 +289,11 @@ backends = [ { address = "198.51.100.1", port = 8080, weight = 200 }, { address 
     let added = rig.id("web", "198.51.100.5:8080");
     assert_eq!(added, 4, "a fresh id, not the one just freed");
     let ops = rig.apply();
-    assert_eq!(ops, vec![Op::UpsertBackend(added), Op::WriteRing(web), Op::RemoveBackend(dropped)]);
+    // The dropped backend's NAT_BACKENDS entry lingers (`NAT_PORT_LINGER`).
+    assert_eq!(
+        ops,
+        vec![Op::UpsertBackend(added), Op::NatBackend(Some(web)), Op::WriteRing(web), Op::RemoveBackend(dropped)]
+    );
     assert_eq!(rig.dp.lock().fake.backends[&dropped].flags, 0);
 }
 

@@ -26,6 +26,8 @@ pub enum Op {
     RemoveBackend(u32),
     WriteRing(u32),
     PortFlags(u16, u32),
+    /// A NAT_BACKENDS entry set (or, with None, cleared).
+    NatBackend(Option<u32>),
 }
 
 #[derive(Default)]
@@ -96,7 +98,9 @@ impl Dataplane for SharedFake {
         g.fake.remove_backend(id)
     }
     fn set_nat_backend(&mut self, key: NatBackendKey, vip: Option<u32>) -> Result<()> {
-        self.lock().fake.set_nat_backend(key, vip)
+        let mut g = self.lock();
+        g.ops.push(Op::NatBackend(vip));
+        g.fake.set_nat_backend(key, vip)
     }
     fn set_quic_server(&mut self, key: lb_common::quic::QuicServerKey, backend_id: Option<u32>) -> Result<()> {
         self.lock().fake.set_quic_server(key, backend_id)
