@@ -244,24 +244,26 @@ pub fn gue_frame(
 /// An ICMP "fragmentation needed" (next-hop MTU `mtu`) from `from` to `to`, quoting the IPv4
 /// header and the first 8 bytes behind it of `quoted` (untagged).
 pub fn icmp_frag_needed(macs: (Mac, Mac), from: [u8; 4], to: [u8; 4], ttl: u8, mtu: u16, quoted: &Frame) -> Vec<u8> {
-    let why = etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: mtu };
-    icmp_unreachable(macs, (from, to, ttl), why, quoted)
+    use etherparse::icmpv4::DestUnreachableHeader;
+    let why = etherparse::Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded {
+        next_hop_mtu: mtu,
+    });
+    icmp_error(macs, (from, to, ttl), why, quoted)
 }
 
-/// An ICMP "destination unreachable" (`why`: port unreachable, fragmentation needed, ...) sent
-/// `from → to` with `ttl`, quoting the IPv4 header and the first 8 bytes behind it of `quoted`
-/// (untagged), as RFC 792 asks.
-pub fn icmp_unreachable(
+/// An ICMP error of `kind` (destination unreachable, time exceeded, ...) sent `from → to` with
+/// `ttl`, quoting the IPv4 header and the first 8 bytes behind it of `quoted` (untagged), as
+/// RFC 792 asks.
+pub fn icmp_error(
     macs: (Mac, Mac),
     (from, to, ttl): ([u8; 4], [u8; 4], u8),
-    why: etherparse::icmpv4::DestUnreachableHeader,
+    kind: etherparse::Icmpv4Type,
     quoted: &Frame,
 ) -> Vec<u8> {
-    use etherparse::{Icmpv4Header, Icmpv4Type};
     let bytes = quoted.bytes();
     let l3 = quoted.l3_offset();
     let quote = &bytes[l3..l3 + 28];
-    let icmp = Icmpv4Header::with_checksum(Icmpv4Type::DestinationUnreachable(why), quote);
+    let icmp = etherparse::Icmpv4Header::with_checksum(kind, quote);
     let mut ip = Ipv4Header::new((icmp.header_len() + quote.len()) as u16, ttl, IpNumber::ICMP, from, to).unwrap();
     ip.header_checksum = ip.calc_header_checksum();
     let eth = Ethernet2Header { source: macs.0, destination: macs.1, ether_type: etherparse::EtherType::IPV4 };

@@ -13,6 +13,10 @@ use crate::{maps, parse6, parsed};
 
 /// ICMP destination unreachable (every code: fragmentation needed, port unreachable, ...).
 const ICMP_DEST_UNREACH: u8 = 3;
+/// ICMP time exceeded (a TTL that ran out on the way: traceroute through a VIP).
+const ICMP_TIME_EXCEEDED: u8 = 11;
+/// ICMP parameter problem.
+const ICMP_PARAMETER_PROBLEM: u8 = 12;
 /// IPv4 flags and fragment offset: any of these bits (more fragments, an offset) set means the
 /// datagram is not whole.
 const FRAGMENT_BITS: u16 = 0x3fff;
@@ -167,8 +171,10 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
     })
 }
 
-/// An ICMP destination unreachable quoting an IPv4 TCP/UDP header without options and at least
-/// its ports; any other ICMP is NotTcpUdp (passed like before: it is the host's).
+/// An ICMP error (destination unreachable, time exceeded, parameter problem: the errors a
+/// router or host sends about a packet it was handed) quoting an IPv4 TCP/UDP header without
+/// options and at least its ports; any other ICMP is NotTcpUdp (passed like before: echo,
+/// redirects, ... are the host's).
 #[inline(always)]
 fn icmp_error(ctx: &XdpContext, l3_offset: usize, ip: *mut Ipv4Hdr, l4: usize, tot_len: u16) -> Parsed {
     // ICMP header (8 bytes), quoted IPv4 header (20) and ports (4).
@@ -179,8 +185,8 @@ fn icmp_error(ctx: &XdpContext, l3_offset: usize, ip: *mut Ipv4Hdr, l4: usize, t
     let bytes = icmp as *mut u8;
     // SAFETY: inside the NEEDED bytes checked above.
     let (kind, quoted_vihl, quoted_proto) = unsafe { (*bytes, *bytes.add(8), *bytes.add(8 + 9)) };
-    if kind != ICMP_DEST_UNREACH || quoted_vihl != PLAIN_VIHL || !matches!(quoted_proto, ip_proto::TCP | ip_proto::UDP)
-    {
+    let error = matches!(kind, ICMP_DEST_UNREACH | ICMP_TIME_EXCEEDED | ICMP_PARAMETER_PROBLEM);
+    if !error || quoted_vihl != PLAIN_VIHL || !matches!(quoted_proto, ip_proto::TCP | ip_proto::UDP) {
         return Parsed::NotTcpUdp;
     }
     let quoted_l4 = l4 + 8 + IPV4_LEN;

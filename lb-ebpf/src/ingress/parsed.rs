@@ -56,8 +56,9 @@ pub struct Ipv4Packet {
     pub tcp: TcpFlags,
 }
 
-/// An ICMP "destination unreachable" quoting a TCP or UDP packet (as routers and hosts send
-/// about packets that left from a VIP): pointers into the packet, all bounds-checked.
+/// An ICMP error (destination unreachable, time exceeded, parameter problem) quoting a TCP or
+/// UDP packet (as routers and hosts send about packets that left from a VIP or went to a NAT
+/// backend): pointers into the packet, all bounds-checked.
 pub struct IcmpError {
     pub l3_offset: usize,
     pub ip: *mut Ipv4Hdr,

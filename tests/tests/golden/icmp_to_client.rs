@@ -2,7 +2,8 @@
 //! sent to the client as if about the packet the client sent, the backend replaced by the VIP;
 //! never sent on naming the backend. Run after `nat::tcp` and `nat::udp` (their flows) and
 //! `reply::from_nat_backend_ports` (its direct connection).
-use etherparse::icmpv4::DestUnreachableHeader;
+use etherparse::Icmpv4Type;
+use etherparse::icmpv4::{DestUnreachableHeader, TimeExceededCode};
 use lb_common::hash::{client_hash, flow_hash};
 use lb_common::stats::Counter;
 use lb_common::{ip_proto, ipv4_bytes};
@@ -12,7 +13,7 @@ use lb_tests::packets::*;
 
 use super::*;
 
-const PORT_UNREACHABLE: DestUnreachableHeader = DestUnreachableHeader::Port;
+const PORT_UNREACHABLE: Icmpv4Type = Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Port);
 
 pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     // ---- UDP (hash = flow): the backend's "port unreachable" about the client's datagram.
@@ -26,8 +27,8 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     let ub = flow(5000);
     let as_sent = Frame::udp(CLIENT, 5000, ub.0, ub.1).with(|f| f.ttl = 63);
     let as_client_sent = Frame::udp(CLIENT, 5000, VIP_WEB, 53).with(|f| f.ttl = 63);
-    let err = icmp_unreachable((mac_of(ub.0), LB_MAC), (ub.0, CLIENT, 64), PORT_UNREACHABLE, &as_sent);
-    let want = icmp_unreachable((LB_MAC, CLIENT_MAC), (VIP_WEB, CLIENT, 63), PORT_UNREACHABLE, &as_client_sent);
+    let err = icmp_error((mac_of(ub.0), LB_MAC), (ub.0, CLIENT, 64), PORT_UNREACHABLE, &as_sent);
+    let want = icmp_error((LB_MAC, CLIENT_MAC), (VIP_WEB, CLIENT, 63), PORT_UNREACHABLE, &as_client_sent);
     let mut c = case(
         "UDP NAT backend's port unreachable: to the client from the VIP, quote (and its UDP checksum) as the client sent it",
         err,
@@ -44,8 +45,8 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
         f.l4 = L4::UdpNoChecksum;
         f
     };
-    let err = icmp_unreachable((mac_of(ub0.0), LB_MAC), (ub0.0, CLIENT, 64), PORT_UNREACHABLE, &bare(ub0));
-    let want = icmp_unreachable((LB_MAC, CLIENT_MAC), (VIP_WEB, CLIENT, 63), PORT_UNREACHABLE, &bare((VIP_WEB, 53)));
+    let err = icmp_error((mac_of(ub0.0), LB_MAC), (ub0.0, CLIENT, 64), PORT_UNREACHABLE, &bare(ub0));
+    let want = icmp_error((LB_MAC, CLIENT_MAC), (VIP_WEB, CLIENT, 63), PORT_UNREACHABLE, &bare((VIP_WEB, 53)));
     let mut c = case(
         "port unreachable quoting UDP without a checksum: to the client, the quote keeps none",
         err,
@@ -59,8 +60,8 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     // to the backend with the quote's UDP checksum rewritten too.
     let reply_as_sent = Frame::udp(VIP_WEB, 53, CLIENT, 5000).with(|f| f.ttl = 63);
     let reply_as_backend_sent = Frame::udp(ub.0, ub.1, CLIENT, 5000).with(|f| f.ttl = 63);
-    let err = icmp_unreachable((CLIENT_MAC, LB_MAC), (CLIENT, VIP_WEB, 64), PORT_UNREACHABLE, &reply_as_sent);
-    let want = icmp_unreachable((LB_MAC, mac_of(ub.0)), (CLIENT, ub.0, 63), PORT_UNREACHABLE, &reply_as_backend_sent);
+    let err = icmp_error((CLIENT_MAC, LB_MAC), (CLIENT, VIP_WEB, 64), PORT_UNREACHABLE, &reply_as_sent);
+    let want = icmp_error((LB_MAC, mac_of(ub.0)), (CLIENT, ub.0, 63), PORT_UNREACHABLE, &reply_as_backend_sent);
     let mut c = case(
         "client's port unreachable about a UDP NAT reply: to the backend, the quote's UDP checksum rewritten",
         err,
@@ -93,16 +94,26 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     );
     c.events = vec![Counter::IcmpToClient];
     g.run(c);
+    let expired = Icmpv4Type::TimeExceeded(TimeExceededCode::TtlExceededInTransit);
+    let err = icmp_error((mac_of(b.0), LB_MAC), (router, CLIENT, 64), expired.clone(), &segment(b));
+    let want = icmp_error((LB_MAC, CLIENT_MAC), (router, CLIENT, 63), expired, &segment((VIP_WEB, 80)));
+    let mut c = case(
+        "router's time exceeded about a NAT flow's segment (traceroute through the VIP): to the client, quote as it sent it",
+        err,
+        XDP_TX,
+        Some(want),
+        Counter::ForwardTx,
+    );
+    c.events = vec![Counter::IcmpToClient];
+    g.run(c);
     let last_hop = icmp_frag_needed((mac_of(b.0), LB_MAC), router, CLIENT, 1, 1400, &segment(b));
     g.run(case("that error with TTL 1: pass to the stack", last_hop, XDP_PASS, None, Counter::PassTtlExpired));
 
     // ---- No reply entry: the VIP the backend alone serves, or dropped; never out naming it.
     let far_vip = vips[4].addr;
     let to_far = |port: u16, dst: ([u8; 4], u16)| Frame::tcp(CLIENT, port, dst.0, dst.1).with(|f| f.l4 = L4::TcpAck);
-    let err =
-        icmp_unreachable((mac_of(B_FAR), LB_MAC), (B_FAR, CLIENT, 64), PORT_UNREACHABLE, &to_far(1299, (B_FAR, 8080)));
-    let want =
-        icmp_unreachable((LB_MAC, CLIENT_MAC), (far_vip, CLIENT, 63), PORT_UNREACHABLE, &to_far(1299, (far_vip, 80)));
+    let err = icmp_error((mac_of(B_FAR), LB_MAC), (B_FAR, CLIENT, 64), PORT_UNREACHABLE, &to_far(1299, (B_FAR, 8080)));
+    let want = icmp_error((LB_MAC, CLIENT_MAC), (far_vip, CLIENT, 63), PORT_UNREACHABLE, &to_far(1299, (far_vip, 80)));
     let mut c = case(
         "error from a NAT backend of one VIP, no reply entry: to the client from that VIP",
         err,
@@ -113,7 +124,7 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     c.events = vec![Counter::IcmpToClient];
     g.run(c);
     let to_b1 = Frame::tcp(CLIENT, 1299, B1, 8080).with(|f| f.l4 = L4::TcpAck);
-    let shared = icmp_unreachable((mac_of(B1), LB_MAC), (B1, CLIENT, 64), PORT_UNREACHABLE, &to_b1);
+    let shared = icmp_error((mac_of(B1), LB_MAC), (B1, CLIENT, 64), PORT_UNREACHABLE, &to_b1);
     g.run(case(
         "error from a NAT backend of two VIPs, no reply entry: drop, not leaked",
         shared,
@@ -122,7 +133,7 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
         Counter::DropReplyNoFlow,
     ));
     let health = Frame::tcp(LB_ADDR, 1299, B1, 8080).with(|f| f.l4 = L4::TcpAck);
-    let to_us = icmp_unreachable((mac_of(B1), LB_MAC), (B1, LB_ADDR, 64), PORT_UNREACHABLE, &health);
+    let to_us = icmp_error((mac_of(B1), LB_MAC), (B1, LB_ADDR, 64), PORT_UNREACHABLE, &health);
     g.run(case(
         "error from a NAT backend to this host (about a health check): pass untouched",
         to_us,
@@ -132,7 +143,7 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     ));
     // `reply::from_nat_backend_ports` opened CLIENT:1234 → B_FAR:8080 straight to the backend.
     let direct =
-        icmp_unreachable((mac_of(B_FAR), LB_MAC), (B_FAR, CLIENT, 64), PORT_UNREACHABLE, &to_far(1234, (B_FAR, 8080)));
+        icmp_error((mac_of(B_FAR), LB_MAC), (B_FAR, CLIENT, 64), PORT_UNREACHABLE, &to_far(1234, (B_FAR, 8080)));
     let mut c = case(
         "error about a connection opened straight to a NAT backend: pass untouched",
         direct,
