@@ -37,13 +37,17 @@ const TCACHE_COUNT: &str = "glibc.malloc.tcache_count";
 /// [`MALLOC_TUNING`] added to `GLIBC_TUNABLES`: glibc reads tunables only as a process starts.
 /// Returns at once when `tcache_count` is already set (the second start, or an operator's own
 /// choice, which stays); also when the start fails, the process then going on with glibc's
-/// defaults. Call first thing in `main`, before any thread or file is opened.
+/// defaults after saying so on stderr (logging is not set up yet). Call first thing in
+/// `main`, before any thread or file is opened.
 pub fn restart_with_malloc_tuning() {
     let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
     if current.split(':').any(|t| t.starts_with(TCACHE_COUNT)) {
         return;
     }
-    let Ok(exe) = std::env::current_exe() else { return };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return not_tuned(&e),
+    };
     let tunables = if current.is_empty() { MALLOC_TUNING.to_string() } else { format!("{current}:{MALLOC_TUNING}") };
     let mut args = std::env::args_os();
     let mut command = std::process::Command::new(exe);
@@ -51,7 +55,14 @@ pub fn restart_with_malloc_tuning() {
         command.arg0(arg0);
     }
     // Returns only if the exec failed.
-    let _ = command.args(args).env("GLIBC_TUNABLES", tunables).exec();
+    let e = command.args(args).env("GLIBC_TUNABLES", tunables).exec();
+    not_tuned(&e);
+}
+
+/// The operator's word that the process goes on untuned: proxy VIPs cost more per request, and
+/// `GLIBC_TUNABLES` in the startup log says the same.
+fn not_tuned(e: &std::io::Error) {
+    eprintln!("warning: {MALLOC_TUNING} not applied (could not restart with it: {e}); going on with glibc's defaults");
 }
 
 /// Use as `#[global_allocator] static A: lb_proxy::Allocator = lb_proxy::Allocator;`.
