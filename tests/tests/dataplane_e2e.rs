@@ -13,7 +13,7 @@ use lb_ctl::dataplane::aya::AyaDataplane;
 use lb_ctl::dataplane::load::AttachMode;
 use lb_tests::balancer::{VipSpec, attach_ingress, configure};
 use lb_tests::lab::{
-    LB_PORT, Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, spread, wait_for_listener,
+    LB_PORT, Lab, backend_addr, client_addr, http_get, http_post, pattern_byte, spread, udp_refused, wait_for_listener,
 };
 use lb_tests::privileges::require_root;
 
@@ -416,26 +416,6 @@ fn a_nat_udp_backends_port_unreachable_reaches_the_client() {
     );
     lab.resolve_backends();
     let _in = lab.client.enter();
-    let socket = std::net::UdpSocket::bind(SocketAddrV4::new(client_addr(0), 0)).unwrap();
-    socket.connect(SocketAddrV4::new(NAT_VIP, 53)).unwrap();
-    socket.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    // A few tries: the backend's stack rate-limits its ICMP errors.
-    let mut answer = None;
-    for _ in 0..5 {
-        socket.send(b"query").unwrap();
-        match socket.recv(&mut [0u8; 64]) {
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
-            other => {
-                answer = Some(other.map(|_| ()));
-                break;
-            }
-        }
-    }
-    let answer = answer.expect("no answer at all: the port unreachable did not reach the client's socket");
-    assert_eq!(
-        answer.as_ref().map_err(std::io::Error::kind),
-        Err(std::io::ErrorKind::ConnectionRefused),
-        "the client's socket should be refused"
-    );
+    udp_refused(SocketAddr::from((client_addr(0), 0)), SocketAddr::from((NAT_VIP, 53)));
     assert!(counter(&dp, Counter::IcmpToClient) > 0, "the error was not rewritten by the balancer");
 }

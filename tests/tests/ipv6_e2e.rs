@@ -5,7 +5,8 @@
 //! `lb-ctl decap attach --from` the balancer's IPv6 address. Each mode spreads clients over
 //! both backends, moves a 2 MiB response and a 1 MiB upload byte-exact (the upload's full-size
 //! segments only fit once the balancer's ICMPv6 "packet too big" shrank the client's path MTU),
-//! and is counted by the daemon. Needs root.
+//! and is counted by the daemon. A NAT66 UDP VIP whose backend has nothing listening: the
+//! backend's ICMPv6 port unreachable refuses the client's socket. Needs root.
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use lb_ctl::state::Health;
 use lb_tests::lab::{
     Daemon, LB_BACKEND_SIDE6, LB_PORT, Lab, backend_addr6, client_addr, client_addr6, http_get, http_post,
-    pattern_byte, spread, wait_for_listener,
+    pattern_byte, spread, udp_refused, wait_for_listener,
 };
 use lb_tests::privileges::require_root;
 
@@ -110,6 +111,13 @@ fn http_through_ipv6_vips_in_every_mode() {
         vip_table("gue6", GUE_VIP.into(), "dsr-gue", 80),
         vip_table("v4-over-v6", V4_OVER_V6_VIP.into(), "dsr-ipip", 80),
     );
+    // A NAT66 UDP VIP whose one backend has nothing listening on its port: its ICMPv6 "port
+    // unreachable" must reach the client as if from the VIP.
+    let config = format!(
+        "{config}[[vip]]\nname = \"dns6\"\naddress = \"{NAT_VIP}\"\nport = 53\nprotocol = \"udp\"\n\
+         backends = [ {{ address = \"{}\", port = 5353 }} ]\n",
+        backend_addr6(0)
+    );
     daemon.write_config_text(&config);
     let validated =
         lb_tests::netns::sh(&[lb_ctl.to_str().unwrap(), "validate", "-c", daemon.config().to_str().unwrap()]);
@@ -118,7 +126,10 @@ fn http_through_ipv6_vips_in_every_mode() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let backends = daemon.backends();
-        if backends.len() == 10 && backends.iter().all(|b| b.health == Health::Up && b.in_ring) {
+        // dns6 has no health check: its backend is in the ring unchecked.
+        let ready =
+            |b: &lb_ctl::api::types::BackendView| b.in_ring && matches!(b.health, Health::Up | Health::Unchecked);
+        if backends.len() == 11 && backends.iter().all(ready) {
             break;
         }
         assert!(Instant::now() < deadline, "backends not all up: {backends:?}\n{}", daemon.log_text());
@@ -158,6 +169,8 @@ fn http_through_ipv6_vips_in_every_mode() {
         );
         println!("{mode}: {LARGE}-byte response and {UPLOAD}-byte upload byte-exact");
     }
+    udp_refused(SocketAddr::new(clients6[0], 0), SocketAddr::new(IpAddr::V6(NAT_VIP), 53));
+    println!("dns6: the backend's port unreachable refused the client's socket");
     drop(_in);
     let after = counters(&daemon);
     let rose = |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
@@ -171,6 +184,7 @@ fn http_through_ipv6_vips_in_every_mode() {
     assert!(rose("nat_reply") > 700, "NAT66 replies rewritten by XDP: {}", rose("nat_reply"));
     assert!(rose("forward_icmp_too_big") > 0, "the DSR uploads needed ICMPv6 packet-too-big answers");
     assert_eq!(rose("pass_jump_failed"), 0, "every IPv6 frame reached its program");
+    assert!(rose("icmp_to_client") > 0, "the backend's port unreachable was rewritten by XDP");
     let vips = daemon.ok(&["vips", "list"]);
     assert!(vips.contains(&format!("[{NAT_VIP}]:80")), "IPv6 VIPs print as [ADDR]:PORT:\n{vips}");
 

@@ -1,5 +1,5 @@
-//! The lab's clients: bounded HTTP/1.1 exchanges from a chosen source address, and the byte
-//! pattern the test backend answers with.
+//! The lab's clients: bounded HTTP/1.1 exchanges from a chosen source address, the byte
+//! pattern the test backend answers with, and a UDP client refused by a backend's ICMP.
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -95,4 +95,26 @@ pub fn spread(clients: &[IpAddr], vip: SocketAddr) -> HashMap<IpAddr, String> {
 /// The byte at offset `i` of the test backend's `/bytes/N` responses.
 pub fn pattern_byte(i: usize) -> u8 {
     (i % 251) as u8
+}
+
+/// Asserts that a UDP socket bound to `local` and connected to `vip` (a NAT VIP whose backend has
+/// nothing listening) is refused (ECONNREFUSED) within a few tries: the backend's port
+/// unreachable reached it, quoting the datagram as the socket sent it. The backend's stack
+/// rate-limits its errors, hence the tries.
+pub fn udp_refused(local: SocketAddr, vip: SocketAddr) {
+    let socket = std::net::UdpSocket::bind(local).unwrap();
+    socket.connect(vip).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    for _ in 0..5 {
+        socket.send(b"query").unwrap();
+        match socket.recv(&mut [0u8; 64]) {
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{vip}: {e}");
+                return;
+            }
+            Ok(n) => panic!("{vip}: an answer of {n} bytes where nothing listens"),
+        }
+    }
+    panic!("{vip}: no answer at all: the port unreachable did not reach the client's socket");
 }

@@ -24,7 +24,7 @@ mod http;
 pub use daemon::{Daemon, Entry};
 pub use dsr::DecapPins;
 pub use hold::{Ending, Hold};
-pub use http::{http_get, http_get_from, http_post, pattern_byte, spread, wait_for_listener};
+pub use http::{http_get, http_get_from, http_post, pattern_byte, spread, udp_refused, wait_for_listener};
 
 pub const LB_CLIENT_SIDE: &str = "192.0.2.1";
 pub const LB_BACKEND_SIDE: &str = "198.51.100.1";
