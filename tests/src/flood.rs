@@ -162,11 +162,20 @@ impl LeakWatcher {
                         size_of::<libc::timeval>() as u32,
                     );
                     let mut buf = [0u8; 2048];
+                    let started = std::time::Instant::now();
                     while !stop.load(Relaxed) {
                         let n = libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0);
                         let from_backend = sources.iter().any(|s| buf[26..30] == s.octets());
                         if n >= 34 && buf[12..14] == [0x08, 0x00] && from_backend {
                             leaked += 1;
+                            // What leaked, so that a rare leak can be traced to its path.
+                            if leaked <= 20 {
+                                eprintln!(
+                                    "leaked at +{:.1} s: {}",
+                                    started.elapsed().as_secs_f64(),
+                                    describe_ipv4(&buf[..n as usize])
+                                );
+                            }
                         }
                     }
                     libc::close(fd);
@@ -177,10 +186,35 @@ impl LeakWatcher {
         LeakWatcher { stop, thread }
     }
 
-    /// Frames seen with a watched source address.
+    /// Frames seen with a watched source address (each of the first 20 described on stderr).
     pub fn stop(self) -> u64 {
         self.stop.store(true, Relaxed);
         self.thread.join().unwrap()
+    }
+}
+
+/// An Ethernet frame carrying IPv4, in one line: protocol, addresses, ports and TCP flags.
+fn describe_ipv4(frame: &[u8]) -> String {
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    let Ok(packet) = SlicedPacket::from_ethernet(frame) else {
+        return format!("unreadable frame, {} bytes", frame.len());
+    };
+    let Some(NetSlice::Ipv4(ip)) = &packet.net else {
+        return format!("not IPv4, {} bytes", frame.len());
+    };
+    let (src, dst) = (ip.header().source_addr(), ip.header().destination_addr());
+    match &packet.transport {
+        Some(TransportSlice::Tcp(tcp)) => format!(
+            "TCP {src}:{} -> {dst}:{} flags {:#04x}, {} bytes",
+            tcp.source_port(),
+            tcp.destination_port(),
+            tcp.slice()[13],
+            frame.len()
+        ),
+        Some(TransportSlice::Udp(udp)) => {
+            format!("UDP {src}:{} -> {dst}:{}, {} bytes", udp.source_port(), udp.destination_port(), frame.len())
+        }
+        _ => format!("protocol {} {src} -> {dst}, {} bytes", ip.header().protocol().0, frame.len()),
     }
 }
 
@@ -285,4 +319,21 @@ fn send_flood(ns: &str, pool: &[Vec<u8>], spec: FloodSpec, stop: &AtomicBool) ->
     // SAFETY: our own socket.
     unsafe { libc::close(fd) };
     FloodSent { frames, took: started.elapsed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_ipv4;
+    use crate::packets::Frame;
+
+    #[test]
+    fn a_leaked_frame_is_described_by_its_protocol_ends_and_flags() {
+        let syn = Frame::tcp([198, 51, 100, 11], 8080, [192, 0, 2, 7], 45000).bytes();
+        assert_eq!(
+            describe_ipv4(&syn),
+            format!("TCP 198.51.100.11:8080 -> 192.0.2.7:45000 flags 0x02, {} bytes", syn.len())
+        );
+        let udp = Frame::udp([198, 51, 100, 12], 53, [192, 0, 2, 7], 5000).bytes();
+        assert_eq!(describe_ipv4(&udp), format!("UDP 198.51.100.12:53 -> 192.0.2.7:5000, {} bytes", udp.len()));
+    }
 }

@@ -88,16 +88,10 @@ static BACKEND_STATS: PerCpuArray<Traffic> = PerCpuArray::with_max_entries(MAX_B
 
 #[inline(always)]
 pub fn count(counter: Counter) {
-    add_one(counter_slot(counter));
+    add_one(counter_ptr(counter as u32));
 }
 
-/// This CPU's slot of `counter`, to count into later with [`add_one`].
-#[inline(always)]
-pub fn counter_slot(counter: Counter) -> Option<*mut u64> {
-    COUNTERS.get_ptr_mut(counter as u32)
-}
-
-/// Counts one into a slot from [`counter_slot`] or [`counter_ptr`] (none: nothing to count).
+/// Counts one into a slot from [`counter_ptr`] (none: nothing to count).
 #[inline(always)]
 pub fn add_one(slot: Option<*mut u64>) {
     if let Some(value) = slot {
@@ -112,7 +106,8 @@ pub fn counter_value(index: u32) -> u64 {
     COUNTERS.get(index).copied().unwrap_or(0)
 }
 
-/// This CPU's slot of counter `index` (`lb_trace` counts the verdicts it answers).
+/// This CPU's slot of counter `index`, to count into with [`add_one`] (`lb_trace` counts the
+/// verdicts it answers; `parse::first_look` looks the non-VIP pass's slot up early).
 #[inline(always)]
 pub fn counter_ptr(index: u32) -> Option<*mut u64> {
     COUNTERS.get_ptr_mut(index)

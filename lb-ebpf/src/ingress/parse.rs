@@ -83,7 +83,7 @@ pub fn first_look(ctx: &XdpContext) -> u32 {
         // source port's flags, so its dependent loads overlap that lookup's instead of
         // following it (about 1 ns of the pass's 10 to 12, `bench dataplane --against`). A
         // NAT backend's reply looks the slot up unused, at no cost the same runs could see.
-        let passed = maps::counter_slot(Counter::PassNotVip);
+        let passed = maps::counter_ptr(Counter::PassNotVip as u32);
         if maps::port_flags(u16::from_be(src_port)) & backend_bit == 0 {
             maps::add_one(passed);
             return PASSES;
