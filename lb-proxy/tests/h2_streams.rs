@@ -1,5 +1,5 @@
 //! h2 clients as the h2 crate's own client sees the proxy: a stream reset while its backend
-//! is awaited, a connection whose client answers no ping, CONNECT.
+//! is awaited, a connection whose client answers no ping, CONNECT, a declared body length.
 mod common;
 
 use std::time::Duration;
@@ -53,14 +53,16 @@ async fn a_client_that_answers_no_ping_is_closed_and_one_that_does_is_kept() {
     let b = backends(1).await;
     let mut spec = http_spec(&b);
     spec.options.timeouts.idle = Duration::from_millis(200);
-    spec.options.timeouts.client_header = Duration::from_millis(300);
+    // A wait for the answer long enough for a loaded machine: the first ping's wait ends
+    // 1.2 s in, well within the 2.5 s the silent client waits.
+    spec.options.timeouts.client_header = Duration::from_millis(1000);
     let p = proxy(spec).await;
     // Answers pings (its connection is polled throughout): kept well past a ping's wait.
     let (send, conn) = h2_client(&p).await;
     let kept = tokio::spawn(conn);
     // Answers none: its connection is not polled for a while.
     let (_silent_send, mut silent) = h2_client(&p).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     // Polled again, the silent client finds its connection closed by the proxy.
     let ended = tokio::time::timeout(LIMIT, &mut silent).await;
     assert!(ended.is_ok(), "the proxy closed the connection of a client that answered no ping");
@@ -102,4 +104,26 @@ async fn a_client_reset_while_the_body_is_awaited_frees_the_backend() {
     // Dropping the body's handle resets the stream (CANCEL).
     drop(body);
     assert!(active_becomes(&p, 0).await, "the reset freed the backend: {:?}", p.handle.stats());
+}
+
+#[tokio::test]
+async fn a_declared_length_over_the_body_limit_is_refused_before_any_backend() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.limits.max_body_bytes = std::num::NonZeroU64::new(1000);
+    let p = proxy(spec).await;
+    let (mut send, conn) = h2_client(&p).await;
+    tokio::spawn(conn);
+    let mut post = |len: usize| {
+        let req = http::Request::post("http://test.local/echo").header("content-length", len).body(()).unwrap();
+        let (resp, mut body) = send.send_request(req, false).unwrap();
+        body.send_data(Bytes::from(vec![b'x'; len]), true).unwrap();
+        resp
+    };
+    let resp = tokio::time::timeout(LIMIT, post(1001)).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 413);
+    assert_eq!(b[0].hits(), 0, "refused on its declared length, before a backend was asked");
+    let resp = tokio::time::timeout(LIMIT, post(1000)).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(b[0].hits(), 1);
 }
