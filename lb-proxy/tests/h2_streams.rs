@@ -127,3 +127,26 @@ async fn a_declared_length_over_the_body_limit_is_refused_before_any_backend() {
     assert_eq!(resp.status(), 200);
     assert_eq!(b[0].hits(), 1);
 }
+
+#[tokio::test]
+async fn an_h2_client_that_sends_no_preface_is_closed_after_the_head_timeout() {
+    use tokio::io::AsyncReadExt;
+
+    let ca = common::tls::Ca::new();
+    let leaf = ca.leaf("a", &["a.test"]);
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.tls = Some(lb_proxy::TlsTermination {
+        certificates: vec![common::tls::certificate_files(&leaf)],
+        alpn: vec!["h2".into()],
+        min_version: "1.2".into(),
+    });
+    spec.options.timeouts.client_header = Duration::from_millis(300);
+    let p = proxy(spec).await;
+    // ALPN chose h2; the client then sends nothing.
+    let mut s = common::tls::connect(ca.client_config(&["h2"]), p.addr, "a.test").await.unwrap();
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut out = Vec::new();
+    let closed = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
+    assert!(closed.is_ok(), "the proxy closed the connection");
+}

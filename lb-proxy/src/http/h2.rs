@@ -43,30 +43,35 @@ where
         .max_header_list_size(opts.limits.max_header_bytes.min(u32::MAX as usize) as u32);
     // Extended CONNECT (RFC 8441) stays off, as it was with hyper: a request with :protocol
     // is refused by the h2 crate itself.
+    // The preface is a client's first bytes: one that does not send them within the head
+    // timeout is a slow-loris, as an HTTP/1 client that does not send its head.
     let handshake = tokio::select! {
         biased;
-        r = b.handshake::<_, Bytes>(stream) => r,
+        r = tokio::time::timeout(opts.timeouts.client_header, b.handshake::<_, Bytes>(stream)) => r,
         _ = tasks.force.raised() => return,
     };
     let mut conn = match handshake {
-        Ok(c) => c,
-        Err(e) => return log_end(e),
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return log_end(e),
+        Err(_) => return tracing::debug!(client = %client, "an h2 client sent no preface in time"),
     };
     // A silent peer is found by pings; one that stays silent is dropped.
     let pinging = keep_alive(conn.ping_pong(), opts.timeouts.idle, opts.timeouts.client_header);
-    tokio::pin!(pinging);
+    // Made once, not at every turn of the loop: each registers with its signal's waiters.
+    let (stop, force) = (tasks.stop.raised(), tasks.force.raised());
+    tokio::pin!(pinging, stop, force);
     let mut stopping = false;
     loop {
         let next = tokio::select! {
             biased;
             r = conn.accept() => r,
-            _ = tasks.stop.raised(), if !stopping => {
+            () = stop.as_mut(), if !stopping => {
                 // GOAWAY: the streams open go on, no new one is taken.
                 stopping = true;
                 conn.graceful_shutdown();
                 continue;
             }
-            _ = tasks.force.raised(), if stopping => return,
+            () = force.as_mut(), if stopping => return,
             () = pinging.as_mut() => {
                 tracing::debug!(client = %client, "an h2 client answered no ping: closing");
                 conn.abrupt_shutdown(Reason::NO_ERROR);

@@ -12,8 +12,10 @@ use http_body::{Body, Frame, SizeHint};
 use crate::error::BoxError;
 
 pub(crate) struct InBody {
-    /// None for CONNECT, whose stream carries a tunnel's bytes rather than a body (the proxy
-    /// answers CONNECT 405, as it did with hyper, which handed it an empty body).
+    /// None for a body that has ended already (most requests have none): asked, a stream
+    /// answers under its connection's lock. None for CONNECT too, whose stream carries a
+    /// tunnel's bytes rather than a body (the proxy answers CONNECT 405, as it did with
+    /// hyper, which handed it an empty body).
     rs: Option<RecvStream>,
     data_done: bool,
     /// Of the declared length, what is still to come.
@@ -26,9 +28,13 @@ impl InBody {
     pub(crate) fn of(rs: RecvStream, method: &Method, fields: &HeaderMap) -> Option<InBody> {
         // The h2 crate checks DATA against the first Content-Length; hyper took a length only
         // when all agree, so does this.
-        let declared = if rs.is_end_stream() { Some(0) } else { content_length(fields) };
+        let ended = InBody { rs: None, data_done: true, remaining: Some(0) };
+        if rs.is_end_stream() {
+            return Some(ended);
+        }
+        let declared = content_length(fields);
         if method == Method::CONNECT {
-            return declared.is_none_or(|n| n == 0).then_some(InBody { rs: None, data_done: true, remaining: Some(0) });
+            return declared.is_none_or(|n| n == 0).then_some(ended);
         }
         Some(InBody { rs: Some(rs), data_done: false, remaining: declared })
     }
