@@ -45,8 +45,8 @@ impl ProxyBody {
     }
 
     /// A backend's body whose bytes are all in already, as a whole one: its backend
-    /// connection goes back to the pool at once, and an h2 stream has nothing to watch for
-    /// (`SendWatch` frees backends held by clients that stopped reading; this holds none).
+    /// connection goes back to the pool at once, even while an h2 client is slow to take the
+    /// bytes (`h2_send` frees backends held by clients that stopped reading; this holds none).
     pub(crate) fn whole_if_buffered(self) -> ProxyBody {
         match self {
             ProxyBody::Upstream(mut u) if u.inner.buffered_whole() => {
@@ -74,10 +74,10 @@ impl ProxyBody {
     }
 }
 
-/// Room left in a map made of a backend response's fields for fields added later: hyper's h2
-/// server adds Date and Content-Length when they are missing, and its lookup of Date makes
-/// room for one more field before it looks, so a map made exactly full was grown (a larger
-/// table, every field moved: about 0.9k instructions a response) though Date was there.
+/// Room left in a map made of a backend response's fields for fields added later: an h2
+/// response gets Date and Content-Length when they are missing (`h2_stream`), and a map made
+/// exactly full is grown by an insert (a larger table, every field moved: about 0.9k
+/// instructions a response).
 pub(crate) const ROOM_AFTER: usize = 2;
 
 /// Moves a backend response's own fields into its map, ahead of the fields the proxy added,

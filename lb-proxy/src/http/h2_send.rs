@@ -1,149 +1,122 @@
-//! The send timeout of h2 connections. hyper asks a response body for its next frame only while
-//! the client's flow-control window has room, so a client that stops taking a stream's data
-//! (or never widens its window) leaves the body, and the backend connection it holds, waiting
-//! for ever: the h2 form of a client that stops reading. Every streamed response of a
-//! connection is watched: when a frame was handed to hyper and the next one has not been asked
-//! for within `timeouts.send`, the body is dropped, which frees its backend (hyper resets the
-//! stream when it asks again). A body waiting for its backend is not the client's stall: the
-//! body timeout covers that.
+//! Sending an h2 stream's response: its head, then its body as the client's flow-control
+//! window lets it through. A client that stops taking a stream's data (its window stays
+//! shut, or it stops reading the connection, which then holds no more of the stream's data)
+//! would leave the body, and the backend connection it holds, waiting for ever: the h2 form
+//! of a client that stops reading. A stream that waits for room for `timeouts.send` is cut
+//! (reset, its backend freed), and the connection serves on. A body waiting for its backend
+//! is not the client's stall: the body timeout covers that.
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::task::{Context, Poll};
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::Poll;
 use std::time::Duration;
 
+use ::h2::server::SendResponse;
+use ::h2::{Reason, SendStream};
 use bytes::Bytes;
-use http::Response;
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 
 use super::body::ProxyBody;
+use super::conn::ConnCtx;
 use crate::error::BoxError;
-use crate::outlier::now_ms;
 
-/// The streamed responses of one h2 connection.
-pub(crate) struct SendWatch {
-    limit: Duration,
-    streams: Mutex<Vec<Weak<Watched>>>,
+/// Why a response's body was not sent whole.
+enum Cut {
+    /// The client reset the stream, or the connection ended.
+    Gone,
+    /// The client took nothing for the send timeout.
+    Stalled,
+    Body(BoxError),
 }
 
-pub(crate) struct Watched {
-    /// None once cut.
-    body: Mutex<Option<ProxyBody>>,
-    /// When the last frame was handed to hyper (`now_ms`, at least 1); 0 while hyper is
-    /// waiting for the body rather than the body for hyper.
-    handed_ms: AtomicU64,
-}
-
-/// A response body as hyper serves it on an h2 connection.
-pub(crate) struct H2Body {
-    inner: Inner,
-    /// The response's map carries the body's Content-Length already (a backend's): its size
-    /// is then not told to hyper, which looks the map up for Content-Length on every
-    /// response whose size it is told.
-    length_in_map: bool,
-}
-
-enum Inner {
-    /// Whole already (the proxy's own answers) or empty: nothing to hold.
-    Direct(ProxyBody),
-    Watched(Arc<Watched>),
-}
-
-impl SendWatch {
-    pub(crate) fn new(limit: Duration) -> Self {
-        SendWatch { limit, streams: Mutex::new(Vec::new()) }
+pub(crate) async fn send(resp: http::Response<ProxyBody>, mut respond: SendResponse<Bytes>, ctx: &ConnCtx) {
+    let (parts, mut body) = resp.into_parts();
+    let ended = body.is_end_stream();
+    let mut out = match respond.send_response(http::Response::from_parts(parts, ()), ended) {
+        Ok(s) => s,
+        Err(e) => return tracing::debug!(error = %e, "h2 response head not sent"),
+    };
+    if ended {
+        return;
     }
-
-    /// The response, its body watched if it streams from a backend; `length_in_map`: its map
-    /// carries the body's Content-Length.
-    pub(crate) fn watch(&self, resp: Response<ProxyBody>, length_in_map: bool) -> Response<H2Body> {
-        resp.map(|body| H2Body { inner: self.inner(body), length_in_map })
-    }
-
-    fn inner(&self, body: ProxyBody) -> Inner {
-        if !matches!(body, ProxyBody::Upstream(_)) || body.is_end_stream() {
-            return Inner::Direct(body);
+    match pipe(&mut body, &mut out, ctx.vip.spec.options.timeouts.send).await {
+        Ok(()) | Err(Cut::Gone) => {}
+        Err(Cut::Stalled) => {
+            tracing::debug!("an h2 client took no byte of a response for the send timeout");
+            ctx.vip.counters.client_timeouts.fetch_add(1, Relaxed);
+            out.send_reset(Reason::INTERNAL_ERROR);
         }
-        let watched = Arc::new(Watched { body: Mutex::new(Some(body)), handed_ms: AtomicU64::new(0) });
-        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-        // Ended streams are dropped from the list when it would grow: it stays within
-        // twice the streams open at once, however many a long connection serves.
-        if streams.len() == streams.capacity() {
-            streams.retain(|s| s.strong_count() > 0);
+        Err(Cut::Body(e)) => {
+            tracing::debug!(error = %e, "h2 response body failed");
+            out.send_reset(Reason::INTERNAL_ERROR);
         }
-        streams.push(Arc::downgrade(&watched));
-        Inner::Watched(watched)
     }
+    // The body, and the backend connection it holds, is dropped here.
+}
 
-    /// Cuts, every half `limit`, the streams whose client took nothing for `limit`; runs for
-    /// the connection's life. Each cut is counted with `cut`.
-    pub(crate) async fn run(&self, cut: impl Fn()) -> std::convert::Infallible {
-        let limit_ms = self.limit.as_millis() as u64;
-        // A zero limit must not make this a busy loop.
-        let period = (self.limit / 2).max(Duration::from_millis(10));
-        loop {
-            tokio::time::sleep(period).await;
-            let now = now_ms();
-            let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-            streams.retain(|s| {
-                let Some(s) = s.upgrade() else { return false };
-                let handed = s.handed_ms.load(Relaxed);
-                if handed == 0 || now.saturating_sub(handed) < limit_ms {
-                    return true;
+async fn pipe(body: &mut ProxyBody, out: &mut SendStream<Bytes>, limit: Duration) -> Result<(), Cut> {
+    loop {
+        // The next frame is asked for before any window is reserved: a reservation would pin
+        // part of the connection's window while the backend is awaited. While it is, a
+        // client's RST_STREAM ends the stream at once, its backend freed.
+        let frame = poll_fn(|cx| match Pin::new(&mut *body).poll_frame(cx) {
+            Poll::Ready(f) => Poll::Ready(Ok(f)),
+            Poll::Pending => out.poll_reset(cx).map(|_| Err(Cut::Gone)),
+        })
+        .await?;
+        let mut data = match frame {
+            None => return out.send_data(Bytes::new(), true).map_err(|_| Cut::Gone),
+            Some(Err(e)) => return Err(Cut::Body(e)),
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) => d,
+                Err(f) => return end_with(out, f),
+            },
+        };
+        let last = body.is_end_stream();
+        if data.is_empty() {
+            if last {
+                return out.send_data(data, true).map_err(|_| Cut::Gone);
+            }
+            continue;
+        }
+        while !data.is_empty() {
+            out.reserve_capacity(data.len());
+            let room = capacity(out, limit).await?;
+            let part = data.split_to(room.min(data.len()));
+            out.send_data(part, last && data.is_empty()).map_err(|_| Cut::Gone)?;
+        }
+        if last {
+            return Ok(());
+        }
+    }
+}
+
+/// Ends the stream with a frame that is not data: trailers, or (none known) nothing.
+fn end_with(out: &mut SendStream<Bytes>, f: Frame<Bytes>) -> Result<(), Cut> {
+    match f.into_trailers() {
+        Ok(t) => out.send_trailers(t),
+        Err(_) => out.send_data(Bytes::new(), true),
+    }
+    .map_err(|_| Cut::Gone)
+}
+
+/// Waits for room in the stream's window (reserved before), for at most `limit`.
+async fn capacity(out: &mut SendStream<Bytes>, limit: Duration) -> Result<usize, Cut> {
+    // Made only when the room is not there at once: most writes find it.
+    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    poll_fn(|cx| {
+        // Room already assigned (as hyper does it: `poll_capacity` tells of changes only).
+        while out.capacity() == 0 {
+            match out.poll_capacity(cx) {
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(Err(Cut::Gone)),
+                Poll::Pending => {
+                    let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                    return t.as_mut().poll(cx).map(|()| Err(Cut::Stalled));
                 }
-                tracing::debug!("an h2 client took no byte of a response for the send timeout");
-                drop(s.body.lock().unwrap_or_else(PoisonError::into_inner).take());
-                cut();
-                false
-            });
-        }
-    }
-}
-
-impl Body for H2Body {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let w = match &mut self.get_mut().inner {
-            Inner::Direct(b) => return Pin::new(b).poll_frame(cx),
-            Inner::Watched(w) => w,
-        };
-        let mut body = w.body.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(b) = body.as_mut() else {
-            return Poll::Ready(Some(Err("the client took no byte of the response for the send timeout".into())));
-        };
-        let r = Pin::new(b).poll_frame(cx);
-        let handed = match &r {
-            Poll::Ready(Some(Ok(_))) => now_ms().max(1),
-            _ => 0,
-        };
-        w.handed_ms.store(handed, Relaxed);
-        r
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.inner {
-            Inner::Direct(b) => b.is_end_stream(),
-            // A cut body is not at its end: asked again, it fails, and the stream is reset.
-            Inner::Watched(w) => {
-                w.body.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|b| b.is_end_stream())
             }
         }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        if self.length_in_map {
-            return SizeHint::default();
-        }
-        match &self.inner {
-            Inner::Direct(b) => b.size_hint(),
-            Inner::Watched(w) => w
-                .body
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_ref()
-                .map_or_else(SizeHint::default, |b| b.size_hint()),
-        }
-    }
+        Poll::Ready(Ok(out.capacity()))
+    })
+    .await
 }

@@ -1,0 +1,26 @@
+//! The keep-alive ping of h2 client connections, as hyper's server had it: a PING every
+//! `interval`, and a peer that answers none within `timeout` is taken for gone (a client
+//! whose network went away sends no FIN, and its connection would hold its place for ever).
+use std::future::{pending, poll_fn};
+use std::time::Duration;
+
+use ::h2::{Ping, PingPong};
+
+/// Resolves when the peer left a ping unanswered for `timeout`; never while it answers, nor
+/// once the connection has ended (the connection's own loop sees that).
+pub(crate) async fn keep_alive(pings: Option<PingPong>, interval: Duration, timeout: Duration) {
+    // Taken once per connection: absent only if taken before.
+    let Some(mut pings) = pings else { return pending().await };
+    loop {
+        tokio::time::sleep(interval).await;
+        if pings.send_ping(Ping::opaque()).is_err() {
+            return pending().await;
+        }
+        match tokio::time::timeout(timeout, poll_fn(|cx| pings.poll_pong(cx))).await {
+            Ok(Ok(_)) => {}
+            // The connection has ended.
+            Ok(Err(_)) => return pending().await,
+            Err(_) => return,
+        }
+    }
+}

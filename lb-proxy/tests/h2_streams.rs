@@ -1,0 +1,152 @@
+//! h2 clients as the h2 crate's own client sees the proxy: a stream reset while its backend
+//! is awaited, a connection whose client answers no ping, CONNECT, a declared body length.
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use tokio::net::TcpStream;
+
+async fn h2_client(p: &TestProxy) -> (h2::client::SendRequest<Bytes>, h2::client::Connection<TcpStream, Bytes>) {
+    let stream = TcpStream::connect(p.addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(stream).await.unwrap();
+    (send.ready().await.unwrap(), conn)
+}
+
+fn get(path: &str) -> http::Request<()> {
+    http::Request::get(format!("http://test.local{path}")).body(()).unwrap()
+}
+
+/// Waits (at most 10 s) until the backend's active requests are `n`.
+async fn active_becomes(p: &TestProxy, n: u64) -> bool {
+    let wait = async {
+        while p.handle.stats()[0].backends[0].active != n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait).await.is_ok()
+}
+
+#[tokio::test]
+async fn a_client_reset_while_the_backend_is_awaited_cancels_the_backend_request() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let (mut send, conn) = h2_client(&p).await;
+    tokio::spawn(conn);
+    // The backend answers after 30 s: only the reset can end the exchange before.
+    let (resp, mut stream) = send.send_request(get("/slow/30000"), true).unwrap();
+    assert!(active_becomes(&p, 1).await, "the request reached its backend");
+    stream.send_reset(h2::Reason::CANCEL);
+    assert!(active_becomes(&p, 0).await, "the reset freed the backend: {:?}", p.handle.stats());
+    assert!(resp.await.is_err());
+    // The connection serves on.
+    let mut send = send.ready().await.unwrap();
+    let (resp, _) = send.send_request(get("/bytes/10"), true).unwrap();
+    let resp = tokio::time::timeout(LIMIT, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(p.handle.stats()[0].backends[0].errors, 0, "not the backend's fault");
+}
+
+#[tokio::test]
+async fn a_client_that_answers_no_ping_is_closed_and_one_that_does_is_kept() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.timeouts.idle = Duration::from_millis(200);
+    // A wait for the answer long enough for a loaded machine: the first ping's wait ends
+    // 1.2 s in, well within the 2.5 s the silent client waits.
+    spec.options.timeouts.client_header = Duration::from_millis(1000);
+    let p = proxy(spec).await;
+    // Answers pings (its connection is polled throughout): kept well past a ping's wait.
+    let (send, conn) = h2_client(&p).await;
+    let kept = tokio::spawn(conn);
+    // Answers none: its connection is not polled for a while.
+    let (_silent_send, mut silent) = h2_client(&p).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Polled again, the silent client finds its connection closed by the proxy.
+    let ended = tokio::time::timeout(LIMIT, &mut silent).await;
+    assert!(ended.is_ok(), "the proxy closed the connection of a client that answered no ping");
+    assert!(!kept.is_finished(), "a client that answers pings keeps its connection");
+    let mut send = send.ready().await.unwrap();
+    let (resp, _) = send.send_request(get("/bytes/10"), true).unwrap();
+    assert_eq!(tokio::time::timeout(LIMIT, resp).await.unwrap().unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn connect_is_refused_405_before_any_backend() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let (mut send, conn) = h2_client(&p).await;
+    tokio::spawn(conn);
+    let req = http::Request::connect("test.local:443").body(()).unwrap();
+    let (resp, _tunnel) = send.send_request(req, false).unwrap();
+    let resp = tokio::time::timeout(LIMIT, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 405);
+    assert_eq!(b[0].hits(), 0);
+}
+
+#[tokio::test]
+async fn a_client_reset_while_the_body_is_awaited_frees_the_backend() {
+    // The backend sends its head and 10 bytes of 1000, then goes silent.
+    let stall = stalling_backend(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789").await;
+    let mut spec = http_spec(&[]);
+    spec.backends = vec![lb_proxy::BackendSpec::new(stall.addr)];
+    spec.options.timeouts.body = Duration::from_secs(30);
+    let p = proxy(spec).await;
+    let (mut send, conn) = h2_client(&p).await;
+    tokio::spawn(conn);
+    let (resp, _) = send.send_request(get("/"), true).unwrap();
+    let resp = tokio::time::timeout(LIMIT, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    assert_eq!(body.data().await.unwrap().unwrap(), "0123456789");
+    assert_eq!(p.handle.stats()[0].backends[0].active, 1);
+    // Dropping the body's handle resets the stream (CANCEL).
+    drop(body);
+    assert!(active_becomes(&p, 0).await, "the reset freed the backend: {:?}", p.handle.stats());
+}
+
+#[tokio::test]
+async fn a_declared_length_over_the_body_limit_is_refused_before_any_backend() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.limits.max_body_bytes = std::num::NonZeroU64::new(1000);
+    let p = proxy(spec).await;
+    let (mut send, conn) = h2_client(&p).await;
+    tokio::spawn(conn);
+    let mut post = |len: usize| {
+        let req = http::Request::post("http://test.local/echo").header("content-length", len).body(()).unwrap();
+        let (resp, mut body) = send.send_request(req, false).unwrap();
+        body.send_data(Bytes::from(vec![b'x'; len]), true).unwrap();
+        resp
+    };
+    let resp = tokio::time::timeout(LIMIT, post(1001)).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 413);
+    assert_eq!(b[0].hits(), 0, "refused on its declared length, before a backend was asked");
+    let resp = tokio::time::timeout(LIMIT, post(1000)).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(b[0].hits(), 1);
+}
+
+#[tokio::test]
+async fn an_h2_client_that_sends_no_preface_is_closed_after_the_head_timeout() {
+    use tokio::io::AsyncReadExt;
+
+    let ca = common::tls::Ca::new();
+    let leaf = ca.leaf("a", &["a.test"]);
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.tls = Some(lb_proxy::TlsTermination {
+        certificates: vec![common::tls::certificate_files(&leaf)],
+        alpn: vec!["h2".into()],
+        min_version: "1.2".into(),
+    });
+    spec.options.timeouts.client_header = Duration::from_millis(300);
+    let p = proxy(spec).await;
+    // ALPN chose h2; the client then sends nothing.
+    let mut s = common::tls::connect(ca.client_config(&["h2"]), p.addr, "a.test").await.unwrap();
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut out = Vec::new();
+    let closed = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
+    assert!(closed.is_ok(), "the proxy closed the connection");
+}
