@@ -154,15 +154,7 @@ fn to_nat_backend<E: FlowError>(
     generation: u32,
 ) -> Verdict {
     let bytes = packet_len(ctx);
-    let query = Lookup {
-        family: E::FAMILY,
-        src: &ANY_SOURCE,
-        dst: field(&backend.addr),
-        protocol: E::PROTOCOL,
-        tos: err.tos(),
-        tot_len: err.ip_len(),
-        generation,
-    };
+    let query = route_of(err, (&ANY_SOURCE, field(&backend.addr)), generation);
     let (ifindex, smac, dmac) = match forward::lookup(ctx, &query, HopCache::Backend(backend_id)) {
         Route::Out { ifindex, smac, dmac, .. } => (ifindex, smac, dmac),
         Route::NoNeighbour => {
@@ -179,6 +171,20 @@ fn to_nat_backend<E: FlowError>(
         maps::count_traffic(vip.id, backend_id, bytes);
     }
     verdict
+}
+
+/// The route lookup of `err` sent `route.0 → route.1`, with next-hop `generation`.
+#[inline(always)]
+pub fn route_of<'a, E: FlowError>(err: &E, route: (&'a Addr, &'a Addr), generation: u32) -> Lookup<'a> {
+    Lookup {
+        family: E::FAMILY,
+        src: route.0,
+        dst: route.1,
+        protocol: E::PROTOCOL,
+        tos: err.tos(),
+        tot_len: err.ip_len(),
+        generation,
+    }
 }
 
 impl FlowError for IcmpError {

@@ -6,19 +6,19 @@
 //! hides. Like a reply, the error goes to the client as if about the packet the client sent:
 //! the backend becomes the VIP in the quote, and in the outer source when the backend sent it.
 //! The flow's VIP is its reply entry's, or without one the VIP the backend alone serves (as
-//! for replies, `nat::reply_without_entry`).
+//! for replies, `nat::owner_without_entry`).
 use aya_ebpf::bindings::xdp_action::{XDP_DROP, XDP_PASS};
 use aya_ebpf::programs::XdpContext;
 use lb_common::IpBytes;
-use lb_common::backend::{NAT_BACKEND_SHARED, NatBackendKey};
 use lb_common::flow::{FlowKey, REVERSE_DIRECT};
 use lb_common::stats::Counter;
 
 use crate::addr::{Addr, field};
-use crate::forward::{self, Lookup, Route};
-use crate::icmp_error::FlowError;
+use crate::forward::{self, Route};
+use crate::icmp_error::{FlowError, route_of};
 use crate::ip::End;
 use crate::maps::{self, HopCache};
+use crate::nat::{self, Owner};
 use crate::verdict::Verdict;
 
 const NOT_OURS: Verdict = (XDP_PASS, Counter::PassNotVip);
@@ -41,26 +41,22 @@ pub fn to_client<E: FlowError>(ctx: &XdpContext, err: &E, quoted: &FlowKey, ttl:
             }
             (reverse.vip_addr, reverse.vip_port)
         }
-        None => {
-            let backend =
-                NatBackendKey { addr: reply.src, port: reply.src_port, protocol: reply.protocol, family: reply.family };
-            let Some(owner) = maps::nat_backend(&backend) else {
-                return NOT_OURS;
-            };
-            let vip = if owner == NAT_BACKEND_SHARED { None } else { maps::vip_info(owner) };
-            match vip.filter(|vip| vip.key.protocol == reply.protocol && vip.key.family == reply.family) {
-                Some(vip) => (vip.key.addr, vip.key.port),
-                // Which VIP the flow was of is unknown: not sent on naming the backend.
-                None => return dropped_if_routed(ctx, err, &reply, t.nexthop_generation),
+        None => match nat::owner_without_entry(&reply) {
+            Owner::NotABackend => return NOT_OURS,
+            Owner::Vip(vip) => (vip.key.addr, vip.key.port),
+            // Which VIP the flow was of is unknown: not sent on naming the backend.
+            Owner::Unknown => {
+                let route = route_of(err, (field(&reply.src), field(&reply.dst)), t.nexthop_generation);
+                return nat::dropped_if_routed(ctx, &route);
             }
-        }
+        },
     };
     if ttl <= 1 {
         return (XDP_PASS, Counter::PassTtlExpired);
     }
     let vip_addr = field(&vip_addr);
     let client = Addr(quoted.src);
-    let query = lookup(err, (vip_addr, &client), t.nexthop_generation);
+    let query = route_of(err, (vip_addr, &client), t.nexthop_generation);
     match forward::lookup(ctx, &query, HopCache::Address) {
         Route::Out { ifindex, smac, dmac, .. } => {
             err.rewrite(End::Destination, vip_addr, vip_port);
@@ -78,30 +74,5 @@ pub fn to_client<E: FlowError>(ctx: &XdpContext, err: &E, quoted: &FlowKey, ttl:
         // Not routed onwards: about this host's own packet to the backend (a health check),
         // the stack's.
         Route::Unreachable => NOT_OURS,
-    }
-}
-
-/// An error from a backend several VIPs share, about a flow no reply entry names: dropped if
-/// routed onwards; to this host (about a health check) it is the stack's.
-#[inline(always)]
-fn dropped_if_routed<E: FlowError>(ctx: &XdpContext, err: &E, reply: &FlowKey, generation: u32) -> Verdict {
-    let query = lookup(err, (field(&reply.src), field(&reply.dst)), generation);
-    match forward::lookup(ctx, &query, HopCache::Address) {
-        Route::Unreachable => NOT_OURS,
-        _ => (XDP_DROP, Counter::DropReplyNoFlow),
-    }
-}
-
-/// The route lookup of `err` sent `route.0 → route.1`.
-#[inline(always)]
-fn lookup<'a, E: FlowError>(err: &E, route: (&'a Addr, &'a Addr), generation: u32) -> Lookup<'a> {
-    Lookup {
-        family: E::FAMILY,
-        src: route.0,
-        dst: route.1,
-        protocol: E::PROTOCOL,
-        tos: err.tos(),
-        tot_len: err.ip_len(),
-        generation,
     }
 }

@@ -89,6 +89,42 @@ pub fn note_direct_connection(reply: &FlowKey, t: &Tables) {
     maps::count(Counter::DirectToBackend);
 }
 
+/// Whose reply a NAT backend's packet (`key`: backend → client) is when no reply entry names
+/// its flow: NAT_BACKENDS says.
+pub enum Owner {
+    /// The source is no NAT backend's address and port.
+    NotABackend,
+    /// A backend several VIPs share (or whose VIP is of another protocol or family): which
+    /// VIP the flow was of is unknown.
+    Unknown,
+    /// The one VIP the backend serves.
+    Vip(&'static VipInfo),
+}
+
+#[inline(always)]
+pub fn owner_without_entry(key: &FlowKey) -> Owner {
+    let backend = NatBackendKey { addr: key.src, port: key.src_port, protocol: key.protocol, family: key.family };
+    let Some(owner) = maps::nat_backend(&backend) else {
+        return Owner::NotABackend;
+    };
+    let vip = if owner == NAT_BACKEND_SHARED { None } else { maps::vip_info(owner) };
+    match vip.filter(|vip| vip.key.protocol == key.protocol && vip.key.family == key.family) {
+        Some(vip) => Owner::Vip(vip),
+        None => Owner::Unknown,
+    }
+}
+
+/// A NAT backend's packet that cannot leave from its VIP (`route`: its own route lookup): it
+/// must not leave with the backend's own address, so it is dropped if routed onwards; to this
+/// host (a health-check answer) it is the stack's.
+#[inline(always)]
+pub fn dropped_if_routed(ctx: &XdpContext, route: &Lookup) -> Verdict {
+    match forward::lookup(ctx, route, HopCache::Address) {
+        Route::Unreachable => NOT_OURS,
+        _ => (XDP_DROP, Counter::DropReplyNoFlow),
+    }
+}
+
 /// A packet from a NAT backend's port that no reply entry names (its entry was evicted, or
 /// never recorded: see `select`). It must not leave with the backend's own address. From a
 /// backend of one VIP it is that VIP's reply; from a backend several VIPs share it is dropped.
@@ -96,13 +132,9 @@ pub fn note_direct_connection(reply: &FlowKey, t: &Tables) {
 /// addresses that are no NAT backend's pass untouched.
 #[inline(always)]
 pub fn reply_without_entry<P: IpPacket>(ctx: &XdpContext, pkt: &P, key: &FlowKey, t: &Tables) -> Verdict {
-    let backend = NatBackendKey { addr: key.src, port: key.src_port, protocol: key.protocol, family: key.family };
-    let Some(owner) = maps::nat_backend(&backend) else {
-        return NOT_OURS;
-    };
-    let vip = if owner == NAT_BACKEND_SHARED { None } else { maps::vip_info(owner) };
-    match vip {
-        Some(vip) if vip.key.protocol == key.protocol && vip.key.family == key.family && pkt.ttl() > 1 => {
+    match owner_without_entry(key) {
+        Owner::NotABackend => NOT_OURS,
+        Owner::Vip(vip) if pkt.ttl() > 1 => {
             let vip_addr = field(&vip.key.addr);
             let to_client = (vip_addr, field(&key.dst));
             let verdict = rewrite_and_send(
@@ -119,14 +151,7 @@ pub fn reply_without_entry<P: IpPacket>(ctx: &XdpContext, pkt: &P, key: &FlowKey
             }
             verdict
         }
-        _ => match forward::lookup(
-            ctx,
-            &lookup(pkt, (field(&key.src), field(&key.dst)), t.nexthop_generation),
-            HopCache::Address,
-        ) {
-            Route::Unreachable => NOT_OURS,
-            _ => (XDP_DROP, Counter::DropReplyNoFlow),
-        },
+        _ => dropped_if_routed(ctx, &lookup(pkt, (field(&key.src), field(&key.dst)), t.nexthop_generation)),
     }
 }
 

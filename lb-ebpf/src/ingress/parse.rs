@@ -147,13 +147,13 @@ pub fn parse(ctx: &XdpContext) -> Parsed {
                 return Parsed::Malformed;
             };
             // SAFETY: byte 13 of the 20 just checked.
-            (h as *mut u8, 16, unsafe { (h as *const u8).add(13) })
+            (h as *mut u8, parsed::TCP_CHECK_AT, unsafe { (h as *const u8).add(13) })
         }
         ip_proto::UDP => {
             let Some(h) = ptr_at::<[u8; 8]>(ctx, l4).filter(|_| tot_len as usize >= IPV4_LEN + 8) else {
                 return Parsed::Malformed;
             };
-            (h as *mut u8, 6, core::ptr::null())
+            (h as *mut u8, parsed::UDP_CHECK_AT, core::ptr::null())
         }
         ip_proto::ICMP => return icmp_error(ctx, l3_offset, ip, l4, tot_len),
         _ => return Parsed::NotTcpUdp,

@@ -127,13 +127,13 @@ fn parse(ctx: &XdpContext, l3_offset: usize) -> Parsed {
                 return Parsed::Malformed;
             };
             // SAFETY: byte 13 of the 20 just checked.
-            (h as *mut u8, 16, unsafe { (h as *const u8).add(13) })
+            (h as *mut u8, parsed::TCP_CHECK_AT, unsafe { (h as *const u8).add(13) })
         }
         ip_proto::UDP => {
             let Some(h) = ptr_at::<[u8; 8]>(ctx, l4).filter(|_| l4 + 8 <= end) else {
                 return Parsed::Malformed;
             };
-            (h as *mut u8, 6, core::ptr::null())
+            (h as *mut u8, parsed::UDP_CHECK_AT, core::ptr::null())
         }
         ip_proto::ICMPV6 => return icmp_error(ctx, l3_offset, ip, l4, end),
         _ => return Parsed::NotTcpUdp,

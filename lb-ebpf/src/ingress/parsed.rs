@@ -117,11 +117,15 @@ pub enum Parsed {
     Malformed,
 }
 
+/// Where the checksum field sits in a TCP header and in a UDP header.
+pub const TCP_CHECK_AT: usize = 16;
+pub const UDP_CHECK_AT: usize = 6;
+
 /// The checksum field of a quoted TCP/UDP header of `protocol` starting at `l4`, if it lies
 /// inside the packet and its datagram (which ends at `end`); else null.
 #[inline(always)]
 pub fn quoted_l4_check(ctx: &XdpContext, l4: usize, protocol: u8, end: usize) -> *mut u16 {
-    let at = l4 + if protocol == ip_proto::TCP { 16 } else { 6 };
+    let at = l4 + if protocol == ip_proto::TCP { TCP_CHECK_AT } else { UDP_CHECK_AT };
     match ptr_at::<u16>(ctx, at) {
         Some(field) if at + 2 <= end => field,
         _ => core::ptr::null_mut(),
