@@ -201,11 +201,37 @@ pub struct Applier {
     applied: MapContents,
     /// The rings built from `applied.rings`, as written.
     built: BTreeMap<u32, Vec<u32>>,
-    /// Ports whose NAT-backend bits are kept though no backend wants them: since when.
-    lingering: BTreeMap<u16, Instant>,
-    /// NAT_BACKENDS entries kept though their backend is gone: since when.
-    lingering_nat_backends: HashMap<NatBackendKey, Instant>,
+    /// Ports whose NAT-backend bits are kept though no backend wants them.
+    lingering_ports: Lingering<u16>,
+    /// NAT_BACKENDS entries kept though their backend is gone.
+    lingering_nat_backends: Lingering<NatBackendKey>,
     linger: Duration,
+}
+
+/// What is kept for a while after nothing wants it any more, and since when.
+#[derive(Debug)]
+struct Lingering<K>(HashMap<K, Instant>);
+
+impl<K: std::hash::Hash + Eq + Copy> Lingering<K> {
+    fn new() -> Self {
+        Lingering(HashMap::new())
+    }
+
+    /// Whether `key`, no longer wanted, is still kept at `now`: for `linger` from the first
+    /// time this is asked. Once that is over it is forgotten.
+    fn keeps(&mut self, key: K, now: Instant, linger: Duration) -> bool {
+        let since = *self.0.entry(key).or_insert(now);
+        if now.duration_since(since) < linger {
+            return true;
+        }
+        self.0.remove(&key);
+        false
+    }
+
+    /// `key` is wanted again: its linger stops.
+    fn forget(&mut self, key: &K) {
+        self.0.remove(key);
+    }
 }
 
 /// How long a port keeps its NAT-backend bit after its last backend went; cleared by the
@@ -219,8 +245,8 @@ impl Default for Applier {
         Applier {
             applied: MapContents::default(),
             built: BTreeMap::new(),
-            lingering: BTreeMap::new(),
-            lingering_nat_backends: HashMap::new(),
+            lingering_ports: Lingering::new(),
+            lingering_nat_backends: Lingering::new(),
             linger: NAT_PORT_LINGER,
         }
     }
@@ -372,15 +398,15 @@ impl Applier {
             report.backends_removed += 1;
         }
         let now = Instant::now();
-        self.lingering_nat_backends.retain(|key, _| !want.nat_backends.contains_key(key));
+        for key in want.nat_backends.keys() {
+            self.lingering_nat_backends.forget(key);
+        }
         let gone: Vec<NatBackendKey> =
             self.applied.nat_backends.keys().filter(|k| !want.nat_backends.contains_key(*k)).copied().collect();
         for key in gone {
-            let since = *self.lingering_nat_backends.entry(key).or_insert(now);
-            if now.duration_since(since) < self.linger {
+            if self.lingering_nat_backends.keeps(key, now, self.linger) {
                 continue;
             }
-            self.lingering_nat_backends.remove(&key);
             dp.set_nat_backend(key, None)?;
             self.applied.nat_backends.remove(&key);
             report.nat_backends += 1;
@@ -391,11 +417,9 @@ impl Applier {
             let mut new = want.port_flags.get(&port).copied().unwrap_or(0);
             let lost = old & !new & NAT_BACKEND_BITS;
             if lost == 0 {
-                self.lingering.remove(&port);
-            } else if now.duration_since(*self.lingering.entry(port).or_insert(now)) < self.linger {
+                self.lingering_ports.forget(&port);
+            } else if self.lingering_ports.keeps(port, now, self.linger) {
                 new |= lost;
-            } else {
-                self.lingering.remove(&port);
             }
             if old != new {
                 dp.set_port_flags(port, new)?;
