@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, header};
 use http_body::{Body, Frame, SizeHint};
 
+use super::fields::decimal;
 use crate::error::BoxError;
 
 pub(crate) struct InBody {
@@ -44,7 +45,8 @@ impl InBody {
 fn content_length(fields: &HeaderMap) -> Option<u64> {
     let mut found = None;
     for v in fields.get_all(header::CONTENT_LENGTH) {
-        let n = std::str::from_utf8(v.as_bytes()).ok()?.trim().parse::<u64>().ok()?;
+        // A plain decimal number, as the h2 crate itself reads the field (no sign).
+        let n = decimal(v.as_bytes().trim_ascii())?;
         if found.is_some_and(|f| f != n) {
             return None;
         }
