@@ -29,15 +29,12 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     let as_client_sent = Frame::udp(CLIENT, 5000, VIP_WEB, 53).with(|f| f.ttl = 63);
     let err = icmp_error((mac_of(ub.0), LB_MAC), (ub.0, CLIENT, 64), PORT_UNREACHABLE, &as_sent);
     let want = icmp_error((LB_MAC, CLIENT_MAC), (VIP_WEB, CLIENT, 63), PORT_UNREACHABLE, &as_client_sent);
-    let mut c = case(
+    sent_to_client(
+        g,
         "UDP NAT backend's port unreachable: to the client from the VIP, quote (and its UDP checksum) as the client sent it",
         err,
-        XDP_TX,
-        Some(want),
-        Counter::ForwardTx,
+        want,
     );
-    c.events = vec![Counter::IcmpToClient];
-    g.run(c);
     // The datagram of `nat::udp` that had no UDP checksum: its quote keeps none.
     let ub0 = flow(5001);
     let bare = |dst: ([u8; 4], u16)| {
@@ -47,15 +44,12 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     };
     let err = icmp_error((mac_of(ub0.0), LB_MAC), (ub0.0, CLIENT, 64), PORT_UNREACHABLE, &bare(ub0));
     let want = icmp_error((LB_MAC, CLIENT_MAC), (VIP_WEB, CLIENT, 63), PORT_UNREACHABLE, &bare((VIP_WEB, 53)));
-    let mut c = case(
+    sent_to_client(
+        g,
         "port unreachable quoting UDP without a checksum: to the client, the quote keeps none",
         err,
-        XDP_TX,
-        Some(want),
-        Counter::ForwardTx,
+        want,
     );
-    c.events = vec![Counter::IcmpToClient];
-    g.run(c);
     // The other way, for the same flow: the client's port unreachable about the VIP's reply goes
     // to the backend with the quote's UDP checksum rewritten too.
     let reply_as_sent = Frame::udp(VIP_WEB, 53, CLIENT, 5000).with(|f| f.ttl = 63);
@@ -85,27 +79,21 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     };
     let err = icmp_frag_needed((mac_of(b.0), LB_MAC), router, CLIENT, 64, 1400, &segment(b));
     let want = icmp_frag_needed((LB_MAC, CLIENT_MAC), router, CLIENT, 63, 1400, &segment((VIP_WEB, 80)));
-    let mut c = case(
+    sent_to_client(
+        g,
         "router's fragmentation needed about a NAT flow's segment to its backend: to the client, quote as it sent it",
         err,
-        XDP_TX,
-        Some(want),
-        Counter::ForwardTx,
+        want,
     );
-    c.events = vec![Counter::IcmpToClient];
-    g.run(c);
     let expired = Icmpv4Type::TimeExceeded(TimeExceededCode::TtlExceededInTransit);
     let err = icmp_error((mac_of(b.0), LB_MAC), (router, CLIENT, 64), expired.clone(), &segment(b));
     let want = icmp_error((LB_MAC, CLIENT_MAC), (router, CLIENT, 63), expired, &segment((VIP_WEB, 80)));
-    let mut c = case(
+    sent_to_client(
+        g,
         "router's time exceeded about a NAT flow's segment (traceroute through the VIP): to the client, quote as it sent it",
         err,
-        XDP_TX,
-        Some(want),
-        Counter::ForwardTx,
+        want,
     );
-    c.events = vec![Counter::IcmpToClient];
-    g.run(c);
     let last_hop = icmp_frag_needed((mac_of(b.0), LB_MAC), router, CLIENT, 1, 1400, &segment(b));
     g.run(case("that error with TTL 1: pass to the stack", last_hop, XDP_PASS, None, Counter::PassTtlExpired));
 
@@ -114,15 +102,7 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     let to_far = |port: u16, dst: ([u8; 4], u16)| Frame::tcp(CLIENT, port, dst.0, dst.1).with(|f| f.l4 = L4::TcpAck);
     let err = icmp_error((mac_of(B_FAR), LB_MAC), (B_FAR, CLIENT, 64), PORT_UNREACHABLE, &to_far(1299, (B_FAR, 8080)));
     let want = icmp_error((LB_MAC, CLIENT_MAC), (far_vip, CLIENT, 63), PORT_UNREACHABLE, &to_far(1299, (far_vip, 80)));
-    let mut c = case(
-        "error from a NAT backend of one VIP, no reply entry: to the client from that VIP",
-        err,
-        XDP_TX,
-        Some(want),
-        Counter::ForwardTx,
-    );
-    c.events = vec![Counter::IcmpToClient];
-    g.run(c);
+    sent_to_client(g, "error from a NAT backend of one VIP, no reply entry: to the client from that VIP", err, want);
     let to_b1 = Frame::tcp(CLIENT, 1299, B1, 8080).with(|f| f.l4 = L4::TcpAck);
     let shared = icmp_error((mac_of(B1), LB_MAC), (B1, CLIENT, 64), PORT_UNREACHABLE, &to_b1);
     g.run(case(
@@ -152,5 +132,12 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
         Counter::PassNotVip,
     );
     c.unchanged = vec![Counter::IcmpToClient];
+    g.run(c);
+}
+
+/// A case whose error goes to the client (XDP_TX), rewritten as `want`.
+fn sent_to_client(g: &mut Golden, name: &'static str, err: Vec<u8>, want: Vec<u8>) {
+    let mut c = case(name, err, XDP_TX, Some(want), Counter::ForwardTx);
+    c.events = vec![Counter::IcmpToClient];
     g.run(c);
 }
