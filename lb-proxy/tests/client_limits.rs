@@ -185,11 +185,7 @@ async fn tls_clients_refused_at_a_cap_are_closed_without_plain_text() {
     let leaf = ca.leaf("a", &["a.test"]);
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.options.tls = Some(lb_proxy::TlsTermination {
-        certificates: vec![common::tls::certificate_files(&leaf)],
-        alpn: vec!["http/1.1".into()],
-        min_version: "1.2".into(),
-    });
+    spec.options.tls = Some(common::tls::termination(&leaf, &["http/1.1"]));
     spec.options.limits.max_connections = 1;
     spec.options.limits.max_connections_per_client = NonZeroU32::new(1);
     let p = proxy(spec).await;

@@ -136,11 +136,7 @@ async fn an_h2_client_that_sends_no_preface_is_closed_after_the_head_timeout() {
     let leaf = ca.leaf("a", &["a.test"]);
     let b = backends(1).await;
     let mut spec = http_spec(&b);
-    spec.options.tls = Some(lb_proxy::TlsTermination {
-        certificates: vec![common::tls::certificate_files(&leaf)],
-        alpn: vec!["h2".into()],
-        min_version: "1.2".into(),
-    });
+    spec.options.tls = Some(common::tls::termination(&leaf, &["h2"]));
     spec.options.timeouts.client_header = Duration::from_millis(300);
     let p = proxy(spec).await;
     // ALPN chose h2; the client then sends nothing.

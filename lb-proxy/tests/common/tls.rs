@@ -75,6 +75,15 @@ pub fn certificate_files(leaf: &Leaf) -> lb_proxy::CertificateFiles {
     lb_proxy::CertificateFiles { chain: leaf.chain.clone(), key: leaf.key.clone() }
 }
 
+/// TLS termination with `leaf`'s certificate, offering `alpn`, TLS 1.2 and up.
+pub fn termination(leaf: &Leaf, alpn: &[&str]) -> lb_proxy::TlsTermination {
+    lb_proxy::TlsTermination {
+        certificates: vec![certificate_files(leaf)],
+        alpn: alpn.iter().map(|a| a.to_string()).collect(),
+        min_version: "1.2".into(),
+    }
+}
+
 /// A TLS connection to `addr` with SNI `name`.
 pub async fn connect(
     config: Arc<ClientConfig>,
