@@ -121,6 +121,16 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
         None,
         Counter::PassNotVip,
     ));
+    let stranger = [198, 51, 100, 77];
+    let to_stranger = Frame::tcp(CLIENT, 1299, stranger, 8080).with(|f| f.l4 = L4::TcpAck);
+    let not_ours = icmp_error((mac_of(stranger), LB_MAC), (stranger, CLIENT, 64), PORT_UNREACHABLE, &to_stranger);
+    g.run(case(
+        "error from another host on a NAT backend port, no reply entry: pass untouched",
+        not_ours,
+        XDP_PASS,
+        None,
+        Counter::PassNotVip,
+    ));
     // `reply::from_nat_backend_ports` opened CLIENT:1234 → B_FAR:8080 straight to the backend.
     let direct =
         icmp_error((mac_of(B_FAR), LB_MAC), (B_FAR, CLIENT, 64), PORT_UNREACHABLE, &to_far(1234, (B_FAR, 8080)));
