@@ -260,9 +260,21 @@ pub fn icmp_error(
     kind: etherparse::Icmpv4Type,
     quoted: &Frame,
 ) -> Vec<u8> {
+    icmp_error_quoting(macs, (from, to, ttl), kind, quoted, 28)
+}
+
+/// As [`icmp_error`], quoting the first `quote_len` bytes of `quoted`'s IP datagram (RFC 1812
+/// lets a router quote more than RFC 792's 28).
+pub fn icmp_error_quoting(
+    macs: (Mac, Mac),
+    (from, to, ttl): ([u8; 4], [u8; 4], u8),
+    kind: etherparse::Icmpv4Type,
+    quoted: &Frame,
+    quote_len: usize,
+) -> Vec<u8> {
     let bytes = quoted.bytes();
     let l3 = quoted.l3_offset();
-    let quote = &bytes[l3..l3 + 28];
+    let quote = &bytes[l3..l3 + quote_len];
     let icmp = etherparse::Icmpv4Header::with_checksum(kind, quote);
     let mut ip = Ipv4Header::new((icmp.header_len() + quote.len()) as u16, ttl, IpNumber::ICMP, from, to).unwrap();
     ip.header_checksum = ip.calc_header_checksum();

@@ -143,6 +143,60 @@ pub fn errors_to_clients(g: &mut Golden, vips: &[Vip]) {
     );
     c.unchanged = vec![Counter::IcmpToClient];
     g.run(c);
+
+    // ---- The way back to the client: without a neighbour entry, or too narrow for the error.
+    // Each client's segment through the VIP first, so that its flow has a reply entry.
+    // On the clients' segment, with no neighbour entry: the stack resolves it and sends the
+    // error on, rewritten (its TTL is the stack's to decrement).
+    let unresolved = [198, 51, 100, 63];
+    let (b, as_sent, as_client_sent) = through_nat_vip(g, web, unresolved, 0);
+    let err = icmp_error((mac_of(b.0), LB_MAC), (b.0, unresolved, 64), PORT_UNREACHABLE, &as_sent);
+    let want = icmp_error((mac_of(b.0), LB_MAC), (VIP_WEB, unresolved, 64), PORT_UNREACHABLE, &as_client_sent);
+    let mut c = case(
+        "NAT backend's error to a client without a neighbour entry: rewritten, to the stack",
+        err,
+        XDP_PASS,
+        Some(want),
+        Counter::PassNoNeighbour,
+    );
+    c.events = vec![Counter::IcmpToClient];
+    g.run(c);
+    // Behind h0 (MTU 1400), and an error quoting more than that of a full-sized segment: never
+    // an ICMP error about an ICMP error, so dropped.
+    let narrow = [198, 51, 100, 150];
+    let (b, as_sent, _) = through_nat_vip(g, web, narrow, 1400);
+    let err = icmp_error_quoting((mac_of(b.0), LB_MAC), (b.0, narrow, 64), PORT_UNREACHABLE, &as_sent, 1420);
+    let mut c = case(
+        "NAT backend's error too big for the client's path: drop, never an error about an error",
+        err,
+        XDP_DROP,
+        None,
+        Counter::DropTooBig,
+    );
+    c.unchanged = vec![Counter::IcmpToClient];
+    g.run(c);
+}
+
+/// Runs a client's segment (ACK, `payload` bytes) through NAT VIP `web` on port 80; returns
+/// its backend, the segment as the balancer sent it on and as the client sent it (each as
+/// quoted, TTL 63).
+fn through_nat_vip(g: &mut Golden, web: &Vip, client: [u8; 4], payload: usize) -> (([u8; 4], u16), Frame, Frame) {
+    let b = by_hash(web, client_hash(&ipv4_bytes(client), SEED));
+    let segment = |dst: ([u8; 4], u16)| {
+        Frame::tcp(client, 41000, dst.0, dst.1).with(|f| {
+            f.l4 = L4::TcpAck;
+            f.payload = vec![0; payload]
+        })
+    };
+    let sent = segment((web.addr, 80));
+    g.run(case(
+        "a client's segment through a NAT VIP (for the errors about it)",
+        sent.bytes(),
+        XDP_TX,
+        Some(nat_out(&sent, (client, 41000), b, LB_MAC, mac_of(b.0))),
+        Counter::ForwardTx,
+    ));
+    (b, segment(b).with(|f| f.ttl = 63), segment((web.addr, 80)).with(|f| f.ttl = 63))
 }
 
 /// A case whose error goes to the client (XDP_TX), rewritten as `want`.
