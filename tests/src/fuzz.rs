@@ -1,13 +1,17 @@
 //! Seeded fuzzing of lb_ingress through BPF_PROG_TEST_RUN: random frames, frames mutated from
 //! every kind of valid frame (IPv6 ones too: neighbour discovery, extension headers), and
 //! random but well-formed TCP/UDP/ICMP frames aimed at the fixture's VIPs and backends, IPv4
-//! ([`ipv4`]) or IPv6 ([`ipv6`]). Reproducible: the same seed gives the same frames.
+//! ([`ipv4`]) or IPv6 ([`ipv6`]), and ICMP errors quoting such frames (from a NAT backend or a
+//! router about a client's packet to the backend, from a client or a router about a VIP's
+//! reply). Reproducible: the same seed gives the same
+//! frames.
 //!
 //! What must hold for every frame: the verdict is a defined action (never XDP_ABORTED); a frame
 //! that concerns no VIP and no NAT backend (judged from its raw header fields here, apart from
 //! the program) is passed byte for byte as it came; a frame sent on (XDP_TX, XDP_REDIRECT) is a
 //! frame etherparse reads whenever the input was one, with valid checksums whenever the input
-//! had them. Over the whole run, exactly one verdict counter moves per frame.
+//! had them (an ICMP message's checksum, and the IPv4 header an ICMP error quotes, included).
+//! Over the whole run, exactly one verdict counter moves per frame.
 use aya::programs::Xdp;
 use lb_common::stats::Counter;
 use lb_common::{ip_proto, program_names};
@@ -111,10 +115,12 @@ pub fn ipv6(vips: &[Vip6]) -> Targets {
 
 impl Targets {
     /// Whether the balancer may act on this frame, from its raw bytes: an IP packet (behind at
-    /// most one 802.1Q tag) to a VIP's address, port and protocol, from a NAT backend's, or
-    /// an ICMP message to a VIP's address; for IPv6 (whose L4 header may sit behind extension
-    /// headers) anything to a VIP's address or from a NAT backend's. Anything else must pass
-    /// untouched.
+    /// most one 802.1Q tag) to a VIP's address, port and protocol, from a NAT backend's, an
+    /// ICMP message to a VIP's address, or an ICMP error quoting a packet to a NAT backend's
+    /// address (which goes to the client as if about the packet it sent); for IPv6 (whose L4
+    /// header may sit behind extension headers) anything to a VIP's address or from a NAT
+    /// backend's, and an ICMPv6 message quoting a packet to a NAT backend's address. Anything
+    /// else must pass untouched.
     fn may_concern(&self, frame: &[u8]) -> bool {
         let mut l3 = 14;
         let ether_type = |at: usize| frame.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
@@ -127,7 +133,13 @@ impl Targets {
             let ip = &frame[l3..];
             let src = IpAddr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
             let dst = IpAddr::from(<[u8; 16]>::try_from(&ip[24..40]).unwrap());
-            return self.vips.iter().any(|(a, _, _)| *a == dst) || self.nat_backends.iter().any(|(a, _, _)| *a == src);
+            // An ICMPv6 message's quote: its destination address, 8 + 24 bytes in.
+            let quoted_dst = (ip[6] == ip_proto::ICMPV6)
+                .then(|| ip.get(40 + 8 + 24..40 + 8 + 40))
+                .flatten()
+                .map(|a| IpAddr::from(<[u8; 16]>::try_from(a).unwrap()));
+            return self.vips.iter().any(|(a, _, _)| *a == dst)
+                || self.nat_backends.iter().any(|(a, _, _)| *a == src || Some(*a) == quoted_dst);
         }
         if kind != Some(0x0800) || frame.len() < l3 + 20 {
             return false;
@@ -138,7 +150,12 @@ impl Targets {
         let proto = ip[9];
         let header_len = (ip[0] & 0xf) as usize * 4;
         if proto == ip_proto::ICMP {
-            return self.vips.iter().any(|(a, _, _)| *a == dst);
+            // An error's quote: the quoted IPv4 header's destination, 8 + 16 bytes in.
+            let quoted_dst = ip
+                .get(header_len.max(20) + 8 + 16..header_len.max(20) + 8 + 20)
+                .map(|a| IpAddr::from(<[u8; 4]>::try_from(a).unwrap()));
+            return self.vips.iter().any(|(a, _, _)| *a == dst)
+                || self.nat_backends.iter().any(|(a, _, _)| Some(*a) == quoted_dst);
         }
         let Some(ports) = ip.get(header_len.max(20)..header_len.max(20) + 4) else {
             return false;
@@ -222,7 +239,15 @@ fn frame(rng: &mut Rng, targets: &Targets) -> Vec<u8> {
             let (addr, port, proto) =
                 if rng.below(3) == 0 { rng.pick(&targets.nat_backends) } else { rng.pick(&targets.vips) };
             let from_backend = targets.nat_backends.contains(&(addr, port, proto)) && rng.below(2) == 0;
-            let peer_port = 1024 + rng.below(60000) as u16;
+            // Now and then a VIP's reply to a client, as the balancer sent it on, for the error
+            // the client (or a router) sends back about it (below).
+            let vip_reply = !targets.nat_backends.contains(&(addr, port, proto)) && rng.below(6) == 0;
+            let from_target = from_backend || vip_reply;
+            // Half the frames come from a few clients and ports, so that later frames (a VIP's
+            // reply and the error about it, a backend's reply) meet the flows earlier ones made.
+            let regular = rng.below(2) == 0;
+            let peer_host = if regular { 7 + rng.below(2) as u8 } else { 1 + rng.below(250) as u8 };
+            let peer_port = if regular { 40000 + rng.below(4) as u16 } else { 1024 + rng.below(60000) as u16 };
             let ttl = rng.pick(&[1, 2, 64, 255]);
             let ack = proto == ip_proto::TCP && rng.below(2) == 0;
             let vlan = (rng.below(4) == 0).then(|| 1 + rng.below(4000) as u16);
@@ -234,8 +259,8 @@ fn frame(rng: &mut Rng, targets: &Targets) -> Vec<u8> {
             };
             let bytes = match addr {
                 IpAddr::V4(addr) => {
-                    let peer = [192, 0, 2, 1 + rng.below(250) as u8];
-                    let (src, sport, dst, dport) = if from_backend {
+                    let peer = [192, 0, 2, peer_host];
+                    let (src, sport, dst, dport) = if from_target {
                         (addr.octets(), port, peer, peer_port)
                     } else {
                         (peer, peer_port, addr.octets(), port)
@@ -244,8 +269,8 @@ fn frame(rng: &mut Rng, targets: &Targets) -> Vec<u8> {
                 }
                 IpAddr::V6(addr) => {
                     let mut peer = CLIENT6;
-                    peer[15] = 1 + rng.below(250) as u8;
-                    let (src, sport, dst, dport) = if from_backend {
+                    peer[15] = peer_host;
+                    let (src, sport, dst, dport) = if from_target {
                         (addr.octets(), port, peer, peer_port)
                     } else {
                         (peer, peer_port, addr.octets(), port)
@@ -253,9 +278,46 @@ fn frame(rng: &mut Rng, targets: &Targets) -> Vec<u8> {
                     Frame6 { ttl, l4, vlan, payload, ..Frame6::tcp(src, sport, dst, dport) }.bytes()
                 }
             };
+            // A client's packet to a NAT backend, as the balancer sent it on: now and then the
+            // error a backend or a router sends back about it.
+            let about_backend = !from_backend && targets.nat_backends.contains(&(addr, port, proto));
+            let bytes = if vip_reply || (about_backend && rng.below(3) == 0) {
+                icmp_error_about(rng, &bytes, vlan)
+            } else {
+                bytes
+            };
             if rng.below(4) == 0 { mutate(rng, bytes) } else { bytes }
         }
     }
+}
+
+/// An ICMP (or ICMPv6) "port unreachable" about `sent` (an Ethernet frame, tagged or not, of an
+/// IP packet: a client's to a backend, or a VIP's reply to a client), from its destination or
+/// from a router, back to its source, quoting 28 or 48 bytes of it or all of it.
+fn icmp_error_about(rng: &mut Rng, sent: &[u8], vlan: Option<u16>) -> Vec<u8> {
+    use etherparse::PacketBuilder;
+    let l3 = if vlan.is_some() { 18 } else { 14 };
+    let ip = &sent[l3..];
+    let quote = &ip[..rng.pick(&[28, 48, ip.len()]).min(ip.len())];
+    let ttl = rng.pick(&[1, 64]);
+    let by_router = rng.below(2) == 0;
+    let mut out = Vec::new();
+    let base = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x11], [2, 0, 0, 0, 0, 1]);
+    if ip[0] >> 4 == 4 {
+        let (src, dst) = (<[u8; 4]>::try_from(&ip[12..16]).unwrap(), <[u8; 4]>::try_from(&ip[16..20]).unwrap());
+        let from = if by_router { [198, 51, 100, 254] } else { dst };
+        let kind = etherparse::Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::Port);
+        base.ipv4(from, src, ttl).icmpv4(kind).write(&mut out, quote).unwrap();
+    } else {
+        let (src, dst) = (<[u8; 16]>::try_from(&ip[8..24]).unwrap(), <[u8; 16]>::try_from(&ip[24..40]).unwrap());
+        let mut from = dst;
+        if by_router {
+            from[15] = 0xfd;
+        }
+        let kind = etherparse::Icmpv6Type::DestinationUnreachable(etherparse::icmpv6::DestUnreachableCode::Port);
+        base.ipv6(from, src, ttl).icmpv6(kind).write(&mut out, quote).unwrap();
+    }
+    out
 }
 
 fn mutate(rng: &mut Rng, mut frame: Vec<u8>) -> Vec<u8> {

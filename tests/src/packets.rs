@@ -323,10 +323,37 @@ pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
                 }
             }
         }
+        Some(etherparse::TransportSlice::Icmpv4(icmp)) => {
+            if ones_complement_sum(icmp.slice(), 0) != 0xffff {
+                return Err(format!("ICMP checksum {:#06x}", icmp.checksum()));
+            }
+            // An error's quote starts with the IPv4 header of the packet it is about: its
+            // checksum must hold too (a quote rewritten is a header rewritten).
+            let error = matches!(icmp.type_u8(), 3 | 11 | 12);
+            if error && let Ok(quoted) = etherparse::Ipv4HeaderSlice::from_slice(icmp.payload()) {
+                let quoted = quoted.to_header();
+                if quoted.calc_header_checksum() != quoted.header_checksum {
+                    return Err(format!("quoted IPv4 checksum {:#06x}", quoted.header_checksum));
+                }
+            }
+        }
         _ => {}
     }
     let _ = payload;
     Ok(())
+}
+
+/// The 16-bit ones' complement sum of `bytes` (odd length padded with a zero byte) added to
+/// `start`, folded: 0xffff over a message and its checksum when the checksum holds.
+fn ones_complement_sum(bytes: &[u8], start: u32) -> u16 {
+    let mut sum = start;
+    for pair in bytes.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
 }
 
 /// The TCP or UDP checksum of an IPv6 packet (UDP without one, as GUE sends, passes).
@@ -349,6 +376,17 @@ fn verify_ipv6_checksums(
                 if want != h.checksum {
                     return Err(format!("UDP checksum {:#06x}, want {want:#06x}", h.checksum));
                 }
+            }
+        }
+        Some(etherparse::TransportSlice::Icmpv6(icmp)) => {
+            // The pseudo-header: both addresses, the message's length and next header 58.
+            let message = icmp.slice();
+            let mut pseudo = header.source.to_vec();
+            pseudo.extend_from_slice(&header.destination);
+            pseudo.extend_from_slice(&(message.len() as u32).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, 58]);
+            if ones_complement_sum(message, u32::from(ones_complement_sum(&pseudo, 0))) != 0xffff {
+                return Err(format!("ICMPv6 checksum {:#06x}", icmp.checksum()));
             }
         }
         _ => {}
