@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::conn::ConnCtx;
-use super::h2_ping::keep_alive;
+use super::h2_ping::{NoteReads, keep_alive};
 use super::h2_stream::serve_stream;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
@@ -45,6 +45,7 @@ where
     // is refused by the h2 crate itself.
     // The preface is a client's first bytes: one that does not send them within the head
     // timeout is a slow-loris, as an HTTP/1 client that does not send its head.
+    let (stream, heard) = NoteReads::new(stream);
     let handshake = tokio::select! {
         biased;
         r = tokio::time::timeout(opts.timeouts.client_header, b.handshake::<_, Bytes>(stream)) => r,
@@ -56,7 +57,7 @@ where
         Err(_) => return tracing::debug!(client = %client, "an h2 client sent no preface in time"),
     };
     // A silent peer is found by pings; one that stays silent is dropped.
-    let pinging = keep_alive(conn.ping_pong(), opts.timeouts.idle, opts.timeouts.client_header);
+    let pinging = keep_alive(conn.ping_pong(), heard, opts.timeouts.idle, opts.timeouts.client_header);
     // Made once, not at every turn of the loop: each registers with its signal's waiters.
     let (stop, force) = (tasks.stop.raised(), tasks.force.raised());
     tokio::pin!(pinging, stop, force);
