@@ -2,7 +2,6 @@
 //! response's head made ready for h2 and sent, its body streamed (`h2_send`).
 use std::future::{Future, poll_fn};
 use std::pin::pin;
-use std::sync::Arc;
 use std::task::Poll;
 
 use ::h2::server::SendResponse;
@@ -17,14 +16,14 @@ use super::forward::handle;
 use super::h2_recv::InBody;
 use super::h2_send::send;
 
-pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>, ctx: Arc<ConnCtx>) {
+pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>, ctx: &ConnCtx) {
     let (mut parts, body) = req.into_parts();
     let fields = std::mem::take(&mut parts.headers);
     let Some(body) = InBody::of(body, &parts.method, &fields) else {
         tracing::debug!("an h2 CONNECT declared a body: reset");
         return respond.send_reset(Reason::INTERNAL_ERROR);
     };
-    let mut handling = pin!(handle(RequestLine::of(parts), fields, body, &ctx));
+    let mut handling = pin!(handle(RequestLine::of(parts), fields, body, ctx));
     // Polled first: most answers come before a reset would. While the backend is awaited, a
     // client's RST_STREAM ends the exchange: the request is dropped, and its backend
     // connection with it, rather than kept until the backend answers to no one.
@@ -60,7 +59,7 @@ pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: Se
         resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     strip_connection_fields(resp.headers_mut());
-    send(resp, respond, &ctx).await;
+    send(resp, respond, ctx).await;
 }
 
 /// Removes the fields h2 forbids (RFC 9113 §8.2.2), which the h2 crate would refuse to send
