@@ -44,25 +44,22 @@ impl ProxyBody {
         }
     }
 
-    /// A backend's body whose bytes are all in already, as a whole one: its backend
+    /// A backend's body whose bytes are all in already, made a whole one: its backend
     /// connection goes back to the pool at once, even while an h2 client is slow to take the
     /// bytes (`h2_send` frees backends held by clients that stopped reading; this holds none).
-    pub(crate) fn whole_if_buffered(self) -> ProxyBody {
-        match self {
-            ProxyBody::Upstream(mut u) if u.inner.buffered_whole() => {
-                // Ready at once: the bytes are in the buffer, nothing is read (so no waker is
-                // kept). Taking the last frame gives the connection back (`finish`).
-                let mut cx = Context::from_waker(std::task::Waker::noop());
-                match Pin::new(&mut u).poll_frame(&mut cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        debug_assert!(u.inner.is_end_stream(), "a buffered body's one frame is all of it");
-                        ProxyBody::Full(frame.into_data().ok())
-                    }
-                    // Not reached (a length's frame, buffered): the body as it is now.
-                    _ => ProxyBody::Upstream(u),
-                }
-            }
-            other => other,
+    /// In place: the response that holds the body is not moved for it.
+    pub(crate) fn make_whole_if_buffered(&mut self) {
+        let ProxyBody::Upstream(u) = self else { return };
+        if !u.inner.buffered_whole() {
+            return;
+        }
+        // Ready at once: the bytes are in the buffer, nothing is read (so no waker is kept).
+        // Taking the last frame gives the connection back (`finish`).
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // Not reached otherwise (a length's frame, buffered): the body stays as it is.
+        if let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut *u).poll_frame(&mut cx) {
+            debug_assert!(u.inner.is_end_stream(), "a buffered body's one frame is all of it");
+            *self = ProxyBody::Full(frame.into_data().ok());
         }
     }
 

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, header};
 use http_body::Body;
 
-use super::body::{ProxyBody, backend_fields_into_map};
+use super::body::backend_fields_into_map;
 use super::conn::{ConnCtx, RequestLine};
 use super::forward::handle;
 use super::h2_recv::InBody;
@@ -37,10 +37,13 @@ pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: Se
     };
     // What the backend's head carries, noted as it was parsed: spares lookups in the map.
     let noted = resp.body().raw_fields().map(|f| f.present());
+    // A head of the backend's own fields alone, which come without the hop-by-hop ones
+    // (`backend_fields_into_map`): none of the fields h2 forbids is there to look for.
+    let backend_only = noted.is_some() && resp.headers().is_empty();
     // The h2 crate writes the head from the map (made while the backend's connection, which
     // holds the fields, is still the response's).
     backend_fields_into_map(&mut resp, false);
-    let mut resp = resp.map(ProxyBody::whole_if_buffered);
+    resp.body_mut().make_whole_if_buffered();
     let h = resp.headers_mut();
     if !noted.is_some_and(|p| p.date)
         && !h.contains_key(header::DATE)
@@ -58,7 +61,9 @@ pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: Se
     {
         resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
-    strip_connection_fields(resp.headers_mut());
+    if !backend_only {
+        strip_connection_fields(resp.headers_mut());
+    }
     send(resp, respond, ctx).await;
 }
 
