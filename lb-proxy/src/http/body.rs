@@ -81,9 +81,14 @@ pub(crate) const ROOM_AFTER: usize = 2;
 /// for what needs them there (h2 clients, rules that set or remove fields, the access log);
 /// hop-by-hop fields stay out unless `hop_by_hop` (before `prepare_response` has run).
 pub(crate) fn backend_fields_into_map(resp: &mut http::Response<ProxyBody>, hop_by_hop: bool) {
+    if resp.body().raw_fields().is_none() {
+        return;
+    }
     let added = resp.headers().len();
+    // An empty map is filled (the request's, left with its room: `finish_response`).
+    let into = if added == 0 { std::mem::take(resp.headers_mut()) } else { http::HeaderMap::new() };
     let ProxyBody::Upstream(u) = resp.body_mut() else { return };
-    let Some(map) = u.inner.take_fields(hop_by_hop, added + ROOM_AFTER) else { return };
+    let Some(map) = u.inner.take_fields(hop_by_hop, into, added + ROOM_AFTER) else { return };
     // The names and values were checked as the head was parsed: none fails here.
     let mut map = map.unwrap_or_default();
     if added == 0 {
