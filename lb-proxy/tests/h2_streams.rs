@@ -1,11 +1,18 @@
 //! h2 clients as the h2 crate's own client sees the proxy: a stream reset while its backend
-//! is awaited, a connection whose client answers no ping, CONNECT, a declared body length.
+//! is awaited, a connection whose client answers no ping, a busy one that is not pinged,
+//! CONNECT, a declared body length.
 mod common;
 
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 async fn h2_client(p: &TestProxy) -> (h2::client::SendRequest<Bytes>, h2::client::Connection<TcpStream, Bytes>) {
@@ -70,6 +77,84 @@ async fn a_client_that_answers_no_ping_is_closed_and_one_that_does_is_kept() {
     let mut send = send.ready().await.unwrap();
     let (resp, _) = send.send_request(get("/bytes/10"), true).unwrap();
     assert_eq!(tokio::time::timeout(LIMIT, resp).await.unwrap().unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn a_client_heard_from_is_not_pinged_and_a_quiet_one_is() {
+    let b = backends(1).await;
+    let mut spec = http_spec(&b);
+    spec.options.timeouts.idle = Duration::from_millis(300);
+    let p = proxy(spec).await;
+    let (io, pings) = CountPings::new(TcpStream::connect(p.addr).await.unwrap());
+    let (send, conn) = h2::client::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    // Requests one after another for several idle intervals: none of them is silent.
+    let busy_until = tokio::time::Instant::now() + Duration::from_millis(1500);
+    while tokio::time::Instant::now() < busy_until {
+        let (resp, _) = send.send_request(get("/bytes/10"), true).unwrap();
+        assert_eq!(tokio::time::timeout(LIMIT, resp).await.unwrap().unwrap().status(), 200);
+        send = send.ready().await.unwrap();
+    }
+    assert_eq!(pings.load(Relaxed), 0, "a client heard from in every interval was pinged");
+    // Quiet, it is pinged.
+    let pinged = async {
+        while pings.load(Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    assert!(tokio::time::timeout(LIMIT, pinged).await.is_ok(), "a quiet client was not pinged");
+}
+
+/// A client's socket that counts the PINGs the proxy sends it (frames of type 6 without the
+/// ACK flag), read from the bytes as they pass: the h2 crate answers them unseen.
+struct CountPings {
+    io: TcpStream,
+    /// Bytes read and not yet taken as whole frames.
+    pending: Vec<u8>,
+    pings: Arc<AtomicUsize>,
+}
+
+impl CountPings {
+    fn new(io: TcpStream) -> (Self, Arc<AtomicUsize>) {
+        let pings = Arc::new(AtomicUsize::new(0));
+        (CountPings { io, pending: Vec::new(), pings: pings.clone() }, pings)
+    }
+}
+
+impl AsyncRead for CountPings {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        let this = &mut *self;
+        this.pending.extend_from_slice(&buf.filled()[before..]);
+        // Each frame: a 9-byte header (length 3 bytes, type, flags, stream), then its payload.
+        while this.pending.len() >= 9 {
+            let len = u32::from_be_bytes([0, this.pending[0], this.pending[1], this.pending[2]]) as usize;
+            if this.pending.len() < 9 + len {
+                break;
+            }
+            if this.pending[3] == 6 && this.pending[4] & 1 == 0 {
+                this.pings.fetch_add(1, Relaxed);
+            }
+            this.pending.drain(..9 + len);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for CountPings {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 #[tokio::test]

@@ -44,25 +44,22 @@ impl ProxyBody {
         }
     }
 
-    /// A backend's body whose bytes are all in already, as a whole one: its backend
+    /// A backend's body whose bytes are all in already, made a whole one: its backend
     /// connection goes back to the pool at once, even while an h2 client is slow to take the
     /// bytes (`h2_send` frees backends held by clients that stopped reading; this holds none).
-    pub(crate) fn whole_if_buffered(self) -> ProxyBody {
-        match self {
-            ProxyBody::Upstream(mut u) if u.inner.buffered_whole() => {
-                // Ready at once: the bytes are in the buffer, nothing is read (so no waker is
-                // kept). Taking the last frame gives the connection back (`finish`).
-                let mut cx = Context::from_waker(std::task::Waker::noop());
-                match Pin::new(&mut u).poll_frame(&mut cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        debug_assert!(u.inner.is_end_stream(), "a buffered body's one frame is all of it");
-                        ProxyBody::Full(frame.into_data().ok())
-                    }
-                    // Not reached (a length's frame, buffered): the body as it is now.
-                    _ => ProxyBody::Upstream(u),
-                }
-            }
-            other => other,
+    /// In place: the response that holds the body is not moved for it.
+    pub(crate) fn make_whole_if_buffered(&mut self) {
+        let ProxyBody::Upstream(u) = self else { return };
+        if !u.inner.buffered_whole() {
+            return;
+        }
+        // Ready at once: the bytes are in the buffer, nothing is read (so no waker is kept).
+        // Taking the last frame gives the connection back (`finish`).
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // Not reached otherwise (a length's frame, buffered): the body stays as it is.
+        if let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut *u).poll_frame(&mut cx) {
+            debug_assert!(u.inner.is_end_stream(), "a buffered body's one frame is all of it");
+            *self = ProxyBody::Full(frame.into_data().ok());
         }
     }
 
@@ -84,9 +81,14 @@ pub(crate) const ROOM_AFTER: usize = 2;
 /// for what needs them there (h2 clients, rules that set or remove fields, the access log);
 /// hop-by-hop fields stay out unless `hop_by_hop` (before `prepare_response` has run).
 pub(crate) fn backend_fields_into_map(resp: &mut http::Response<ProxyBody>, hop_by_hop: bool) {
+    if resp.body().raw_fields().is_none() {
+        return;
+    }
     let added = resp.headers().len();
+    // An empty map is filled (the request's, left with its room: `finish_response`).
+    let into = if added == 0 { std::mem::take(resp.headers_mut()) } else { http::HeaderMap::new() };
     let ProxyBody::Upstream(u) = resp.body_mut() else { return };
-    let Some(map) = u.inner.take_fields(hop_by_hop, added + ROOM_AFTER) else { return };
+    let Some(map) = u.inner.take_fields(hop_by_hop, into, added + ROOM_AFTER) else { return };
     // The names and values were checked as the head was parsed: none fails here.
     let mut map = map.unwrap_or_default();
     if added == 0 {

@@ -57,15 +57,17 @@ fn recycle(mut ranges: Vec<FieldRange>) {
     });
 }
 
-/// A map of the fields at `ranges` in `head` whose (lower-case) names `keep` takes, with room
-/// for `room` more.
+/// `into` (an empty map) filled with the fields at `ranges` in `head` whose (lower-case) names
+/// `keep` takes, with room for `room` more.
 fn map_of(
     head: &Bytes,
     ranges: &[FieldRange],
+    mut headers: HeaderMap,
     room: usize,
     keep: impl Fn(&[u8]) -> bool,
 ) -> Result<HeaderMap, &'static str> {
-    let mut headers = HeaderMap::with_capacity(ranges.len() + room);
+    // Allocates only when the map has not the room already (a new one has none).
+    headers.reserve(ranges.len() + room);
     for &[a, b, c, d] in ranges {
         let name = &head[a as usize..b as usize];
         if !keep(name) {
@@ -181,11 +183,25 @@ pub(crate) trait EditFields: Fields {
 
     /// The first value of `name`, as a value of its own (sharing the head's bytes).
     fn first_owned(&self, name: &HeaderName) -> Option<HeaderValue>;
+
+    /// These fields' map once the request is sent, emptied for its response's fields to fill
+    /// (its room kept, no map to make); None for fields that are no map.
+    fn into_spare_map(self) -> Option<HeaderMap>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 impl EditFields for HeaderMap {
     fn remove(&mut self, name: &HeaderName) {
         HeaderMap::remove(self, name);
+    }
+
+    fn into_spare_map(mut self) -> Option<HeaderMap> {
+        self.clear();
+        Some(self)
     }
 
     fn remove_named(&mut self, name: &str) {
@@ -399,11 +415,13 @@ impl RawFields {
         self.present
     }
 
-    /// The map of these fields, less the hop-by-hop ones unless `hop_by_hop`, with room for
-    /// `room` fields more. Its values share one copy of the head.
-    pub(crate) fn to_map(&self, hop_by_hop: bool, room: usize) -> Result<HeaderMap, &'static str> {
+    /// These fields in `into` (an empty map), less the hop-by-hop ones unless `hop_by_hop`,
+    /// with room for `room` fields more. Its values share one copy of the head.
+    pub(crate) fn to_map(&self, hop_by_hop: bool, into: HeaderMap, room: usize) -> Result<HeaderMap, &'static str> {
         let head = shared_copy(&self.head);
-        map_of(&head, &self.ranges, room, |name| hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none())
+        map_of(&head, &self.ranges, into, room, |name| {
+            hop_by_hop || crate::http::headers::hop_by_hop_name(name).is_none()
+        })
     }
 }
 

@@ -108,7 +108,7 @@ async fn forward<B: IncomingBody, F: EditFields>(
         _ = upload.backend_stopped_reading(opts.timeouts.body) => Err(UpstreamError::RequestTimeout),
     };
     match result {
-        Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, target.sticky, ctx),
+        Ok((resp, in_flight)) => finish_response(resp, in_flight, upgrade, target.sticky, ctx, fields.into_spare_map()),
         Err(e) => {
             tracing::debug!(vip = %spec.name, client = %ctx.client, error = %e, "request failed");
             match (e.source(), &e) {
@@ -347,7 +347,7 @@ async fn send(
 
 /// A backend response's fields, hop-by-hop ones included, into its (still empty) map.
 fn fields_into_map(resp: &mut Response<ResponseBody>) {
-    if let Some(map) = resp.body_mut().take_fields(true, ROOM_AFTER) {
+    if let Some(map) = resp.body_mut().take_fields(true, http::HeaderMap::new(), ROOM_AFTER) {
         // The names and values were checked as the head was parsed: none fails here.
         *resp.headers_mut() = map.unwrap_or_default();
     }
@@ -359,6 +359,7 @@ fn finish_response(
     upgrade: bool,
     asked_for: Option<u32>,
     ctx: &ConnCtx,
+    spare: Option<http::HeaderMap>,
 ) -> Response<ProxyBody> {
     let mut resp = resp;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS && upgrade {
@@ -375,6 +376,13 @@ fn finish_response(
         fields_into_map(&mut resp);
     }
     let (mut parts, body) = resp.into_parts();
+    // The request's map, emptied, for the fields a map is made of later (an h2 client's, or
+    // rules'): a map it spares making, and the request's freeing.
+    if let Some(spare) = spare
+        && parts.headers.is_empty()
+    {
+        parts.headers = spare;
+    }
     headers::prepare_response(&mut parts, false);
     // A client whose cookie does not name the backend that answered is given one that does.
     let token = in_flight.active.0.sticky_token;

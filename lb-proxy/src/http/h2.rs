@@ -1,17 +1,22 @@
 //! Serving an h2 client connection (ALPN h2, or h2c with prior knowledge) with the h2 crate:
 //! below `server` (which serves TLS connections that chose h2) and `h1` (which hands on a
 //! plain connection that opens with the h2 preface). hyper's h2 server did this before; the
-//! h2 crate served directly takes fewer instructions a request (docs/benchmarks.md). Each
-//! stream is a task of its own (`h2_stream`); this drives the connection.
+//! h2 crate served directly takes fewer instructions a request (docs/benchmarks.md). This
+//! drives the connection and its streams (`h2_stream`), in the connection's own task.
+use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use ::h2::Reason;
 use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::conn::ConnCtx;
-use super::h2_ping::keep_alive;
+use super::h2_ping::{NoteReads, keep_alive};
 use super::h2_stream::serve_stream;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
@@ -32,7 +37,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let opts = &vip.spec.options;
-    let ctx = Arc::new(ConnCtx::new(vip, client, https));
+    let ctx = ConnCtx::new(vip, client, https);
     let mut b = ::h2::server::Builder::new();
     b.initial_window_size(WINDOW)
         .initial_connection_window_size(WINDOW)
@@ -45,6 +50,7 @@ where
     // is refused by the h2 crate itself.
     // The preface is a client's first bytes: one that does not send them within the head
     // timeout is a slow-loris, as an HTTP/1 client that does not send its head.
+    let (stream, heard) = NoteReads::new(stream);
     let handshake = tokio::select! {
         biased;
         r = tokio::time::timeout(opts.timeouts.client_header, b.handshake::<_, Bytes>(stream)) => r,
@@ -56,14 +62,20 @@ where
         Err(_) => return tracing::debug!(client = %client, "an h2 client sent no preface in time"),
     };
     // A silent peer is found by pings; one that stays silent is dropped.
-    let pinging = keep_alive(conn.ping_pong(), opts.timeouts.idle, opts.timeouts.client_header);
+    let pinging = keep_alive(conn.ping_pong(), heard, opts.timeouts.idle, opts.timeouts.client_header);
     // Made once, not at every turn of the loop: each registers with its signal's waiters.
     let (stop, force) = (tasks.stop.raised(), tasks.force.raised());
     tokio::pin!(pinging, stop, force);
     let mut stopping = false;
+    // The streams, polled here (each only when woken) rather than each in a task of its own:
+    // no spawn, no task's state changes or wake-ups across tasks, no shared count on the
+    // context (docs/benchmarks.md).
+    let mut streams = FuturesUnordered::new();
     loop {
         let next = tokio::select! {
             biased;
+            // The streams first: what they send is written by the connection's poll below.
+            Some(()) = streams.next(), if !streams.is_empty() => continue,
             r = conn.accept() => r,
             () = stop.as_mut(), if !stopping => {
                 // GOAWAY: the streams open go on, no new one is taken.
@@ -82,14 +94,24 @@ where
             }
         };
         match next {
-            Some(Ok((req, respond))) => {
-                // Boxed: tokio moves a future several times on its way into its task's cell;
-                // a pointer is cheaper to move than a request's whole state machine.
-                tokio::spawn(Box::pin(serve_stream(req, respond, ctx.clone())));
-            }
+            // Boxed: a pointer is cheaper to move into the set than a request's state machine.
+            Some(Ok((req, respond))) => streams.push(Isolated(Box::pin(serve_stream(req, respond, &ctx)))),
             Some(Err(e)) => return log_end(e),
             None => return,
         }
+    }
+}
+
+/// A stream whose fault (a panic) ends that stream alone, as a task of its own would: its
+/// handles are dropped, which resets it, and the connection's other streams go on.
+struct Isolated<F>(Pin<Box<F>>);
+
+impl<F: Future<Output = ()>> Future for Isolated<F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // The panic was reported by the panic hook already.
+        catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))).unwrap_or(Poll::Ready(()))
     }
 }
 
@@ -100,4 +122,16 @@ async fn closed<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut ::h2::server::Conn
 
 fn log_end(e: ::h2::Error) {
     tracing::debug!(error = %e, "client connection ended with an error");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_that_panics_ends_alone() {
+        let mut stream = Isolated(Box::pin(async { panic!("a fault in one stream's code") }));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert_eq!(Pin::new(&mut stream).poll(&mut cx), Poll::Ready(()));
+    }
 }

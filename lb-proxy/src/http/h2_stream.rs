@@ -2,7 +2,6 @@
 //! response's head made ready for h2 and sent, its body streamed (`h2_send`).
 use std::future::{Future, poll_fn};
 use std::pin::pin;
-use std::sync::Arc;
 use std::task::Poll;
 
 use ::h2::server::SendResponse;
@@ -11,20 +10,20 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, header};
 use http_body::Body;
 
-use super::body::{ProxyBody, backend_fields_into_map};
+use super::body::backend_fields_into_map;
 use super::conn::{ConnCtx, RequestLine};
 use super::forward::handle;
 use super::h2_recv::InBody;
 use super::h2_send::send;
 
-pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>, ctx: Arc<ConnCtx>) {
+pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>, ctx: &ConnCtx) {
     let (mut parts, body) = req.into_parts();
     let fields = std::mem::take(&mut parts.headers);
     let Some(body) = InBody::of(body, &parts.method, &fields) else {
         tracing::debug!("an h2 CONNECT declared a body: reset");
         return respond.send_reset(Reason::INTERNAL_ERROR);
     };
-    let mut handling = pin!(handle(RequestLine::of(parts), fields, body, &ctx));
+    let mut handling = pin!(handle(RequestLine::of(parts), fields, body, ctx));
     // Polled first: most answers come before a reset would. While the backend is awaited, a
     // client's RST_STREAM ends the exchange: the request is dropped, and its backend
     // connection with it, rather than kept until the backend answers to no one.
@@ -38,10 +37,13 @@ pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: Se
     };
     // What the backend's head carries, noted as it was parsed: spares lookups in the map.
     let noted = resp.body().raw_fields().map(|f| f.present());
+    // A head of the backend's own fields alone, which come without the hop-by-hop ones
+    // (`backend_fields_into_map`): none of the fields h2 forbids is there to look for.
+    let backend_only = noted.is_some() && resp.headers().is_empty();
     // The h2 crate writes the head from the map (made while the backend's connection, which
     // holds the fields, is still the response's).
     backend_fields_into_map(&mut resp, false);
-    let mut resp = resp.map(ProxyBody::whole_if_buffered);
+    resp.body_mut().make_whole_if_buffered();
     let h = resp.headers_mut();
     if !noted.is_some_and(|p| p.date)
         && !h.contains_key(header::DATE)
@@ -59,8 +61,10 @@ pub(crate) async fn serve_stream(req: http::Request<RecvStream>, mut respond: Se
     {
         resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
-    strip_connection_fields(resp.headers_mut());
-    send(resp, respond, &ctx).await;
+    if !backend_only {
+        strip_connection_fields(resp.headers_mut());
+    }
+    send(resp, respond, ctx).await;
 }
 
 /// Removes the fields h2 forbids (RFC 9113 §8.2.2), which the h2 crate would refuse to send

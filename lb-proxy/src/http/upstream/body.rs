@@ -48,10 +48,15 @@ impl ResponseBody {
         self.conn.as_ref().filter(|_| self.raw_fields).map(|c| &c.fields)
     }
 
-    /// The map of the response's fields, once, with room for `room` more: see
+    /// The response's fields, once, in `into` (an empty map) with room for `room` more: see
     /// `RawFields::to_map`.
-    pub(crate) fn take_fields(&mut self, hop_by_hop: bool, room: usize) -> Option<Result<HeaderMap, &'static str>> {
-        let map = self.raw_fields().map(|f| f.to_map(hop_by_hop, room));
+    pub(crate) fn take_fields(
+        &mut self,
+        hop_by_hop: bool,
+        into: HeaderMap,
+        room: usize,
+    ) -> Option<Result<HeaderMap, &'static str>> {
+        let map = self.raw_fields().map(|f| f.to_map(hop_by_hop, into, room));
         self.raw_fields = false;
         map
     }
