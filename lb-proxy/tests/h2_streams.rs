@@ -1,6 +1,6 @@
 //! h2 clients as the h2 crate's own client sees the proxy: a stream reset while its backend
 //! is awaited, a connection whose client answers no ping, a busy one that is not pinged,
-//! CONNECT, a declared body length.
+//! CONNECT, a declared body length, a graceful stop with a stream open.
 mod common;
 
 use std::io;
@@ -230,4 +230,30 @@ async fn an_h2_client_that_sends_no_preface_is_closed_after_the_head_timeout() {
     let mut out = Vec::new();
     let closed = tokio::time::timeout(LIMIT, s.read_to_end(&mut out)).await;
     assert!(closed.is_ok(), "the proxy closed the connection");
+}
+
+#[tokio::test]
+async fn a_graceful_stop_lets_the_open_stream_finish() {
+    let b = backends(1).await;
+    let p = proxy(http_spec(&b)).await;
+    let (mut send, conn) = h2_client(&p).await;
+    tokio::spawn(conn);
+    let (resp, _) = send.send_request(get("/slow/500"), true).unwrap();
+    assert!(active_becomes(&p, 1).await, "the request reached its backend");
+    let handle = p.handle.clone();
+    let stopping = tokio::spawn(async move { handle.shutdown(Duration::from_secs(10)).await });
+    // The stream open when the stop came (the connection's task polls it, not a task of its
+    // own) is answered in full before the connection closes.
+    let resp = tokio::time::timeout(LIMIT, resp).await.unwrap().expect("the open stream is answered");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(LIMIT, body.data()).await.unwrap() {
+        let chunk = chunk.expect("the body comes whole");
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(got, b"slow");
+    tokio::time::timeout(LIMIT, stopping).await.unwrap().unwrap();
+    assert!(p.handle.stats().is_empty());
 }
