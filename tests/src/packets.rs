@@ -1,5 +1,6 @@
 //! Test frames, built with etherparse: every checksum in an expected frame is computed from
 //! scratch, never carried over from the program's output.
+use etherparse::checksum::Sum16BitWords;
 use etherparse::{
     Ethernet2Header, IpHeaders, IpNumber, Ipv4Header, PacketBuilder, PacketBuilderStep, TcpHeader, UdpHeader, VlanId,
 };
@@ -324,7 +325,8 @@ pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
             }
         }
         Some(etherparse::TransportSlice::Icmpv4(icmp)) => {
-            if ones_complement_sum(icmp.slice(), 0) != 0xffff {
+            // Over the message, its checksum included, a sum that holds complements to 0.
+            if Sum16BitWords::new().add_slice(icmp.slice()).ones_complement() != 0 {
                 return Err(format!("ICMP checksum {:#06x}", icmp.checksum()));
             }
             // An error's quote starts with the IPv4 header of the packet it is about: its
@@ -341,19 +343,6 @@ pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
     }
     let _ = payload;
     Ok(())
-}
-
-/// The 16-bit ones' complement sum of `bytes` (odd length padded with a zero byte) added to
-/// `start`, folded: 0xffff over a message and its checksum when the checksum holds.
-fn ones_complement_sum(bytes: &[u8], start: u32) -> u16 {
-    let mut sum = start;
-    for pair in bytes.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
 }
 
 /// The TCP or UDP checksum of an IPv6 packet (UDP without one, as GUE sends, passes).
@@ -379,17 +368,59 @@ fn verify_ipv6_checksums(
             }
         }
         Some(etherparse::TransportSlice::Icmpv6(icmp)) => {
-            // The pseudo-header: both addresses, the message's length and next header 58.
+            // Over the pseudo-header (both addresses, the message's length, next header 58)
+            // and the message, its checksum included, a sum that holds complements to 0.
             let message = icmp.slice();
-            let mut pseudo = header.source.to_vec();
-            pseudo.extend_from_slice(&header.destination);
-            pseudo.extend_from_slice(&(message.len() as u32).to_be_bytes());
-            pseudo.extend_from_slice(&[0, 0, 0, 58]);
-            if ones_complement_sum(message, u32::from(ones_complement_sum(&pseudo, 0))) != 0xffff {
+            let sum = Sum16BitWords::new()
+                .add_16bytes(header.source)
+                .add_16bytes(header.destination)
+                .add_4bytes((message.len() as u32).to_be_bytes())
+                .add_4bytes([0, 0, 0, 58])
+                .add_slice(message);
+            if sum.ones_complement() != 0 {
                 return Err(format!("ICMPv6 checksum {:#06x}", icmp.checksum()));
             }
         }
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn icmp_checksums_are_checked_both_families() {
+        let quoted = Frame::tcp([192, 0, 2, 7], 40000, [198, 51, 100, 11], 8080);
+        let unreachable =
+            etherparse::Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::Port);
+        let mut v4 = icmp_error(
+            ([2, 0, 0, 0, 0, 11], [2, 0, 0, 0, 0, 1]),
+            ([198, 51, 100, 11], [192, 0, 2, 7], 64),
+            unreachable,
+            &quoted,
+        );
+        assert_eq!(verify_checksums(&v4), Ok(()));
+        // A quoted byte changed, the ICMP checksum not.
+        let last = v4.len() - 5;
+        v4[last] ^= 1;
+        assert!(verify_checksums(&v4).unwrap_err().starts_with("ICMP checksum"));
+
+        let (src, dst) = (
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11],
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7],
+        );
+        let kind = etherparse::Icmpv6Type::DestinationUnreachable(etherparse::icmpv6::DestUnreachableCode::Port);
+        let mut v6 = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 11], [2, 0, 0, 0, 0, 1])
+            .ipv6(src, dst, 64)
+            .icmpv6(kind)
+            .write(&mut v6, &[0x60, 0, 0, 0, 0, 8, 6, 64])
+            .unwrap();
+        assert_eq!(verify_checksums(&v6), Ok(()));
+        // The destination address changed (the pseudo-header), the checksum not.
+        v6[14 + 39] ^= 1;
+        assert!(verify_checksums(&v6).unwrap_err().starts_with("ICMPv6 checksum"));
+    }
 }
