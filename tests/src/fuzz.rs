@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use crate::fixture::{B_FAR, CLIENT, CLIENT2, Vip};
 use crate::fixture6::{CLIENT6, Frame6, Vip6};
 use crate::golden::{hex, is_verdict};
-use crate::packets::{Frame, L4, verify_checksums};
+use crate::packets::{Frame, L4, icmp4, icmp6, verify_checksums};
 use crate::testrun::{action_name, run_xdp};
 
 /// BPF_PROG_TEST_RUN refuses XDP frames shorter than an Ethernet header.
@@ -295,19 +295,17 @@ fn frame(rng: &mut Rng, targets: &Targets) -> Vec<u8> {
 /// IP packet: a client's to a backend, or a VIP's reply to a client), from its destination or
 /// from a router, back to its source, quoting 28 or 48 bytes of it or all of it.
 fn icmp_error_about(rng: &mut Rng, sent: &[u8], vlan: Option<u16>) -> Vec<u8> {
-    use etherparse::PacketBuilder;
     let l3 = if vlan.is_some() { 18 } else { 14 };
     let ip = &sent[l3..];
     let quote = &ip[..rng.pick(&[28, 48, ip.len()]).min(ip.len())];
     let ttl = rng.pick(&[1, 64]);
     let by_router = rng.below(2) == 0;
-    let mut out = Vec::new();
-    let base = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x11], [2, 0, 0, 0, 0, 1]);
+    let macs = ([2, 0, 0, 0, 0, 0x11], [2, 0, 0, 0, 0, 1]);
     if ip[0] >> 4 == 4 {
         let (src, dst) = (<[u8; 4]>::try_from(&ip[12..16]).unwrap(), <[u8; 4]>::try_from(&ip[16..20]).unwrap());
         let from = if by_router { [198, 51, 100, 254] } else { dst };
         let kind = etherparse::Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::Port);
-        base.ipv4(from, src, ttl).icmpv4(kind).write(&mut out, quote).unwrap();
+        icmp4(macs, (from, src, ttl), kind, quote)
     } else {
         let (src, dst) = (<[u8; 16]>::try_from(&ip[8..24]).unwrap(), <[u8; 16]>::try_from(&ip[24..40]).unwrap());
         let mut from = dst;
@@ -315,9 +313,8 @@ fn icmp_error_about(rng: &mut Rng, sent: &[u8], vlan: Option<u16>) -> Vec<u8> {
             from[15] = 0xfd;
         }
         let kind = etherparse::Icmpv6Type::DestinationUnreachable(etherparse::icmpv6::DestUnreachableCode::Port);
-        base.ipv6(from, src, ttl).icmpv6(kind).write(&mut out, quote).unwrap();
+        icmp6(macs, from, src, ttl, kind, quote)
     }
-    out
 }
 
 fn mutate(rng: &mut Rng, mut frame: Vec<u8>) -> Vec<u8> {

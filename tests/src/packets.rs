@@ -275,7 +275,17 @@ pub fn icmp_error_quoting(
 ) -> Vec<u8> {
     let bytes = quoted.bytes();
     let l3 = quoted.l3_offset();
-    let quote = &bytes[l3..l3 + quote_len];
+    icmp4(macs, (from, to, ttl), kind, &bytes[l3..l3 + quote_len])
+}
+
+/// An ICMP message of `kind` sent `from → to` with `ttl`, quoting `quote` (the first bytes of
+/// an IP datagram), behind `macs`.
+pub fn icmp4(
+    macs: (Mac, Mac),
+    (from, to, ttl): ([u8; 4], [u8; 4], u8),
+    kind: etherparse::Icmpv4Type,
+    quote: &[u8],
+) -> Vec<u8> {
     let icmp = etherparse::Icmpv4Header::with_checksum(kind, quote);
     let mut ip = Ipv4Header::new((icmp.header_len() + quote.len()) as u16, ttl, IpNumber::ICMP, from, to).unwrap();
     ip.header_checksum = ip.calc_header_checksum();
@@ -284,6 +294,20 @@ pub fn icmp_error_quoting(
     out.extend_from_slice(&ip.to_bytes());
     out.extend_from_slice(&icmp.to_bytes());
     out.extend_from_slice(quote);
+    out
+}
+
+/// An ICMPv6 message of `kind` from `from` to `to`, quoting `quote`, behind `macs`.
+pub fn icmp6(
+    macs: (Mac, Mac),
+    from: [u8; 16],
+    to: [u8; 16],
+    hop_limit: u8,
+    kind: etherparse::Icmpv6Type,
+    quote: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(macs.0, macs.1).ipv6(from, to, hop_limit).icmpv6(kind).write(&mut out, quote).unwrap();
     out
 }
 
@@ -412,12 +436,8 @@ mod tests {
             [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7],
         );
         let kind = etherparse::Icmpv6Type::DestinationUnreachable(etherparse::icmpv6::DestUnreachableCode::Port);
-        let mut v6 = Vec::new();
-        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 11], [2, 0, 0, 0, 0, 1])
-            .ipv6(src, dst, 64)
-            .icmpv6(kind)
-            .write(&mut v6, &[0x60, 0, 0, 0, 0, 8, 6, 64])
-            .unwrap();
+        let mut v6 =
+            icmp6(([2, 0, 0, 0, 0, 11], [2, 0, 0, 0, 0, 1]), src, dst, 64, kind, &[0x60, 0, 0, 0, 0, 8, 6, 64]);
         assert_eq!(verify_checksums(&v6), Ok(()));
         // The destination address changed (the pseudo-header), the checksum not.
         v6[14 + 39] ^= 1;

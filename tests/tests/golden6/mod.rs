@@ -5,9 +5,10 @@ pub mod icmp;
 pub mod nat;
 pub mod not_vip;
 
-use etherparse::{Icmpv6Type, PacketBuilder};
+use etherparse::Icmpv6Type;
 use lb_tests::fixture6::{CLIENT6, Frame6, vip6};
-use lb_tests::packets::{L4, Mac};
+use lb_tests::packets::L4;
+pub use lb_tests::packets::icmp6;
 
 /// The NAT66 VIP (TCP port 80, UDP port 53).
 pub const VIP_NAT: [u8; 16] = vip6(0x10);
@@ -30,13 +31,6 @@ pub fn octets6(addr: std::net::IpAddr) -> [u8; 16] {
         std::net::IpAddr::V6(a) => a.octets(),
         std::net::IpAddr::V4(_) => panic!("an IPv6 address was expected"),
     }
-}
-
-/// An ICMPv6 message of `kind` from `from` to `to`, quoting `quote`, behind `macs`.
-pub fn icmp6(macs: (Mac, Mac), from: [u8; 16], to: [u8; 16], hop_limit: u8, kind: Icmpv6Type, quote: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    PacketBuilder::ethernet2(macs.0, macs.1).ipv6(from, to, hop_limit).icmpv6(kind).write(&mut out, quote).unwrap();
-    out
 }
 
 /// The answer to an IPv6 packet too big for its next hop: ICMPv6 "packet too big" (MTU `mtu`)
