@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use http::{Method, Response, Uri};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 pub(crate) use crate::error::BackendFault;
 pub(crate) use body::ResponseBody;
@@ -176,7 +176,7 @@ where
             Next::Backend(Ok(0)) => return Err(BackendFault::Closed),
             Next::Backend(Err(e)) => return Err(BackendFault::Io(e)),
             Next::Backend(Ok(_)) => {
-                if conn.buf.len() >= MAX_RESPONSE_HEAD || final_response_begun(&mut conn.buf) {
+                if answer_begun(&mut conn.buf) {
                     return Ok(false);
                 }
             }
@@ -198,19 +198,59 @@ where
                 if data.is_empty() {
                     continue;
                 }
-                if chunked {
-                    conn.out.clear();
-                    conn.out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                    conn.write_out().await.map_err(BackendFault::Io)?;
-                    conn.stream.write_all(&data).await.map_err(BackendFault::Io)?;
-                    conn.stream.write_all(b"\r\n").await.map_err(BackendFault::Io)?;
+                let sent = if chunked {
+                    let size = format!("{:x}\r\n", data.len());
+                    write_until_answered(conn, &[size.as_bytes(), &data, b"\r\n"]).await?
                 } else {
-                    conn.stream.write_all(&data).await.map_err(BackendFault::Io)?;
+                    write_until_answered(conn, &[&data]).await?
+                };
+                if !sent {
+                    return Ok(false);
                 }
-                conn.stream.flush().await.map_err(BackendFault::Io)?;
             }
         }
     }
+}
+
+/// Writes `parts` of the request body and flushes them: true once written, false when the
+/// backend's answer began first. A backend that answers early (413) may stop reading: a write
+/// that waits on its full socket would then wait for ever, so the answer is listened for
+/// while the write waits, not only between writes.
+async fn write_until_answered(conn: &mut Conn, parts: &[&[u8]]) -> Result<bool, BackendFault> {
+    let (mut part, mut at) = (0, 0);
+    std::future::poll_fn(|cx| {
+        loop {
+            match conn.poll_fill(cx) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(BackendFault::Closed)),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(BackendFault::Io(e))),
+                Poll::Ready(Ok(_)) if answer_begun(&mut conn.buf) => return Poll::Ready(Ok(false)),
+                Poll::Ready(Ok(_)) => continue,
+                Poll::Pending => {}
+            }
+            let Some(bytes) = parts.get(part) else {
+                return std::pin::Pin::new(&mut conn.stream)
+                    .poll_flush(cx)
+                    .map(|r| r.map(|()| true).map_err(BackendFault::Io));
+            };
+            if at == bytes.len() {
+                (part, at) = (part + 1, 0);
+                continue;
+            }
+            match std::pin::Pin::new(&mut conn.stream).poll_write(cx, &bytes[at..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(BackendFault::Io(io::ErrorKind::WriteZero.into()))),
+                Poll::Ready(Ok(n)) => at += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(BackendFault::Io(e))),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    })
+    .await
+}
+
+/// Whether what the backend sent while the request body was going out is (the start of) its
+/// answer, not only interim responses.
+fn answer_begun(buf: &mut BytesMut) -> bool {
+    buf.len() >= MAX_RESPONSE_HEAD || final_response_begun(buf)
 }
 
 /// An interim response (100 Continue and the like), not the answer; 101 is a final one.
