@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::conn::ConnCtx;
 use super::h2_ping::{NoteReads, keep_alive};
 use super::h2_stream::serve_stream;
+use super::h2_writes::GatheredWrites;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
 
@@ -50,7 +51,8 @@ where
     // is refused by the h2 crate itself.
     // The preface is a client's first bytes: one that does not send them within the head
     // timeout is a slow-loris, as an HTTP/1 client that does not send its head.
-    let (stream, heard) = NoteReads::new(stream);
+    // Responses answered in one turn of the worker leave in one write (`h2_writes`).
+    let (stream, heard) = NoteReads::new(GatheredWrites::new(stream));
     let handshake = tokio::select! {
         biased;
         r = tokio::time::timeout(opts.timeouts.client_header, b.handshake::<_, Bytes>(stream)) => r,

@@ -13,6 +13,7 @@ mod h2_ping;
 mod h2_recv;
 mod h2_send;
 mod h2_stream;
+mod h2_writes;
 mod headers;
 mod idle;
 mod request_id;
