@@ -6,9 +6,19 @@ use anyhow::ensure;
 
 use crate::util::{cmd, is_root, target_dir};
 
-/// Debian packages of the proxy benchmark: the load generator and the peers.
-const PROXY_PACKAGES: &[&str] =
-    &["wrk", "nghttp2-client", "iperf3", "openssl", "nginx", "libnginx-mod-stream", "haproxy", "valgrind"];
+/// Debian packages of the proxy benchmark: the load generators, the peers and the counters
+/// (valgrind for `--instructions`, perf for `--syscalls`).
+const PROXY_PACKAGES: &[&str] = &[
+    "wrk",
+    "nghttp2-client",
+    "iperf3",
+    "openssl",
+    "nginx",
+    "libnginx-mod-stream",
+    "haproxy",
+    "valgrind",
+    "linux-perf",
+];
 /// Debian packages of the lab benchmark (and so of `all`): generators (trafgen, wrk, iperf3),
 /// nftables (the DNAT peer and the backends' counters) and the proxy peers.
 const LAB_PACKAGES: &[&str] = &[

@@ -60,8 +60,13 @@ enum Bench {
     /// lb-proxy against nginx and HAProxy with wrk, same backends, same run.
     Proxy {
         /// Count user-space instructions per request of each peer instead (callgrind).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "syscalls")]
         instructions: bool,
+        /// Also count each peer's system calls per request (perf stat on its processes; the
+        /// counter costs the peers a little on every call, so CPU figures of such a run are
+        /// not the ones to quote).
+        #[arg(long)]
+        syscalls: bool,
     },
     /// Established connections kept and broken under a spoofed-SYN flood with a backend added
     /// mid-flood: lb-ctl with 1 Ki and 256 Ki connection tables, and nftables DNAT (root).
@@ -135,8 +140,8 @@ fn main() -> anyhow::Result<()> {
         Bench::Flows { katran, against, profile, in_blocks } => {
             bench::flows::run(katran.as_deref(), against.as_deref(), profile, in_blocks).map(drop)
         }
-        Bench::Proxy { instructions: true } => bench::proxy::instructions::run(),
-        Bench::Proxy { instructions: false } => bench::proxy::run().map(drop),
+        Bench::Proxy { instructions: true, .. } => bench::proxy::instructions::run(),
+        Bench::Proxy { instructions: false, syscalls } => bench::proxy::run_counting(syscalls).map(drop),
         Bench::Control => bench::control::run(),
         Bench::Cluster { repetitions } => bench::cluster::run(repetitions.max(1)),
         Bench::Fleet => bench::fleet::run(),

@@ -26,6 +26,7 @@ mod configs;
 pub mod frontend;
 pub mod instructions;
 mod loads;
+mod syscalls;
 mod wrk;
 
 /// Worker threads/processes for each proxy (and the generators' threads).
@@ -266,6 +267,12 @@ fn wait_ports(p: &Ports, timeout: Duration) -> Result<()> {
 }
 
 pub fn run() -> Result<Vec<ProxyRun>> {
+    run_counting(false)
+}
+
+/// [`run`], and with `count_syscalls` the system calls each peer made per request on each
+/// workload, printed under its row (`syscalls`).
+pub fn run_counting(count_syscalls: bool) -> Result<Vec<ProxyRun>> {
     // Not destructured: the rig's processes stop before its directory goes.
     let mut rig = Rig::start()?;
     let mut peers = Vec::new();
@@ -318,6 +325,10 @@ pub fn run() -> Result<Vec<ProxyRun>> {
             }
             for (name, p) in &peers {
                 let pid = procs.pid(name);
+                let counter = match pid {
+                    Some(pid) if count_syscalls => Some(syscalls::Counter::start(pid, dir.path())?),
+                    _ => None,
+                };
                 let before = pid.map(super::cpu::tree_seconds);
                 let mut r = measure(load, path, Some(p))?;
                 if let (Some(pid), Some(before)) = (pid, before) {
@@ -325,6 +336,9 @@ pub fn run() -> Result<Vec<ProxyRun>> {
                     r.cpu_us_per_request = Some(used * 1e6 / r.requests.max(1) as f64);
                 }
                 print_row(name, test, &r);
+                if let Some(counter) = counter {
+                    println!("{:<10} {:<36} {}", "", "", counter.stop()?.per_unit(r.requests, r.unit));
+                }
                 results.push((*name, test, r));
             }
             procs.check_alive()?;
