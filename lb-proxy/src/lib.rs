@@ -46,8 +46,9 @@ mod workers;
 
 pub use alloc::{Allocator, MALLOC_TUNING, restart_with_malloc_tuning};
 pub use config::{
-    AccessLogFormat, BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, HashKey, HttpRoute, Limits,
-    Mode, Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting, Timeouts, TlsTermination,
+    AccessLogFormat, BackendSpec, BackendTls, Balance, CertificateFiles, ForwardedHeaders, H2_WINDOW_BYTES, HashKey,
+    HttpRoute, Limits, Mode, Outlier, ProxyOptions, ProxyProtocol, ProxyVipSpec, Retries, SniRoute, SniRouting,
+    Timeouts, TlsTermination,
 };
 pub use error::ProxyError;
 pub use http::log_access_as_fields;

@@ -1,6 +1,7 @@
 //! h2 clients as the h2 crate's own client sees the proxy: a stream reset while its backend
 //! is awaited, a connection whose client answers no ping, a busy one that is not pinged,
-//! CONNECT, a declared body length, a graceful stop with a stream open.
+//! CONNECT, a declared body length, a graceful stop with a stream open, the flow-control window
+//! `limits.h2_window_bytes` grants.
 mod common;
 
 use std::io;
@@ -256,4 +257,55 @@ async fn a_graceful_stop_lets_the_open_stream_finish() {
     assert_eq!(got, b"slow");
     tokio::time::timeout(LIMIT, stopping).await.unwrap().unwrap();
     assert!(p.handle.stats().is_empty());
+}
+
+#[tokio::test]
+async fn a_client_may_send_as_much_body_ahead_as_h2_window_bytes() {
+    for window in [100_000u32, 300_000] {
+        let b = backends(1).await;
+        let mut spec = http_spec(&b);
+        spec.options.limits.h2_window_bytes = window;
+        let p = proxy(spec).await;
+        let (mut send, conn) = h2_client(&p).await;
+        tokio::spawn(conn);
+        let req = http::Request::post("http://test.local/echo").body(()).unwrap();
+        let (_resp, mut body) = send.send_request(req, false).unwrap();
+        // More than any window: the grant is what the proxy's SETTINGS (the stream's window)
+        // and its WINDOW_UPDATE (the connection's) allow, and grows as they arrive.
+        body.reserve_capacity(4 << 20);
+        let granted = async {
+            while body.capacity() < window as usize {
+                std::future::poll_fn(|cx| body.poll_capacity(cx)).await.unwrap().unwrap();
+            }
+            body.capacity()
+        };
+        let granted = tokio::time::timeout(LIMIT, granted).await.expect("the window is granted");
+        assert_eq!(granted, window as usize, "the connection's window");
+        assert_eq!(initial_window_size(&p).await, window, "each stream's window");
+    }
+}
+
+/// SETTINGS_INITIAL_WINDOW_SIZE of the proxy's first SETTINGS frame (RFC 9113 §6.5.2), read
+/// off the wire: the h2 client does not tell a peer's settings.
+async fn initial_window_size(p: &TestProxy) -> u32 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    // The preface, then an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+    let read = async {
+        loop {
+            let mut head = [0u8; 9];
+            s.read_exact(&mut head).await.unwrap();
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            s.read_exact(&mut payload).await.unwrap();
+            // A SETTINGS frame that is not an acknowledgement: six bytes a setting.
+            if head[3] == 4 && head[4] & 1 == 0 {
+                let setting = payload.chunks(6).find(|c| c[..2] == [0, 4]);
+                // Absent: the protocol's default.
+                return setting.map_or(65_535, |c| u32::from_be_bytes([c[2], c[3], c[4], c[5]]));
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, read).await.expect("the proxy's SETTINGS")
 }

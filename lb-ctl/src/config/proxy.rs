@@ -30,6 +30,10 @@ pub(super) fn options(
         let span = place.of(c.text, key);
         c.error(span, format!("{at}: {message}"));
     }
+    for (key, message) in out_of_range(&options) {
+        let span = place.of(c.text, key);
+        c.error(span, format!("{at}: {message}"));
+    }
     for (key, message) in tls_mistakes(&options) {
         let span = place.of(c.text, &key);
         c.error(span, format!("{at}: {message}"));
@@ -119,6 +123,23 @@ fn zeros(o: &ProxyOptions) -> Vec<(&'static [Step<'static>], String)> {
         }
     }
     found
+}
+
+/// Values outside what the protocol allows.
+fn out_of_range(o: &ProxyOptions) -> Vec<(&'static [Step<'static>], String)> {
+    use Step::Key;
+    let window = o.limits.h2_window_bytes;
+    let (low, high) = (*lb_proxy::H2_WINDOW_BYTES.start(), *lb_proxy::H2_WINDOW_BYTES.end());
+    if (low..=high).contains(&window) {
+        return Vec::new();
+    }
+    let default = lb_proxy::Limits::default().h2_window_bytes;
+    vec![(
+        &[Key("limits"), Key("h2_window_bytes")][..],
+        format!(
+            "limits.h2_window_bytes = {window} is outside what HTTP/2 allows: give {low} to {high} (default {default})"
+        ),
+    )]
 }
 
 /// Each TLS file checked on its own (so every bad file is reported, each at its key), with

@@ -251,6 +251,13 @@ fn bad_settings_give_exact_messages() {
             &["lb.toml:7: a limit of 0 would refuse everything: leave the key out for no limit"],
         ),
         (
+            "an HTTP/2 window the protocol does not allow",
+            format!("{VIP}forwarding = \"proxy\"\n[vip.proxy]\nlimits = {{ h2_window_bytes = 1000 }}\n"),
+            &[
+                "lb.toml:7: vip \"web\": limits.h2_window_bytes = 1000 is outside what HTTP/2 allows: give 65535 to 2147483647 (default 1048576)",
+            ],
+        ),
+        (
             "HTTP routes with mistakes, or on a TCP VIP",
             format!(
                 "{VIP}forwarding = \"proxy\"\n[vip.proxy]\nroutes = [ {{ path_prefix = \"api\", backends = [\"198.51.100.1:80\"] }} ]\n"

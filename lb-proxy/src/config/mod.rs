@@ -10,7 +10,7 @@ mod tls;
 mod tuning;
 
 pub use tls::{BackendTls, CertificateFiles, SniRoute, SniRouting, TlsTermination};
-pub use tuning::{ForwardedHeaders, Limits, Outlier, ProxyProtocol, Retries, Timeouts};
+pub use tuning::{ForwardedHeaders, H2_WINDOW_BYTES, Limits, Outlier, ProxyProtocol, Retries, Timeouts};
 
 /// One VIP served by lb-proxy.
 #[derive(Clone, Debug, Deserialize)]

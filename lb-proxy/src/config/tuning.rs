@@ -1,6 +1,7 @@
 //! The tuning tables of [`super::ProxyOptions`]: timeouts, limits, client-information headers,
 //! PROXY protocol, retries and outlier detection.
 use std::num::{NonZeroU32, NonZeroU64};
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, de::Error};
@@ -112,7 +113,15 @@ pub struct Limits {
     pub pool_idle_per_backend: usize,
     /// HTTP/2 streams per client connection.
     pub h2_max_streams: u32,
+    /// An HTTP/2 client's flow-control window, for each stream and for the whole connection:
+    /// the most request body one client connection may send ahead of what the backends take,
+    /// which the proxy then holds. Within [`H2_WINDOW_BYTES`].
+    pub h2_window_bytes: u32,
 }
+
+/// The windows HTTP/2 allows `Limits::h2_window_bytes` (RFC 9113 §6.9.2: a connection's is
+/// never below the protocol's 65,535, and none above 2^31 - 1).
+pub const H2_WINDOW_BYTES: RangeInclusive<u32> = 65_535..=(1 << 31) - 1;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -128,6 +137,9 @@ impl Default for Limits {
             queue_per_backend: 128,
             pool_idle_per_backend: 256,
             h2_max_streams: 128,
+            // hyper's server default: a 1 MiB upload in flight without a WINDOW_UPDATE round
+            // trip, at the cost of up to that much held per connection while backends stall.
+            h2_window_bytes: 1024 * 1024,
         }
     }
 }

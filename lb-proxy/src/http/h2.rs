@@ -19,13 +19,12 @@ use super::conn::ConnCtx;
 use super::h2_ping::{NoteReads, keep_alive};
 use super::h2_stream::serve_stream;
 use super::h2_writes::GatheredWrites;
+use crate::config::H2_WINDOW_BYTES;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
 
-/// The settings hyper's h2 server used: a 1 MiB window for each stream and for the
-/// connection (the protocol's 64 KiB would take a round trip of WINDOW_UPDATE every 64 KiB
-/// of an upload), and up to 400 KiB of a connection's responses queued for the socket.
-const WINDOW: u32 = 1024 * 1024;
+/// As hyper's h2 server had them: frames of up to 16 KiB, and up to 400 KiB of a connection's
+/// responses queued for the socket. (The windows are `limits.h2_window_bytes`.)
 const MAX_FRAME: u32 = 16 * 1024;
 const MAX_SEND_BUFFER: usize = 400 * 1024;
 /// Streams a client may make the proxy reset (malformed requests) before the connection is
@@ -39,9 +38,12 @@ where
 {
     let opts = &vip.spec.options;
     let ctx = ConnCtx::new(vip, client, https);
+    // Checked against the range where the configuration is read; kept in it here too, as the
+    // h2 crate panics beyond it.
+    let window = opts.limits.h2_window_bytes.clamp(*H2_WINDOW_BYTES.start(), *H2_WINDOW_BYTES.end());
     let mut b = ::h2::server::Builder::new();
-    b.initial_window_size(WINDOW)
-        .initial_connection_window_size(WINDOW)
+    b.initial_window_size(window)
+        .initial_connection_window_size(window)
         .max_frame_size(MAX_FRAME)
         .max_send_buffer_size(MAX_SEND_BUFFER)
         .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS))
