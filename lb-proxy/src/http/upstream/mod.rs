@@ -180,14 +180,9 @@ where
                     return Ok(false);
                 }
             }
-            Next::Frame(None) => {
-                if chunked {
-                    conn.out.clear();
-                    conn.out.extend_from_slice(b"0\r\n\r\n");
-                    conn.write_out().await.map_err(BackendFault::Io)?;
-                }
-                return Ok(true);
-            }
+            // The last chunk too may wait on a backend that answered and stopped reading.
+            Next::Frame(None) if chunked => return write_until_answered(conn, &[b"0\r\n\r\n"]).await,
+            Next::Frame(None) => return Ok(true),
             // The client's body failed; the caller finds out whose fault it was.
             Next::Frame(Some(Err(e))) => {
                 return Err(BackendFault::Io(io::Error::other(format!("request body: {e}"))));
