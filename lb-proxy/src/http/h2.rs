@@ -16,9 +16,9 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::conn::ConnCtx;
-use super::h2_ping::{NoteReads, keep_alive};
+use super::h2_ping::keep_alive;
+use super::h2_socket::ClientSocket;
 use super::h2_stream::serve_stream;
-use super::h2_writes::GatheredWrites;
 use crate::config::H2_WINDOW_BYTES;
 use crate::shutdown::Tasks;
 use crate::vip::Vip;
@@ -53,8 +53,9 @@ where
     // is refused by the h2 crate itself.
     // The preface is a client's first bytes: one that does not send them within the head
     // timeout is a slow-loris, as an HTTP/1 client that does not send its head.
-    // Responses answered in one turn of the worker leave in one write (`h2_writes`).
-    let (stream, heard) = NoteReads::new(GatheredWrites::new(stream));
+    // Its reads noted for the keep-alive ping; the responses answered in one turn of the
+    // worker leave in one write (`h2_socket`).
+    let (stream, heard) = ClientSocket::new(stream);
     let handshake = tokio::select! {
         biased;
         r = tokio::time::timeout(opts.timeouts.client_header, b.handshake::<_, Bytes>(stream)) => r,

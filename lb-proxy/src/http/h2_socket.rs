@@ -1,4 +1,6 @@
-//! An h2 client connection's writes, gathered until the end of the worker's turn.
+//! An h2 client connection's socket: each read that brings bytes is noted for the keep-alive
+//! ping (`h2_ping`: the h2 crate tells of no frame it handles itself), and writes are gathered
+//! until the end of the worker's turn.
 //!
 //! The h2 crate hands its socket a response body of 256 bytes or more as a payload of its own
 //! and writes it out before it takes the next frame: every response of a few KiB was one
@@ -26,8 +28,10 @@ const GATHER_LIMIT: usize = 16 * 1024;
 /// Slices of one write: what was gathered, then the crate's (two: its frames, a payload).
 const MAX_SLICES: usize = 8;
 
-pub(crate) struct GatheredWrites<S> {
+pub(crate) struct ClientSocket<S> {
     io: S,
+    /// Set at each read that brought bytes; `h2_ping::keep_alive` reads and clears it.
+    heard: Arc<AtomicBool>,
     /// Accepted from the h2 crate, not yet written.
     gathered: BytesMut,
     flush: Flush,
@@ -63,9 +67,18 @@ impl Wake for TurnEnd {
     }
 }
 
-impl<S> GatheredWrites<S> {
-    pub(crate) fn new(io: S) -> Self {
-        GatheredWrites { io, gathered: BytesMut::new(), flush: Flush::Idle, turn: Arc::default() }
+impl<S> ClientSocket<S> {
+    /// The socket, and the note of its reads for `h2_ping::keep_alive`.
+    pub(crate) fn new(io: S) -> (Self, Arc<AtomicBool>) {
+        let heard = Arc::new(AtomicBool::new(false));
+        let socket = ClientSocket {
+            io,
+            heard: heard.clone(),
+            gathered: BytesMut::new(),
+            flush: Flush::Idle,
+            turn: Arc::default(),
+        };
+        (socket, heard)
     }
 
     /// Asks to be woken when the worker's turn ends: `yield_now` defers its wake-up until the
@@ -80,7 +93,7 @@ impl<S> GatheredWrites<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> GatheredWrites<S> {
+impl<S: AsyncWrite + Unpin> ClientSocket<S> {
     /// Writes `bufs` behind what was gathered, in one call where the socket takes it: the
     /// count of `bufs`' bytes written (Ready only once what was gathered is all written).
     fn write_through(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
@@ -119,13 +132,18 @@ impl<S: AsyncWrite + Unpin> GatheredWrites<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for GatheredWrites<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for ClientSocket<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+        r
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for GatheredWrites<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for ClientSocket<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.poll_write_vectored(cx, &[IoSlice::new(buf)])
     }
@@ -214,14 +232,14 @@ mod tests {
         }
     }
 
-    fn write_and_flush(w: &mut GatheredWrites<Calls>, cx: &mut Context<'_>, bytes: &[u8]) {
+    fn write_and_flush(w: &mut ClientSocket<Calls>, cx: &mut Context<'_>, bytes: &[u8]) {
         assert!(matches!(Pin::new(&mut *w).poll_write(cx, bytes), Poll::Ready(Ok(n)) if n == bytes.len()));
         assert!(matches!(Pin::new(&mut *w).poll_flush(cx), Poll::Ready(Ok(()))));
     }
 
     #[tokio::test]
     async fn what_one_turn_flushes_leaves_in_one_write_when_the_turn_ends() {
-        let mut w = GatheredWrites::new(Calls::default());
+        let mut w = ClientSocket::new(Calls::default()).0;
         let mut polls = 0;
         // Nothing but the end of the turn wakes this future again: without that wake-up it
         // would wait for ever, and the timeout fails the test.
@@ -243,7 +261,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_large_write_leaves_at_once_behind_what_was_gathered() {
-        let mut w = GatheredWrites::new(Calls::default());
+        let mut w = ClientSocket::new(Calls::default()).0;
         let large = vec![7u8; GATHER_LIMIT];
         poll_fn(|cx| {
             write_and_flush(&mut w, cx, b"head");
@@ -258,7 +276,7 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_writes_what_was_gathered() {
-        let mut w = GatheredWrites::new(Calls::default());
+        let mut w = ClientSocket::new(Calls::default()).0;
         poll_fn(|cx| {
             write_and_flush(&mut w, cx, b"goaway");
             Poll::Ready(())
@@ -276,7 +294,7 @@ mod tests {
             let mut all = Vec::new();
             far.read_to_end(&mut all).await.map(|_| all)
         });
-        let mut w = GatheredWrites::new(near);
+        let mut w = ClientSocket::new(near).0;
         let mut sent = Vec::new();
         for i in 0..200u32 {
             // Small writes gathered, and now and then one too large to gather.
