@@ -164,7 +164,6 @@ fn command_line(cmd: &Command) -> String {
 }
 
 /// `pid` and its children (nginx's workers; HAProxy and lb-proxy are one process each).
-/// `pid` and its child processes (nginx's and HAProxy's workers).
 pub(super) fn process_tree(pid: u32) -> Vec<u32> {
     let mut pids = vec![pid];
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();

@@ -59,8 +59,8 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// Counts the system calls of `pid`, its threads and its child processes (nginx's and
-    /// HAProxy's workers), written to a file in `dir`.
+    /// Counts the system calls of `pid`, its threads and its child processes (nginx's
+    /// workers), written to a file in `dir`.
     pub fn start(pid: u32, dir: &Path) -> Result<Counter> {
         let pids: Vec<String> = process_tree(pid).iter().map(u32::to_string).collect();
         let events: Vec<&str> = [ALL].iter().chain(&WRITES).chain(&READS).chain(&WAITS).copied().collect();
