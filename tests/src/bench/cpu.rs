@@ -1,8 +1,30 @@
 //! CPU time of a process and its children (nginx's and HAProxy's workers), read from
-//! /proc/PID/stat: user + system, in seconds. Benchmarks divide the time a proxy spent over
+//! /proc/PID/stat: user and system, in seconds. Benchmarks divide the time a proxy spent over
 //! a measured interval by the requests it served: CPU per request, which the shared lab
-//! cannot distort the way it distorts requests/s.
+//! cannot distort the way it distorts requests/s. User time apart tells the proxy's own code
+//! from the kernel's work on its sockets, which the same system calls cost every peer alike.
 use std::fs;
+use std::ops::Sub;
+
+/// CPU seconds, user and system.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuSeconds {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl CpuSeconds {
+    pub fn total(&self) -> f64 {
+        self.user + self.system
+    }
+}
+
+impl Sub for CpuSeconds {
+    type Output = CpuSeconds;
+    fn sub(self, earlier: CpuSeconds) -> CpuSeconds {
+        CpuSeconds { user: self.user - earlier.user, system: self.system - earlier.system }
+    }
+}
 
 /// Clock ticks per second of /proc's time fields (USER_HZ: 100 on Linux builds).
 fn ticks_per_second() -> f64 {
@@ -15,8 +37,8 @@ fn ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// (pid, ppid, utime + stime in ticks) of one /proc/PID/stat line.
-fn parse_stat(text: &str) -> Option<(u32, u32, u64)> {
+/// (pid, ppid, (utime, stime) in ticks) of one /proc/PID/stat line.
+fn parse_stat(text: &str) -> Option<(u32, u32, (u64, u64))> {
     // The command name may hold spaces and parentheses: fields start after the last ')'.
     let (head, rest) = text.rsplit_once(')')?;
     let pid = head.split_whitespace().next()?.parse().ok()?;
@@ -25,15 +47,15 @@ fn parse_stat(text: &str) -> Option<(u32, u32, u64)> {
     let ppid = f.get(1)?.parse().ok()?;
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
-    Some((pid, ppid, utime + stime))
+    Some((pid, ppid, (utime, stime)))
 }
 
 /// CPU seconds used so far by `pid` and its direct children (threads are included in a
 /// process's own fields).
-pub fn tree_seconds(pid: u32) -> f64 {
-    let mut ticks = 0u64;
+pub fn tree_seconds(pid: u32) -> CpuSeconds {
+    let (mut user, mut system) = (0u64, 0u64);
     let Ok(dir) = fs::read_dir("/proc") else {
-        return 0.0;
+        return CpuSeconds::default();
     };
     for entry in dir.flatten() {
         let name = entry.file_name();
@@ -43,13 +65,15 @@ pub fn tree_seconds(pid: u32) -> f64 {
         let Ok(text) = fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        if let Some((p, ppid, t)) = parse_stat(&text)
+        if let Some((p, ppid, (u, s))) = parse_stat(&text)
             && (p == pid || ppid == pid)
         {
-            ticks += t;
+            user += u;
+            system += s;
         }
     }
-    ticks as f64 / ticks_per_second()
+    let hz = ticks_per_second();
+    CpuSeconds { user: user as f64 / hz, system: system as f64 / hz }
 }
 
 #[cfg(test)]
@@ -59,13 +83,14 @@ mod tests {
     #[test]
     fn stat_line_with_spaces_in_the_name() {
         let line = "4242 (nginx: worker (x)) S 4241 4241 4241 0 -1 4194624 100 0 0 0 250 70 0 0 20 0 1 0 5 1000 10";
-        assert_eq!(parse_stat(line), Some((4242, 4241, 320)));
+        assert_eq!(parse_stat(line), Some((4242, 4241, (250, 70))));
     }
 
     #[test]
     fn this_process_has_used_some_cpu() {
         let spin: u64 = (0..5_000_000u64).fold(0, |a, b| a.wrapping_add(b * b));
         assert!(spin > 0);
-        assert!(tree_seconds(std::process::id()) >= 0.0);
+        let used = tree_seconds(std::process::id());
+        assert!(used.user >= 0.0 && used.system >= 0.0 && used.total() >= used.user);
     }
 }

@@ -292,8 +292,8 @@ pub fn run_counting(count_syscalls: bool) -> Result<Vec<ProxyRun>> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<10} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>12}",
-        "peer", "test", "requests/s", "p50", "p99", "p99.9", "errors", "CPU/req"
+        "{:<10} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>20}",
+        "peer", "test", "requests/s", "p50", "p99", "p99.9", "errors", "CPU/req (user)"
     );
     let p999 = dir.path().join("p999.lua");
     std::fs::write(&p999, wrk::P999_SCRIPT)?;
@@ -333,7 +333,9 @@ pub fn run_counting(count_syscalls: bool) -> Result<Vec<ProxyRun>> {
                 let mut r = measure(load, path, Some(p))?;
                 if let (Some(pid), Some(before)) = (pid, before) {
                     let used = super::cpu::tree_seconds(pid) - before;
-                    r.cpu_us_per_request = Some(used * 1e6 / r.requests.max(1) as f64);
+                    let per_request = |seconds: f64| Some(seconds * 1e6 / r.requests.max(1) as f64);
+                    r.cpu_us_per_request = per_request(used.total());
+                    r.user_us_per_request = per_request(used.user);
                 }
                 print_row(name, test, &r);
                 if let Some(counter) = counter {
@@ -357,21 +359,23 @@ pub fn run_counting(count_syscalls: bool) -> Result<Vec<ProxyRun>> {
                     median(runs.iter().map(|r| r.rps)),
                     median(runs.iter().map(|r| r.p99_ms)),
                     median(runs.iter().filter_map(|r| r.cpu_us_per_request)),
+                    median(runs.iter().filter_map(|r| r.user_us_per_request)),
                 )
             })
         };
-        let Some((lb_rate, lb_p99, lb_cpu)) = median("lb-proxy") else { continue };
+        let Some((lb_rate, lb_p99, lb_cpu, lb_user)) = median("lb-proxy") else { continue };
         for peer in ["nginx", "haproxy"] {
-            let Some((rate, p99, cpu)) = median(peer) else { continue };
+            let Some((rate, p99, cpu, user)) = median(peer) else { continue };
             let latency = if load == Load::Bulk {
                 String::new()
             } else {
                 format!("   p99 {} vs {}", fmt_ms(lb_p99), fmt_ms(p99))
             };
             println!(
-                "{test:<24} lb-proxy/{peer:<8} CPU per {}: {:.2}x   rate: {:.2}x{latency}",
+                "{test:<24} lb-proxy/{peer:<8} CPU per {}: {:.2}x (user {:.2}x)   rate: {:.2}x{latency}",
                 if load == Load::Bulk { "MiB" } else { "request" },
                 lb_cpu / cpu.max(f64::MIN_POSITIVE),
+                lb_user / user.max(f64::MIN_POSITIVE),
                 lb_rate / rate.max(f64::MIN_POSITIVE),
             );
         }
