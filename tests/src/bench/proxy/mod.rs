@@ -128,6 +128,8 @@ pub struct ProxyRun {
     /// CPU time of the proxy's processes per request (per MiB for bulk), in microseconds
     /// (not for `direct`).
     pub cpu_us_per_request: Option<f64>,
+    /// The user-space share of `cpu_us_per_request`.
+    pub user_us_per_request: Option<f64>,
     pub unit: String,
 }
 
@@ -394,6 +396,7 @@ pub fn run_counting(count_syscalls: bool) -> Result<Vec<ProxyRun>> {
             p999_ms: r.p999_ms,
             errors: r.errors,
             cpu_us_per_request: r.cpu_us_per_request,
+            user_us_per_request: r.user_us_per_request,
             unit: r.unit.to_string(),
         })
         .collect())
