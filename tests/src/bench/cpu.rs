@@ -6,23 +6,29 @@
 use std::fs;
 use std::ops::Sub;
 
-/// CPU seconds, user and system.
+/// CPU time, user and system: seconds as read, microseconds per request once divided
+/// ([`CpuTime::per`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CpuSeconds {
+pub struct CpuTime {
     pub user: f64,
     pub system: f64,
 }
 
-impl CpuSeconds {
+impl CpuTime {
     pub fn total(&self) -> f64 {
         self.user + self.system
     }
+
+    /// Each part times `factor` (1e6 / requests: microseconds per request).
+    pub fn per(self, factor: f64) -> CpuTime {
+        CpuTime { user: self.user * factor, system: self.system * factor }
+    }
 }
 
-impl Sub for CpuSeconds {
-    type Output = CpuSeconds;
-    fn sub(self, earlier: CpuSeconds) -> CpuSeconds {
-        CpuSeconds { user: self.user - earlier.user, system: self.system - earlier.system }
+impl Sub for CpuTime {
+    type Output = CpuTime;
+    fn sub(self, earlier: CpuTime) -> CpuTime {
+        CpuTime { user: self.user - earlier.user, system: self.system - earlier.system }
     }
 }
 
@@ -52,10 +58,10 @@ fn parse_stat(text: &str) -> Option<(u32, u32, (u64, u64))> {
 
 /// CPU seconds used so far by `pid` and its direct children (threads are included in a
 /// process's own fields).
-pub fn tree_seconds(pid: u32) -> CpuSeconds {
+pub fn tree_seconds(pid: u32) -> CpuTime {
     let (mut user, mut system) = (0u64, 0u64);
     let Ok(dir) = fs::read_dir("/proc") else {
-        return CpuSeconds::default();
+        return CpuTime::default();
     };
     for entry in dir.flatten() {
         let name = entry.file_name();
@@ -73,7 +79,7 @@ pub fn tree_seconds(pid: u32) -> CpuSeconds {
         }
     }
     let hz = ticks_per_second();
-    CpuSeconds { user: user as f64 / hz, system: system as f64 / hz }
+    CpuTime { user: user as f64 / hz, system: system as f64 / hz }
 }
 
 #[cfg(test)]

@@ -65,7 +65,6 @@ pub fn parse_h2load(text: &str, log: &str) -> Option<Measured> {
         errors,
         requests: done,
         cpu_us_per_request: None,
-        user_us_per_request: None,
         unit: "req",
     })
 }
@@ -126,7 +125,6 @@ pub fn parse_iperf3(json: &str) -> Option<Measured> {
         errors: 0,
         requests: mib as u64,
         cpu_us_per_request: None,
-        user_us_per_request: None,
         unit: "MiB",
     })
 }

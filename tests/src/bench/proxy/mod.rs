@@ -335,9 +335,7 @@ pub fn run_counting(count_syscalls: bool) -> Result<Vec<ProxyRun>> {
                 let mut r = measure(load, path, Some(p))?;
                 if let (Some(pid), Some(before)) = (pid, before) {
                     let used = super::cpu::tree_seconds(pid) - before;
-                    let per_request = |seconds: f64| Some(seconds * 1e6 / r.requests.max(1) as f64);
-                    r.cpu_us_per_request = per_request(used.total());
-                    r.user_us_per_request = per_request(used.user);
+                    r.cpu_us_per_request = Some(used.per(1e6 / r.requests.max(1) as f64));
                 }
                 print_row(name, test, &r);
                 if let Some(counter) = counter {
@@ -360,8 +358,8 @@ pub fn run_counting(count_syscalls: bool) -> Result<Vec<ProxyRun>> {
                 (
                     median(runs.iter().map(|r| r.rps)),
                     median(runs.iter().map(|r| r.p99_ms)),
-                    median(runs.iter().filter_map(|r| r.cpu_us_per_request)),
-                    median(runs.iter().filter_map(|r| r.user_us_per_request)),
+                    median(runs.iter().filter_map(|r| r.cpu_us_per_request).map(|t| t.total())),
+                    median(runs.iter().filter_map(|r| r.cpu_us_per_request).map(|t| t.user)),
                 )
             })
         };
@@ -395,8 +393,8 @@ pub fn run_counting(count_syscalls: bool) -> Result<Vec<ProxyRun>> {
             p99_ms: r.p99_ms,
             p999_ms: r.p999_ms,
             errors: r.errors,
-            cpu_us_per_request: r.cpu_us_per_request,
-            user_us_per_request: r.user_us_per_request,
+            cpu_us_per_request: r.cpu_us_per_request.map(|t| t.total()),
+            user_us_per_request: r.cpu_us_per_request.map(|t| t.user),
             unit: r.unit.to_string(),
         })
         .collect())

@@ -4,6 +4,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use super::{CONNECTIONS, DURATION_SECS, WORKERS};
+use crate::bench::cpu::CpuTime;
 
 pub struct Measured {
     /// Requests a second, or MiB a second for a bulk transfer (`unit`).
@@ -15,21 +16,15 @@ pub struct Measured {
     pub errors: u64,
     /// Requests wrk completed in the run.
     pub requests: u64,
-    /// CPU time (user + system) of the proxy's processes per request, in microseconds.
-    pub cpu_us_per_request: Option<f64>,
-    /// The user-space share of `cpu_us_per_request`.
-    pub user_us_per_request: Option<f64>,
+    /// CPU time (user and system) of the proxy's processes per request, in microseconds.
+    pub cpu_us_per_request: Option<CpuTime>,
     /// What `rps`, `requests` and the CPU figure count: "req", or "MiB" for a bulk transfer.
     pub unit: &'static str,
 }
 
 pub fn print_row(peer: &str, test: &str, r: &Measured) {
     let per = if r.unit == "req" { String::new() } else { format!("/{}", r.unit) };
-    let cpu = match (r.cpu_us_per_request, r.user_us_per_request) {
-        (Some(us), Some(user)) => format!("{us:.1}us{per} ({user:.1})"),
-        (Some(us), None) => format!("{us:.1}us{per}"),
-        _ => "-".to_string(),
-    };
+    let cpu = r.cpu_us_per_request.map_or("-".to_string(), |t| format!("{:.1}us{per} ({:.1})", t.total(), t.user));
     let p999 = r.p999_ms.map_or("-".to_string(), fmt_ms);
     let (p50, p99) = if r.unit == "req" { (fmt_ms(r.p50_ms), fmt_ms(r.p99_ms)) } else { ("-".into(), "-".into()) };
     let rate = if r.unit == "req" { format!("{:.0}", r.rps) } else { format!("{:.0} {}/s", r.rps, r.unit) };
@@ -101,7 +96,6 @@ pub fn parse_wrk(text: &str) -> Option<Measured> {
         errors,
         requests,
         cpu_us_per_request: None,
-        user_us_per_request: None,
         unit: "req",
     })
 }
